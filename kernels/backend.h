@@ -1,0 +1,63 @@
+// The backend boundary. The forward pass (src/engine/) calls these operations
+// and nothing else; the CPU backend (kernels/cpu/) implements them with oneTBB,
+// the CUDA backend (kernels/cuda/) with cuBLAS and fused kernels. All pointers
+// are backend memory; activations are float32; weights keep their stored type.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kernels/common/dtype.h"
+
+namespace redwood {
+
+// A weight tensor in backend memory: [rows][cols], cols contiguous, stored type.
+struct WeightView {
+  DType type = DType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;
+};
+
+// Tree-masked attention over [committed prefix | new block]. Token i (0..n-1)
+// attends to every committed position 0..n_past-1 and to the new tokens listed
+// in anc[anc_off[i] .. anc_off[i+1]) (its ancestors among the new tokens plus
+// itself, ascending). k/v hold the layer's cache rows; new token i's row is n_past + i.
+struct AttentionArgs {
+  const float* q = nullptr;  // [n][n_heads * head_dim] (RoPE applied)
+  const float* k = nullptr;  // [>= n_past + n][n_kv_heads * head_dim]
+  const float* v = nullptr;
+  float* out = nullptr;      // [n][n_heads * head_dim]
+  int n = 0, n_past = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const int32_t* parents = nullptr;  // [n], -1 = root (for kernels that walk the tree)
+  const int32_t* anc_off = nullptr;  // [n + 1]
+  const int32_t* anc = nullptr;
+  float scale = 1.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // y[t][r] = sum_c W[r][c] * x[t][c] for t < n. Dequantizes on the fly.
+  virtual void matmul(const WeightView& w, const float* x, int n, float* y) = 0;
+  // out[t] = row ids[t] of E (dequantized).
+  virtual void embed(const WeightView& e, const int32_t* ids, int n, float* out) = 0;
+  // out[t] = x[t] / rms(x[t]) * w, w a float vector of length dim.
+  virtual void rmsnorm(const float* x, const float* w, int n, int dim, float eps, float* out) = 0;
+  // Rotates each head of x[t] (n_heads * head_dim floats) by position pos[t].
+  virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base,
+                    RopeMode mode) = 0;
+  virtual void attention(const AttentionArgs& a) = 0;
+  // gate[i] = silu(gate[i]) * up[i]
+  virtual void swiglu(float* gate, const float* up, size_t count) = 0;
+  // x[i] += y[i]
+  virtual void add(float* x, const float* y, size_t count) = 0;
+};
+
+// The CPU backend (oneTBB, AVX2/FMA/F16C when compiled for it, scalar otherwise).
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace redwood

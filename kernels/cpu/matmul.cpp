@@ -1,0 +1,296 @@
+#include "kernels/cpu/matmul.h"
+
+#include <cblas.h>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/enumerable_thread_specific.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/common/math.h"
+#include "kernels/cpu/simd.h"
+
+namespace redwood::cpu {
+
+using namespace redwood::math;
+
+namespace {
+
+const uint8_t* row_ptr(const WeightView& w, int64_t r) {
+  return static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r) * *row_bytes(w.type, w.cols);
+}
+
+// ---- scalar dequantization of one row (reference and fallback) ------------------
+void dequant_row_scalar(DType t, const uint8_t* p, int64_t cols, float* out) {
+  switch (t) {
+    case DType::F32: memcpy(out, p, cols * 4); break;
+    case DType::F16:
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t h;
+        memcpy(&h, p + 2 * c, 2);
+        out[c] = f16_to_f32(h);
+      }
+      break;
+    case DType::BF16:
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t h;
+        memcpy(&h, p + 2 * c, 2);
+        out[c] = bf16_to_f32(h);
+      }
+      break;
+    case DType::Q8_0:
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        BlockQ8_0 blk;
+        memcpy(&blk, p + b * sizeof(blk), sizeof(blk));
+        for (int j = 0; j < 32; ++j) out[b * 32 + j] = dequant_q8_0(blk, j);
+      }
+      break;
+    case DType::Q4_0:
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        BlockQ4_0 blk;
+        memcpy(&blk, p + b * sizeof(blk), sizeof(blk));
+        for (int j = 0; j < 32; ++j) out[b * 32 + j] = dequant_q4_0(blk, j);
+      }
+      break;
+    case DType::Q4_1:
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        BlockQ4_1 blk;
+        memcpy(&blk, p + b * sizeof(blk), sizeof(blk));
+        for (int j = 0; j < 32; ++j) out[b * 32 + j] = dequant_q4_1(blk, j);
+      }
+      break;
+  }
+}
+
+#ifdef REDWOOD_AVX2
+// Loads 32 weights of a quantized block as four 8-float vectors.
+inline void load_q4(const uint8_t* qs, __m256 w[4]) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(raw, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+}
+
+inline void load_q8(const int8_t* qs, __m256 w[4]) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16));
+  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a));
+  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8)));
+  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+}
+
+inline __m256 load_h8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 load_bf8(const uint8_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// Dot products of one weight row with N token vectors, each row read once.
+// For quantized blocks, the block scale is applied per block to the sum over
+// the block: acc += d * (q . x), plus m * sum(x) for Q4_1 (xsum precomputed).
+template <int N>
+void row_dots(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xsum,
+              float* out) {
+  __m256 acc[N];
+  for (int k = 0; k < N; ++k) acc[k] = _mm256_setzero_ps();
+  float macc[N] = {};
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: {
+      int64_t c = 0;
+      for (; c + 8 <= cols; c += 8) {
+        const __m256 w = t == DType::F32   ? _mm256_loadu_ps(reinterpret_cast<const float*>(p) + c)
+                         : t == DType::F16 ? load_h8(p + 2 * c)
+                                           : load_bf8(p + 2 * c);
+        for (int k = 0; k < N; ++k) acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + k * ldx + c), acc[k]);
+      }
+      if (c < cols) {  // tail (cols not a multiple of 8)
+        float tmp[8];
+        dequant_row_scalar(t, p + c * (t == DType::F32 ? 4 : 2), cols - c, tmp);
+        for (int k = 0; k < N; ++k)
+          for (int64_t j = c; j < cols; ++j) macc[k] += tmp[j - c] * x[k * ldx + j];
+      }
+      break;
+    }
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1: {
+      const int64_t nb = cols / 32;
+      const size_t bb = dtype_info(t).block_bytes;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = p + b * bb;
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        const __m256 d = _mm256_set1_ps(f16_to_f32(dh));
+        __m256 w[4];
+        float m = 0.0f;
+        if (t == DType::Q8_0) {
+          load_q8(reinterpret_cast<const int8_t*>(blk + 2), w);
+        } else if (t == DType::Q4_0) {
+          load_q4(blk + 2, w);
+          const __m256 eight = _mm256_set1_ps(8.0f);
+          for (auto& v : w) v = _mm256_sub_ps(v, eight);
+        } else {
+          uint16_t mh;
+          memcpy(&mh, blk + 2, 2);
+          m = f16_to_f32(mh);
+          load_q4(blk + 4, w);
+        }
+        for (int k = 0; k < N; ++k) {
+          const float* xb = x + k * ldx + b * 32;
+          __m256 s = _mm256_mul_ps(w[0], _mm256_loadu_ps(xb));
+          s = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xb + 8), s);
+          s = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xb + 16), s);
+          s = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xb + 24), s);
+          acc[k] = _mm256_fmadd_ps(d, s, acc[k]);
+          if (t == DType::Q4_1) macc[k] += m * xsum[k * nb + b];
+        }
+      }
+      break;
+    }
+  }
+  for (int k = 0; k < N; ++k) out[k] = hsum(acc[k]) + macc[k];
+}
+#endif
+
+template <int N>
+void gemv_n(const WeightView& w, const float* x, float* y) {
+  const int64_t cols = w.cols, rows = w.rows;
+  std::vector<float> xsum;
+  const float* xs = nullptr;
+  if (w.type == DType::Q4_1) {
+    const int64_t nb = cols / 32;
+    xsum.resize(N * nb);
+    for (int k = 0; k < N; ++k)
+      for (int64_t b = 0; b < nb; ++b) {
+        float s = 0;
+        for (int j = 0; j < 32; ++j) s += x[k * cols + b * 32 + j];
+        xsum[k * nb + b] = s;
+      }
+    xs = xsum.data();
+  }
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, grain), [&](const tbb::blocked_range<int64_t>& r) {
+#ifdef REDWOOD_AVX2
+    float out[N];
+    for (int64_t i = r.begin(); i < r.end(); ++i) {
+      row_dots<N>(w.type, row_ptr(w, i), cols, x, cols, xs, out);
+      for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
+    }
+#else
+    std::vector<float> tmp(cols);
+    for (int64_t i = r.begin(); i < r.end(); ++i) {
+      dequant_row_scalar(w.type, row_ptr(w, i), cols, tmp.data());
+      for (int k = 0; k < N; ++k) y[k * rows + i] = dot(tmp.data(), x + k * cols, cols);
+    }
+#endif
+  });
+}
+
+void gemm_blocked(const WeightView& w, const float* x, int n, float* y) {
+  const int64_t cols = w.cols, rows = w.rows;
+  // Rows per block: the float tile stays around 512 KiB (L2-sized).
+  const int64_t rb = std::clamp<int64_t>((512 * 1024 / 4) / cols, 16, 256);
+  tbb::enumerable_thread_specific<std::vector<float>> tiles;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + rb - 1) / rb, 1),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      auto& tile = tiles.local();
+                      tile.resize(rb * cols);
+                      for (int64_t blk = r.begin(); blk < r.end(); ++blk) {
+                        const int64_t r0 = blk * rb;
+                        const int64_t nr = std::min(rb, rows - r0);
+                        const float* wt;
+                        if (w.type == DType::F32) {
+                          wt = static_cast<const float*>(w.data) + r0 * cols;
+                        } else {
+                          dequantize_rows(w, r0, nr, tile.data());
+                          wt = tile.data();
+                        }
+                        // y[:, r0:r0+nr] = x (n x cols) * wt^T (cols x nr)
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(nr),
+                                    static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), wt,
+                                    static_cast<int>(cols), 0.0f, y + r0, static_cast<int>(rows));
+                      }
+                    });
+}
+
+}  // namespace
+
+void dequantize_rows(const WeightView& w, int64_t r0, int64_t nrows, float* out) {
+  for (int64_t i = 0; i < nrows; ++i) {
+    const uint8_t* p = row_ptr(w, r0 + i);
+    float* o = out + i * w.cols;
+#ifdef REDWOOD_AVX2
+    if (w.type == DType::F16 && w.cols % 8 == 0) {
+      for (int64_t c = 0; c < w.cols; c += 8) _mm256_storeu_ps(o + c, load_h8(p + 2 * c));
+      continue;
+    }
+    if (w.type == DType::BF16 && w.cols % 8 == 0) {
+      for (int64_t c = 0; c < w.cols; c += 8) _mm256_storeu_ps(o + c, load_bf8(p + 2 * c));
+      continue;
+    }
+    if (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0) {
+      const size_t bb = dtype_info(w.type).block_bytes;
+      for (int64_t b = 0; b < w.cols / 32; ++b) {
+        const uint8_t* blk = p + b * bb;
+        uint16_t dh, mh = 0;
+        memcpy(&dh, blk, 2);
+        __m256 v[4];
+        __m256 off = _mm256_setzero_ps();
+        if (w.type == DType::Q8_0) {
+          load_q8(reinterpret_cast<const int8_t*>(blk + 2), v);
+        } else if (w.type == DType::Q4_0) {
+          load_q4(blk + 2, v);
+          off = _mm256_set1_ps(-8.0f * f16_to_f32(dh));
+        } else {
+          memcpy(&mh, blk + 2, 2);
+          load_q4(blk + 4, v);
+          off = _mm256_set1_ps(f16_to_f32(mh));
+        }
+        const __m256 d = _mm256_set1_ps(f16_to_f32(dh));
+        for (int j = 0; j < 4; ++j) _mm256_storeu_ps(o + b * 32 + j * 8, _mm256_fmadd_ps(v[j], d, off));
+      }
+      continue;
+    }
+#endif
+    dequant_row_scalar(w.type, p, w.cols, o);
+  }
+}
+
+void matmul(const WeightView& w, const float* x, int n, float* y) {
+  if (n <= 0) return;
+  if (n > kGemvMaxN) return gemm_blocked(w, x, n, y);
+  switch (n) {
+    case 1: return gemv_n<1>(w, x, y);
+    case 2: return gemv_n<2>(w, x, y);
+    case 3: return gemv_n<3>(w, x, y);
+    case 4: return gemv_n<4>(w, x, y);
+    case 5: return gemv_n<5>(w, x, y);
+    case 6: return gemv_n<6>(w, x, y);
+    case 7: return gemv_n<7>(w, x, y);
+    default: return gemv_n<8>(w, x, y);
+  }
+}
+
+void matmul_reference(const WeightView& w, const float* x, int n, float* y) {
+  std::vector<float> row(w.cols);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequant_row_scalar(w.type, row_ptr(w, r), w.cols, row.data());
+    for (int t = 0; t < n; ++t) {
+      double s = 0;
+      for (int64_t c = 0; c < w.cols; ++c) s += static_cast<double>(row[c]) * x[t * w.cols + c];
+      y[t * w.rows + r] = static_cast<float>(s);
+    }
+  }
+}
+
+}  // namespace redwood::cpu

@@ -1,0 +1,78 @@
+// The CPU backend: element-wise and row-wise ops here, matmul and attention in
+// their own files. Per-element math comes from kernels/common/math.h.
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/common/math.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/simd.h"
+
+namespace redwood {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+
+  void matmul(const WeightView& w, const float* x, int n, float* y) override { cpu::matmul(w, x, n, y); }
+
+  void embed(const WeightView& e, const int32_t* ids, int n, float* out) override {
+    for (int t = 0; t < n; ++t) cpu::dequantize_rows(e, ids[t], 1, out + static_cast<int64_t>(t) * e.cols);
+  }
+
+  void rmsnorm(const float* x, const float* w, int n, int dim, float eps, float* out) override {
+    tbb::parallel_for(0, n, [&](int t) {
+      const float* xi = x + static_cast<int64_t>(t) * dim;
+      float* o = out + static_cast<int64_t>(t) * dim;
+      double ss = 0;
+      for (int i = 0; i < dim; ++i) ss += static_cast<double>(xi[i]) * xi[i];
+      const float s = math::rms_scale(static_cast<float>(ss), dim, eps);
+      for (int i = 0; i < dim; ++i) o[i] = xi[i] * s * w[i];
+    });
+  }
+
+  void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) override {
+    const int half = head_dim / 2;
+    tbb::parallel_for(0, n, [&](int t) {
+      std::vector<float> cs(head_dim);
+      for (int i = 0; i < half; ++i) {
+        const float th = math::rope_theta(pos[t], i, head_dim, base);
+        cs[2 * i] = std::cos(th);
+        cs[2 * i + 1] = std::sin(th);
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          if (mode == RopeMode::kInterleaved)
+            math::rope_rotate(v[2 * i], v[2 * i + 1], cs[2 * i], cs[2 * i + 1]);
+          else
+            math::rope_rotate(v[i], v[i + half], cs[2 * i], cs[2 * i + 1]);
+        }
+      }
+    });
+  }
+
+  void attention(const AttentionArgs& a) override { cpu::attention(a); }
+
+  void swiglu(float* gate, const float* up, size_t count) override {
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 4096), [&](const tbb::blocked_range<size_t>& r) {
+      for (size_t i = r.begin(); i < r.end(); ++i) gate[i] = math::silu(gate[i]) * up[i];
+    });
+  }
+
+  void add(float* x, const float* y, size_t count) override {
+    for (size_t i = 0; i < count; ++i) x[i] += y[i];
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace redwood

@@ -1,0 +1,125 @@
+// redwood generate: autoregressive decoding with streaming output.
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "src/cli/commands.h"
+#include "src/cli/common.h"
+#include "src/engine/sampler.h"
+#include "src/model/chat_template.h"
+#include "src/util/error.h"
+
+namespace redwood::cli {
+
+namespace {
+struct GenerateOptions {
+  RunOptions run;
+  std::string prompt;
+  std::string prompt_tokens;
+  int max_tokens = 128;
+  SamplingParams sampling;
+  bool json = false;
+  bool chat = false;
+  int ctx = 0;
+};
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int run_generate(GenerateOptions& o) {
+  apply_run_options(o.run);
+  validate(o.sampling);
+  if (o.prompt.empty() == o.prompt_tokens.empty())
+    throw Error("give exactly one of --prompt and --prompt-tokens");
+  LoadedModel m = load_model(o.run.model);
+  std::vector<int32_t> prompt;
+  if (!o.prompt_tokens.empty()) {
+    prompt = parse_int_list(o.prompt_tokens, "--prompt-tokens");
+    for (int32_t t : prompt)
+      if (t < 0 || t >= m.desc.hp.vocab) throw Error("--prompt-tokens: id " + std::to_string(t) + " out of range");
+  } else {
+    std::string text = o.prompt;
+    if (o.chat) text = apply_chat_template(m.desc.chat_template, {{"user", o.prompt}});
+    prompt = m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
+  }
+  if (prompt.empty()) throw Error("the prompt encodes to no tokens");
+  const int capacity = o.ctx > 0 ? o.ctx : static_cast<int>(prompt.size()) + o.max_tokens + 1;
+  if (static_cast<int>(prompt.size()) + o.max_tokens > capacity)
+    throw Error("prompt + --max-tokens exceed --ctx " + std::to_string(capacity));
+  KvCache kv = m.transformer->make_cache(capacity);
+  Sampler sampler(o.sampling);
+  std::vector<float> logits(m.desc.hp.vocab);
+  Utf8Stream utf8;
+  std::string text;
+  std::vector<int32_t> out;
+  std::string finish = "length";
+
+  const double t0 = now();
+  ChainBatch pre(prompt, 0);
+  m.transformer->forward(pre.view(), kv, logits, LogitsRows::kLast);
+  kv.commit_prefix(static_cast<int>(prompt.size()));
+  const double t_prefill = now() - t0;
+  const double t1 = now();
+  for (int i = 0; i < o.max_tokens; ++i) {
+    const int32_t tok = sampler.sample(logits);
+    if (m.tokenizer->is_eog(tok)) {
+      finish = "stop";
+      break;
+    }
+    out.push_back(tok);
+    const std::string piece = utf8.push(m.tokenizer->token_bytes(tok));
+    text += piece;
+    if (!o.json) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    if (i + 1 == o.max_tokens) break;
+    const int32_t pos = kv.committed();
+    const int32_t parent = -1;
+    m.transformer->forward(Batch{{&tok, 1}, {&pos, 1}, {&parent, 1}}, kv, logits, LogitsRows::kLast);
+    kv.commit_prefix(1);
+  }
+  const std::string tail = utf8.flush();
+  text += tail;
+  const double secs = now() - t1;
+  const double spt = out.empty() ? 0.0 : secs / static_cast<double>(out.size());
+  if (o.json) {
+    nlohmann::json j;
+    j["text"] = text;
+    j["tokens"] = out;
+    j["n_tokens"] = out.size();
+    j["prompt_tokens"] = prompt.size();
+    j["seconds"] = secs;
+    j["prefill_seconds"] = t_prefill;
+    j["s_per_token"] = spt;
+    j["finish_reason"] = finish;
+    std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fprintf(stderr, "[%zu prompt tokens in %.3f s; %zu tokens, %.4f s/token, %.2f tokens/s]\n", prompt.size(),
+                 t_prefill, out.size(), spt, spt > 0 ? 1.0 / spt : 0.0);
+  }
+  return 0;
+}
+}  // namespace
+
+Runner add_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  auto* c = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
+  add_run_options(c, o->run);
+  c->add_option("--prompt,-p", o->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
+  c->add_option("--prompt-tokens", o->prompt_tokens, "Prompt as comma-separated token ids (instead of --prompt)");
+  c->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user message");
+  c->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20));
+  c->add_option("--temperature", o->sampling.temperature, "0 = greedy");
+  c->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass (0, 1]");
+  c->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)");
+  c->add_option("--seed", o->sampling.seed, "Random seed");
+  c->add_option("--ctx", o->ctx, "KV cache capacity (default: prompt + max tokens)")->check(CLI::Range(1, 1 << 24));
+  c->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
+  return [o] { return run_generate(*o); };
+}
+
+}  // namespace redwood::cli

@@ -1,0 +1,14 @@
+// Subcommand registration: each adds itself to the app and returns the
+// callback that runs it after parsing.
+#pragma once
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace redwood::cli {
+using Runner = std::function<int()>;
+Runner add_generate(CLI::App& app);
+Runner add_info(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_logits(CLI::App& app);
+}  // namespace redwood::cli

@@ -1,0 +1,41 @@
+// redwood: one binary, subcommands. Errors print one line and exit 1.
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "src/cli/commands.h"
+#include "src/util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"redwood: run models too big for one GPU (CPU backend, tree speculative decoding)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "redwood 0.1.0");
+  std::vector<std::pair<CLI::App*, redwood::cli::Runner>> cmds;
+  auto reg = [&](redwood::cli::Runner r, const char* name) { cmds.emplace_back(app.get_subcommand(name), std::move(r)); };
+  reg(redwood::cli::add_generate(app), "generate");
+  reg(redwood::cli::add_info(app), "info");
+  reg(redwood::cli::add_tokenize(app), "tokenize");
+  reg(redwood::cli::add_logits(app), "logits");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, run] : cmds)
+      if (sub->parsed()) return run();
+  } catch (const redwood::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "redwood: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "redwood: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "redwood: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,78 @@
+#include "src/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "src/util/error.h"
+
+namespace redwood {
+
+void validate(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0) throw Error("temperature must be >= 0");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw Error("top-p must be in (0, 1]");
+  if (p.top_k < 0) throw Error("top-k must be >= 0");
+}
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+void probs(const SamplingParams& p, std::span<const float> logits, std::vector<float>& out) {
+  const size_t V = logits.size();
+  out.assign(V, 0.0f);
+  if (V == 0) return;
+  if (p.greedy()) {
+    out[argmax(logits)] = 1.0f;
+    return;
+  }
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (size_t i = 0; i < V; ++i) sum += out[i] = std::exp((logits[i] - mx) / p.temperature);
+  for (auto& x : out) x = static_cast<float>(x / sum);
+  const bool use_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < V;
+  if (!use_k && p.top_p >= 1.0f) return;
+  // Sort indices by probability (descending, index ascending on ties).
+  std::vector<int32_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  const size_t k = use_k ? static_cast<size_t>(p.top_k) : V;
+  auto cmp = [&](int32_t a, int32_t b) { return out[a] > out[b] || (out[a] == out[b] && a < b); };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), cmp);
+  size_t keep = k;
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < k; ++i) {
+      cum += out[idx[i]];
+      if (cum >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  std::vector<float> kept(V, 0.0f);
+  double ks = 0;
+  for (size_t i = 0; i < keep; ++i) ks += kept[idx[i]] = out[idx[i]];
+  for (size_t i = 0; i < V; ++i) out[i] = static_cast<float>(kept[i] / ks);
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate(p); }
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  if (p_.greedy()) return argmax(logits);
+  probs(p_, logits, probs_);
+  const double u = rng_.uniform();
+  double cum = 0;
+  int32_t last_nonzero = 0;
+  for (size_t i = 0; i < probs_.size(); ++i) {
+    if (probs_[i] <= 0) continue;
+    cum += probs_[i];
+    last_nonzero = static_cast<int32_t>(i);
+    if (u < cum) return last_nonzero;
+  }
+  return last_nonzero;  // rounding: u beyond the accumulated mass
+}
+
+}  // namespace redwood

@@ -1,0 +1,62 @@
+// The Llama forward pass, tree-ready. One call takes n new tokens, each with a
+// position and a parent among the n (-1: attends only to the committed prefix).
+// Token i attends to the committed KV prefix plus its ancestors (and itself).
+// Prefill is a chain (parents i-1), decoding n = 1, verification a tree.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "src/engine/kv_cache.h"
+#include "src/engine/weights.h"
+#include "src/model/model_desc.h"
+
+namespace redwood {
+
+struct Batch {
+  std::span<const int32_t> tokens;
+  std::span<const int32_t> positions;
+  std::span<const int32_t> parents;  // parents[i] < i, or -1
+};
+
+// A chain batch for tokens at positions start, start+1, ... (prefill/decode).
+struct ChainBatch {
+  std::vector<int32_t> tokens, positions, parents;
+  ChainBatch(std::span<const int32_t> toks, int start);
+  Batch view() const { return {tokens, positions, parents}; }
+};
+
+enum class LogitsRows { kAll, kLast };
+
+struct PassStats {
+  double seconds = 0;
+  int n_tokens = 0;
+};
+
+class Transformer {
+ public:
+  Transformer(const ModelDesc& m, WeightSource& w, Backend& be);
+
+  const LlamaHParams& hparams() const { return hp_; }
+  KvCache make_cache(int capacity) const;
+
+  // Runs one pass. K/V of new token i are written to cache row committed()+i;
+  // nothing is committed (the caller commits a prefix or a path). Writes vocab
+  // floats per selected row to logits (n rows for kAll, 1 for kLast).
+  // Throws redwood::Error on an invalid batch (bad parents, tokens, capacity).
+  PassStats forward(const Batch& b, KvCache& kv, std::span<float> logits, LogitsRows rows = LogitsRows::kAll);
+
+ private:
+  void ensure_scratch(int n);
+
+  LlamaHParams hp_;
+  WeightSource& w_;
+  Backend& be_;
+  // Activation scratch, sized for the largest n seen.
+  int cap_n_ = 0;
+  std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_;
+  std::vector<int32_t> anc_off_, anc_;
+};
+
+}  // namespace redwood

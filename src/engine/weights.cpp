@@ -1,0 +1,131 @@
+#include "src/engine/weights.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels/common/math.h"
+#include "src/util/error.h"
+
+namespace redwood {
+
+AlignedBuffer::AlignedBuffer(size_t bytes) : n_(bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  p_ = static_cast<uint8_t*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+  if (!p_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+}
+
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(p_);
+    p_ = o.p_, n_ = o.n_;
+    o.p_ = nullptr, o.n_ = 0;
+  }
+  return *this;
+}
+
+AlignedBuffer::~AlignedBuffer() { std::free(p_); }
+
+void read_extent(int fd, const std::string& path, uint64_t offset, uint64_t bytes, void* dst) {
+  auto* out = static_cast<uint8_t*>(dst);
+  uint64_t done = 0;
+  while (done < bytes) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(bytes - done, 1ull << 30));
+    const ssize_t r = ::pread(fd, out + done, want, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw Error(path + ": read error at offset " + std::to_string(offset + done) + ": " + strerror(errno));
+    }
+    if (r == 0)
+      throw Error(path + ": unexpected end of file at offset " + std::to_string(offset + done) + " (truncated?)");
+    done += static_cast<uint64_t>(r);
+  }
+}
+
+void norm_to_f32(DType t, const void* src, int64_t n, float* dst) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    switch (t) {
+      case DType::F32: memcpy(&dst[i], p + 4 * i, 4); break;
+      case DType::F16: memcpy(&h, p + 2 * i, 2); dst[i] = math::f16_to_f32(h); break;
+      case DType::BF16: memcpy(&h, p + 2 * i, 2); dst[i] = math::bf16_to_f32(h); break;
+      default: throw Error("norm weights must be F32/F16/BF16");
+    }
+  }
+}
+
+namespace {
+
+struct Files {
+  std::vector<int> fds;
+  ~Files() {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+  }
+};
+
+uint64_t align64(uint64_t x) { return (x + 63) / 64 * 64; }
+
+}  // namespace
+
+ResidentWeights::ResidentWeights(const ModelDesc& m) {
+  Files files;
+  for (const auto& f : m.files) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(f + ": cannot open: " + strerror(errno));
+    files.fds.push_back(fd);
+  }
+  // Loads a list of extents into one buffer; returns views in the same order.
+  auto load_group = [&](const std::vector<const TensorExtent*>& ts) {
+    uint64_t total = 0;
+    for (const auto* t : ts) total += align64(t->bytes);
+    AlignedBuffer buf(total);
+    std::vector<const uint8_t*> ptrs;
+    uint64_t off = 0;
+    for (const auto* t : ts) {
+      read_extent(files.fds.at(t->file), m.files[t->file], t->offset, t->bytes, buf.data() + off);
+      ptrs.push_back(buf.data() + off);
+      off += align64(t->bytes);
+    }
+    bytes_ += total;
+    buffers_.push_back(std::move(buf));
+    return ptrs;
+  };
+  auto view = [](const TensorExtent& t, const uint8_t* p) { return WeightView{t.type, t.rows, t.cols, p}; };
+  auto norm = [&](const TensorExtent& t, const uint8_t* p) {
+    norms_.emplace_back(t.cols);
+    norm_to_f32(t.type, p, t.cols, norms_.back().data());
+    return norms_.back().data();
+  };
+  norms_.reserve(2 * m.layers.size() + 1);
+
+  std::vector<const TensorExtent*> g = {&m.tok_embd, &m.output_norm};
+  if (!m.hp.tied_lm_head) g.push_back(&m.lm_head);
+  auto gp = load_group(g);
+  globals_.tok_embd = view(m.tok_embd, gp[0]);
+  globals_.output_norm = norm(m.output_norm, gp[1]);
+  globals_.lm_head = m.hp.tied_lm_head ? globals_.tok_embd : view(m.lm_head, gp[2]);
+
+  layers_.resize(m.layers.size());
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const auto& L = m.layers[i];
+    auto p = load_group(L.tensors());  // order: attn_norm wq wk wv wo ffn_norm gate up down
+    auto& W = layers_[i];
+    W.attn_norm = norm(L.attn_norm, p[0]);
+    W.wq = view(L.wq, p[1]);
+    W.wk = view(L.wk, p[2]);
+    W.wv = view(L.wv, p[3]);
+    W.wo = view(L.wo, p[4]);
+    W.ffn_norm = norm(L.ffn_norm, p[5]);
+    W.w_gate = view(L.w_gate, p[6]);
+    W.w_up = view(L.w_up, p[7]);
+    W.w_down = view(L.w_down, p[8]);
+  }
+}
+
+}  // namespace redwood

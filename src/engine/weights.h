@@ -1,0 +1,78 @@
+// Where the forward pass gets its weights. The pass asks a WeightSource for
+// layer i (blocking until it is in backend memory) and releases it when done;
+// ResidentWeights keeps everything loaded, the offload engine (offload/)
+// implements the same interface by streaming layers through a ring of slots.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "src/model/model_desc.h"
+
+namespace redwood {
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+struct GlobalWeights {
+  WeightView tok_embd, lm_head;
+  const float* output_norm = nullptr;
+};
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual const GlobalWeights& globals() = 0;
+  virtual void begin_pass() {}
+  // Blocks until layer i is ready; valid until release(i).
+  virtual const LayerWeights& acquire(int layer) = 0;
+  virtual void release(int layer) {}
+  virtual void end_pass() {}
+};
+
+// 64-byte aligned host buffer.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes);
+  AlignedBuffer(AlignedBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
+  ~AlignedBuffer();
+  uint8_t* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Reads [offset, offset + bytes) of a file into dst: pread loop, EINTR and
+// short reads handled, EOF or I/O errors -> redwood::Error naming the file.
+void read_extent(int fd, const std::string& path, uint64_t offset, uint64_t bytes, void* dst);
+
+// Converts a norm vector (F32/F16/BF16 bytes) to float.
+void norm_to_f32(DType t, const void* src, int64_t n, float* dst);
+
+// Every weight loaded into host memory: one contiguous buffer per layer
+// (its nine tensors at 64-byte aligned offsets) plus one for the globals.
+class ResidentWeights final : public WeightSource {
+ public:
+  explicit ResidentWeights(const ModelDesc& m);
+  const GlobalWeights& globals() override { return globals_; }
+  const LayerWeights& acquire(int layer) override { return layers_[layer]; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  GlobalWeights globals_;
+  std::vector<LayerWeights> layers_;
+  std::vector<AlignedBuffer> buffers_;
+  std::vector<std::vector<float>> norms_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace redwood

@@ -1,0 +1,175 @@
+#include "src/model/model_desc.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "src/model/gguf.h"
+#include "src/model/safetensors.h"
+#include "src/model/tokenizer_spec.h"
+#include "src/util/error.h"
+
+namespace redwood {
+
+uint64_t LayerDesc::bytes() const {
+  uint64_t b = 0;
+  for (const auto* t : tensors()) b += t->bytes;
+  return b;
+}
+
+std::vector<const TensorExtent*> LayerDesc::tensors() const {
+  return {&attn_norm, &wq, &wk, &wv, &wo, &ffn_norm, &w_gate, &w_up, &w_down};
+}
+
+uint64_t ModelDesc::total_bytes() const {
+  uint64_t b = tok_embd.bytes + output_norm.bytes + (hp.tied_lm_head ? 0 : lm_head.bytes);
+  for (const auto& l : layers) b += l.bytes();
+  return b;
+}
+
+namespace {
+
+void check_shape(const ModelDesc& m, const TensorExtent& t, int64_t rows, int64_t cols) {
+  if (t.rows != rows || t.cols != cols)
+    throw Error(m.path + ": tensor '" + t.name + "' has shape [" + std::to_string(t.rows) + " x " +
+                std::to_string(t.cols) + "], expected [" + std::to_string(rows) + " x " + std::to_string(cols) + "]");
+}
+
+void check_vector(const ModelDesc& m, const TensorExtent& t, int64_t n) {
+  check_shape(m, t, 1, n);
+  if (t.type != DType::F32 && t.type != DType::F16 && t.type != DType::BF16)
+    throw Error(m.path + ": norm tensor '" + t.name + "' must be F32/F16/BF16, not " +
+                std::string(dtype_name(t.type)));
+}
+
+TensorExtent extent_from_gguf(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo* ti = f.find_tensor(name);
+  if (!ti) throw Error(f.path() + ": missing tensor '" + name + "'");
+  if (ti->n_dims > 2 && (ti->ne[2] != 1 || ti->ne[3] != 1))
+    throw Error(f.path() + ": tensor '" + name + "' has more than 2 dimensions");
+  TensorExtent e;
+  e.name = name;
+  e.file = 0;
+  e.offset = ti->offset;
+  e.bytes = ti->bytes;
+  e.type = ti->type;
+  e.cols = static_cast<int64_t>(ti->ne[0]);
+  e.rows = static_cast<int64_t>(ti->ne[1]);
+  return e;
+}
+
+int positive_int(const GgufFile& f, const std::string& key, std::optional<uint64_t> v, uint64_t max) {
+  if (!v) throw Error(f.path() + ": missing metadata key '" + key + "'");
+  if (*v == 0 || *v > max)
+    throw Error(f.path() + ": metadata key '" + key + "' = " + std::to_string(*v) + " is out of range (1.." +
+                std::to_string(max) + ")");
+  return static_cast<int>(*v);
+}
+
+ModelDesc load_gguf_desc(const std::string& path) {
+  GgufFile f = GgufFile::open(path);
+  ModelDesc m;
+  m.path = path;
+  m.format = ModelFormat::kGguf;
+  m.files = {path};
+  const std::string arch = f.get_string("general.architecture").value_or("");
+  if (arch.empty()) throw Error(path + ": missing metadata key 'general.architecture'");
+  if (arch != "llama")
+    throw Error(path + ": unsupported architecture '" + arch + "' (supported: llama)");
+  m.name = f.get_string("general.name").value_or("");
+  const std::string p = arch + ".";
+  auto& hp = m.hp;
+  hp.n_layers = positive_int(f, p + "block_count", f.get_uint(p + "block_count"), 4096);
+  hp.dim = positive_int(f, p + "embedding_length", f.get_uint(p + "embedding_length"), 1 << 17);
+  hp.n_heads = positive_int(f, p + "attention.head_count", f.get_uint(p + "attention.head_count"), 4096);
+  auto kv = f.get_uint(p + "attention.head_count_kv");
+  hp.n_kv_heads = kv ? positive_int(f, p + "attention.head_count_kv", kv, 4096) : hp.n_heads;
+  hp.ffn_dim = positive_int(f, p + "feed_forward_length", f.get_uint(p + "feed_forward_length"), 1 << 20);
+  hp.ctx_len = static_cast<int>(f.get_uint(p + "context_length").value_or(0) & 0x7fffffff);
+  hp.rope_base = static_cast<float>(f.get_float(p + "rope.freq_base").value_or(10000.0));
+  hp.rms_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (!(hp.rope_base > 1.0f) || !(hp.rms_eps > 0.0f) || !(hp.rms_eps < 1.0f))
+    throw Error(path + ": invalid rope.freq_base or layer_norm_rms_epsilon");
+  if (hp.dim % hp.n_heads != 0) throw Error(path + ": embedding_length is not a multiple of head_count");
+  hp.head_dim = hp.dim / hp.n_heads;
+  if (auto rd = f.get_uint(p + "rope.dimension_count"); rd && *rd != static_cast<uint64_t>(hp.head_dim))
+    throw Error(path + ": partial RoPE (rope.dimension_count != head dim) is not supported");
+  if (hp.n_heads % hp.n_kv_heads != 0) throw Error(path + ": head_count is not a multiple of head_count_kv");
+  if (hp.head_dim % 2 != 0) throw Error(path + ": head dimension must be even");
+  hp.rope_mode = RopeMode::kInterleaved;
+
+  m.tok_embd = extent_from_gguf(f, "token_embd.weight");
+  hp.vocab = static_cast<int>(m.tok_embd.rows);
+  if (auto vs = f.get_uint(p + "vocab_size"); vs && *vs != static_cast<uint64_t>(hp.vocab))
+    throw Error(path + ": vocab_size " + std::to_string(*vs) + " disagrees with token_embd rows " +
+                std::to_string(hp.vocab));
+  m.output_norm = extent_from_gguf(f, "output_norm.weight");
+  if (f.find_tensor("output.weight")) {
+    m.lm_head = extent_from_gguf(f, "output.weight");
+  } else {
+    m.lm_head = m.tok_embd;
+    hp.tied_lm_head = true;
+  }
+  m.layers.resize(hp.n_layers);
+  for (int i = 0; i < hp.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    auto& L = m.layers[i];
+    L.attn_norm = extent_from_gguf(f, b + "attn_norm.weight");
+    L.wq = extent_from_gguf(f, b + "attn_q.weight");
+    L.wk = extent_from_gguf(f, b + "attn_k.weight");
+    L.wv = extent_from_gguf(f, b + "attn_v.weight");
+    L.wo = extent_from_gguf(f, b + "attn_output.weight");
+    L.ffn_norm = extent_from_gguf(f, b + "ffn_norm.weight");
+    L.w_gate = extent_from_gguf(f, b + "ffn_gate.weight");
+    L.w_up = extent_from_gguf(f, b + "ffn_up.weight");
+    L.w_down = extent_from_gguf(f, b + "ffn_down.weight");
+  }
+  m.tokenizer = tokenizer_spec_from_gguf(f);
+  m.chat_template = f.get_string("tokenizer.chat_template").value_or("");
+  validate_model_desc(m);
+  return m;
+}
+
+bool is_dir(const std::string& p) {
+  struct stat st{};
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+void validate_model_desc(const ModelDesc& m) {
+  const auto& hp = m.hp;
+  const int64_t q_dim = static_cast<int64_t>(hp.n_heads) * hp.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim;
+  check_shape(m, m.tok_embd, hp.vocab, hp.dim);
+  check_vector(m, m.output_norm, hp.dim);
+  check_shape(m, m.lm_head, hp.vocab, hp.dim);
+  for (const auto& L : m.layers) {
+    check_vector(m, L.attn_norm, hp.dim);
+    check_vector(m, L.ffn_norm, hp.dim);
+    check_shape(m, L.wq, q_dim, hp.dim);
+    check_shape(m, L.wk, kv_dim, hp.dim);
+    check_shape(m, L.wv, kv_dim, hp.dim);
+    check_shape(m, L.wo, hp.dim, q_dim);
+    check_shape(m, L.w_gate, hp.ffn_dim, hp.dim);
+    check_shape(m, L.w_up, hp.ffn_dim, hp.dim);
+    check_shape(m, L.w_down, hp.dim, hp.ffn_dim);
+  }
+  if (!m.tokenizer.tokens.empty() && static_cast<int>(m.tokenizer.tokens.size()) > hp.vocab)
+    throw Error(m.path + ": tokenizer has " + std::to_string(m.tokenizer.tokens.size()) +
+                " tokens but the model's vocabulary is " + std::to_string(hp.vocab));
+}
+
+ModelDesc load_model_desc(const std::string& path) {
+  if (is_dir(path)) return load_safetensors_desc(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open: " + strerror(errno));
+  char magic[4] = {};
+  in.read(magic, 4);
+  if (in.gcount() == 4 && memcmp(magic, "GGUF", 4) == 0) return load_gguf_desc(path);
+  if (path.size() > 12 && path.ends_with(".safetensors")) return load_safetensors_desc(path);
+  throw Error(path + ": not a GGUF file (bad magic) and not a safetensors directory");
+}
+
+}  // namespace redwood

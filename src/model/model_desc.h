@@ -1,0 +1,73 @@
+// A model description: Llama-family hyperparameters plus, for every weight, its
+// extent on storage (file, offset, bytes, type, shape). Built from a GGUF file or
+// a Hugging Face safetensors directory. Nothing is loaded here: the engine (all
+// resident) and the offload streamer both read weights by these extents.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/common/dtype.h"
+#include "src/tokenizer/tokenizer.h"
+
+namespace redwood {
+
+struct LlamaHParams {
+  int n_layers = 0;
+  int dim = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int ffn_dim = 0;
+  int vocab = 0;
+  int ctx_len = 0;  // training context; 0 = unknown
+  float rope_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  RopeMode rope_mode = RopeMode::kInterleaved;
+  bool tied_lm_head = false;
+};
+
+// One weight tensor on storage. Matrices are [rows = out][cols = in] with cols
+// contiguous (GGUF ne[0] / HF last dim); vectors have rows = 1.
+struct TensorExtent {
+  std::string name;
+  int file = 0;         // index into ModelDesc::files
+  uint64_t offset = 0;  // absolute byte offset in that file
+  uint64_t bytes = 0;
+  DType type = DType::F32;
+  int64_t rows = 1;
+  int64_t cols = 0;
+};
+
+struct LayerDesc {
+  TensorExtent attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  uint64_t bytes() const;
+  // The nine extents in a fixed order (for loaders and streamers).
+  std::vector<const TensorExtent*> tensors() const;
+};
+
+enum class ModelFormat { kGguf, kSafetensors };
+
+struct ModelDesc {
+  std::string path;                // what the user named (file or directory)
+  ModelFormat format = ModelFormat::kGguf;
+  std::vector<std::string> files;  // data files the extents point into
+  std::string name;                // general.name or directory name
+  LlamaHParams hp;
+  TensorExtent tok_embd, output_norm, lm_head;  // lm_head == tok_embd when tied
+  std::vector<LayerDesc> layers;
+  TokenizerSpec tokenizer;
+  std::string chat_template;       // may be empty
+
+  uint64_t total_bytes() const;
+};
+
+// Loads a description from a GGUF file or a safetensors directory (or a single
+// .safetensors file beside config.json). Throws redwood::Error on any problem:
+// unknown architecture, missing or mis-shaped tensors, inconsistent hyperparameters.
+ModelDesc load_model_desc(const std::string& path);
+
+// Checks shapes/types against the hyperparameters (used by both loaders).
+void validate_model_desc(const ModelDesc& m);
+
+}  // namespace redwood

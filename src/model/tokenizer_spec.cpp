@@ -1,0 +1,349 @@
+// TokenizerSpec from GGUF metadata (tokenizer.ggml.*) or from a Hugging Face
+// tokenizer.json (+ tokenizer_config.json beside it).
+#include "src/model/tokenizer_spec.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <tuple>
+#include <unordered_map>
+
+#include "src/util/error.h"
+
+namespace redwood {
+
+namespace {
+
+constexpr int64_t kMaxVocab = int64_t{1} << 24;  // 16M tokens: far beyond any real vocabulary
+
+// A special-token id key: missing -> -1; -1 (signed) or an all-ones unsigned
+// value -> -1 (llama.cpp's "no token"); otherwise must name a token.
+int32_t gguf_token_id(const GgufFile& f, const std::string& key, size_t n_vocab) {
+  const GgufValue* v = f.find(key);
+  if (!v) return -1;
+  if (!v->is_int())
+    throw Error(f.path() + ": metadata key '" + key + "' has type " + gguf_type_name(v->type) +
+                ", expected an integer");
+  int64_t id = 0;
+  if (v->type == GgufType::U32 && v->u == 0xFFFFFFFFu) return -1;
+  if (v->type == GgufType::U64 && v->u == std::numeric_limits<uint64_t>::max()) return -1;
+  if (v->u > static_cast<uint64_t>(kMaxVocab)) {
+    id = kMaxVocab;  // certainly out of range; reported below
+  } else {
+    id = v->u ? static_cast<int64_t>(v->u) : v->i;
+  }
+  if (id == -1) return -1;
+  if (id < 0 || id >= static_cast<int64_t>(n_vocab))
+    throw Error(f.path() + ": metadata key '" + key + "' = " + (v->u ? std::to_string(v->u) : std::to_string(v->i)) +
+                " is outside the vocabulary of " + std::to_string(n_vocab) + " tokens");
+  return static_cast<int32_t>(id);
+}
+
+}  // namespace
+
+TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f) {
+  TokenizerSpec spec;
+  if (!f.find("tokenizer.ggml.tokens")) throw Error(f.path() + ": model has no tokenizer (tokenizer.ggml.tokens missing)");
+  spec.tokens = f.get_string_array("tokenizer.ggml.tokens");
+  const size_t n = spec.tokens.size();
+  if (n == 0) throw Error(f.path() + ": tokenizer.ggml.tokens is empty");
+  if (n > static_cast<size_t>(kMaxVocab))
+    throw Error(f.path() + ": tokenizer.ggml.tokens has " + std::to_string(n) + " entries (too many)");
+  spec.merges = f.get_string_array("tokenizer.ggml.merges");
+
+  const std::optional<std::string> model = f.get_string("tokenizer.ggml.model");
+  if (!model) {
+    // No model name: merges mean byte-level BPE, otherwise SentencePiece.
+    spec.kind = spec.merges.empty() ? TokenizerKind::kSentencePiece : TokenizerKind::kByteLevelBpe;
+  } else if (*model == "gpt2") {
+    spec.kind = TokenizerKind::kByteLevelBpe;
+  } else if (*model == "llama") {
+    spec.kind = TokenizerKind::kSentencePiece;
+  } else {
+    throw Error(f.path() + ": unsupported tokenizer model '" + *model + "' (supported: llama, gpt2)");
+  }
+  const bool spm = spec.kind == TokenizerKind::kSentencePiece;
+  spec.pre = f.get_string("tokenizer.ggml.pre").value_or("default");
+
+  if (f.find("tokenizer.ggml.scores")) {
+    const std::vector<double> scores = f.get_float_array("tokenizer.ggml.scores");
+    if (scores.size() != n)
+      throw Error(f.path() + ": tokenizer.ggml.scores has " + std::to_string(scores.size()) + " entries for " +
+                  std::to_string(n) + " tokens");
+    spec.scores.assign(scores.begin(), scores.end());
+  }
+  if (f.find("tokenizer.ggml.token_type")) {
+    const std::vector<int64_t> types = f.get_int_array("tokenizer.ggml.token_type");
+    if (types.size() != n)
+      throw Error(f.path() + ": tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " +
+                  std::to_string(n) + " tokens");
+    spec.types.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (types[i] < 0 || types[i] > static_cast<int64_t>(TokenType::kByte))
+        throw Error(f.path() + ": tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
+                    std::to_string(types[i]) + " is not a token type");
+      spec.types.push_back(static_cast<TokenType>(types[i]));
+    }
+  }
+
+  spec.bos_id = gguf_token_id(f, "tokenizer.ggml.bos_token_id", n);
+  spec.eos_id = gguf_token_id(f, "tokenizer.ggml.eos_token_id", n);
+  spec.unk_id = gguf_token_id(f, "tokenizer.ggml.unknown_token_id", n);
+  spec.pad_id = gguf_token_id(f, "tokenizer.ggml.padding_token_id", n);
+  spec.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
+  spec.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  spec.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
+  return spec;
+}
+
+// ---- Hugging Face tokenizer.json ---------------------------------------------------
+
+namespace {
+
+using nlohmann::json;
+
+json read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw Error(path + ": malformed JSON");
+  return j;
+}
+
+// True when j (a component or a Sequence of them, at any depth) has type t.
+bool has_component(const json& j, const std::string& t) {
+  if (!j.is_object()) return false;
+  const auto it = j.find("type");
+  if (it != j.end() && it->is_string() && *it == t) return true;
+  for (const char* list : {"pretokenizers", "decoders", "normalizers", "processors"}) {
+    const auto l = j.find(list);
+    if (l != j.end() && l->is_array())
+      for (const auto& c : *l)
+        if (has_component(c, t)) return true;
+  }
+  return false;
+}
+
+// Calls fn(component) for j and every component nested in Sequences.
+template <class F>
+void for_each_component(const json& j, F&& fn) {
+  if (!j.is_object()) return;
+  fn(j);
+  for (const char* list : {"pretokenizers", "decoders", "normalizers", "processors"}) {
+    const auto l = j.find(list);
+    if (l != j.end() && l->is_array())
+      for (const auto& c : *l) for_each_component(c, fn);
+  }
+}
+
+std::string component_regex(const json& c) {
+  const auto p = c.find("pattern");
+  if (p == c.end() || !p->is_object()) return {};
+  const auto r = p->find("Regex");
+  return r != p->end() && r->is_string() ? r->get<std::string>() : std::string();
+}
+
+// Name of the byte-level pre-tokenizer that Redwood knows, from its structure.
+std::string byte_level_pre_name(const json& pre) {
+  bool digits = false, byte_level = false;
+  std::string regex;
+  for_each_component(pre, [&](const json& c) {
+    const std::string t = c.value("type", "");
+    if (t == "Digits" && c.value("individual_digits", false)) digits = true;
+    if (t == "ByteLevel") byte_level = true;
+    if (t == "Split" && regex.empty()) regex = component_regex(c);
+  });
+  if (!regex.empty()) {
+    if (regex == R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)")
+      return "llama3";
+    if (regex == R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)")
+      return "qwen2";
+    return "default";  // unknown pattern: the tokenizer falls back to GPT-2's
+  }
+  if (digits && byte_level) return "smollm";
+  return "gpt2";
+}
+
+// "<s>" or {"content": "<s>", ...}; empty when absent/null.
+std::string token_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object()) {
+    const auto c = v.find("content");
+    if (c != v.end() && c->is_string()) return c->get<std::string>();
+  }
+  return {};
+}
+
+}  // namespace
+
+TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) {
+  const json j = read_json(path);
+  if (!j.is_object()) throw Error(path + ": not a tokenizer.json (top level is not an object)");
+  const auto model_it = j.find("model");
+  if (model_it == j.end() || !model_it->is_object()) throw Error(path + ": missing 'model'");
+  const json& model = *model_it;
+  const std::string type = model.value("type", model.contains("merges") ? "BPE" : "");
+  if (type != "BPE")
+    throw Error(path + ": unsupported tokenizer model type '" + type + "' (only BPE is supported)");
+  const auto vocab_it = model.find("vocab");
+  if (vocab_it == model.end() || !vocab_it->is_object() || vocab_it->empty())
+    throw Error(path + ": missing or empty 'model.vocab'");
+
+  TokenizerSpec spec;
+  std::vector<std::pair<int64_t, std::string>> entries;
+  int64_t max_id = -1;
+  for (const auto& [text, idv] : vocab_it->items()) {
+    if (!idv.is_number_integer()) throw Error(path + ": model.vocab entry '" + text + "' has a non-integer id");
+    const auto id = idv.get<int64_t>();
+    if (id < 0 || id >= kMaxVocab) throw Error(path + ": model.vocab entry '" + text + "' has id " + std::to_string(id) + " out of range");
+    entries.emplace_back(id, text);
+    max_id = std::max(max_id, id);
+  }
+  struct Added {
+    int64_t id;
+    std::string text;
+    bool special;
+  };
+  std::vector<Added> added;
+  const auto added_it = j.find("added_tokens");
+  if (added_it != j.end() && !added_it->is_null()) {
+    if (!added_it->is_array()) throw Error(path + ": 'added_tokens' is not an array");
+    for (const auto& a : *added_it) {
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+          !a["content"].is_string())
+        throw Error(path + ": malformed entry in 'added_tokens'");
+      const auto id = a["id"].get<int64_t>();
+      if (id < 0 || id >= kMaxVocab) throw Error(path + ": added token id " + std::to_string(id) + " out of range");
+      added.push_back({id, a["content"].get<std::string>(), a.value("special", false)});
+      max_id = std::max(max_id, id);
+    }
+  }
+  const auto n = static_cast<size_t>(max_id + 1);
+  spec.tokens.assign(n, std::string());
+  spec.types.assign(n, TokenType::kUnused);  // ids nobody names stay unused, decode to ""
+  for (auto& [id, text] : entries) {
+    spec.tokens[static_cast<size_t>(id)] = std::move(text);
+    spec.types[static_cast<size_t>(id)] = TokenType::kNormal;
+  }
+  for (auto& a : added) {
+    spec.tokens[static_cast<size_t>(a.id)] = a.text;
+    spec.types[static_cast<size_t>(a.id)] = a.special ? TokenType::kControl : TokenType::kUserDefined;
+  }
+
+  const auto merges_it = model.find("merges");
+  if (merges_it != model.end() && !merges_it->is_null()) {
+    if (!merges_it->is_array()) throw Error(path + ": 'model.merges' is not an array");
+    spec.merges.reserve(merges_it->size());
+    for (const auto& m : *merges_it) {
+      if (m.is_string()) {
+        spec.merges.push_back(m.get<std::string>());
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        spec.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+      } else {
+        throw Error(path + ": malformed entry in 'model.merges'");
+      }
+    }
+  }
+
+  std::unordered_map<std::string, int32_t> ids;
+  ids.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    if (spec.types[i] != TokenType::kUnused) ids.emplace(spec.tokens[i], static_cast<int32_t>(i));
+  const auto lookup = [&](const std::string& t) -> int32_t {
+    if (t.empty()) return -1;
+    auto it = ids.find(t);
+    return it == ids.end() ? -1 : it->second;
+  };
+
+  const json null_json;
+  const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : null_json;
+  const json& dec = j.contains("decoder") ? j["decoder"] : null_json;
+  const json& norm = j.contains("normalizer") ? j["normalizer"] : null_json;
+  const bool byte_level = has_component(pre, "ByteLevel") || has_component(dec, "ByteLevel");
+  if (byte_level) {
+    spec.kind = TokenizerKind::kByteLevelBpe;
+    spec.pre = byte_level_pre_name(pre);
+  } else {
+    // SentencePiece-style BPE (Llama-2 family): ▁ for spaces, <0xNN> byte fallback.
+    spec.kind = TokenizerKind::kSentencePiece;
+    spec.pre = "default";
+    bool prefix = false;
+    for_each_component(norm, [&](const json& c) {
+      if (c.value("type", "") == "Prepend") prefix = true;
+    });
+    for_each_component(pre, [&](const json& c) {
+      if (c.value("type", "") != "Metaspace") return;
+      if (c.value("add_prefix_space", false)) prefix = true;
+      const std::string scheme = c.value("prepend_scheme", "");
+      if (scheme == "always" || scheme == "first") prefix = true;
+    });
+    spec.add_space_prefix = prefix;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& t = spec.tokens[i];
+      if (spec.types[i] == TokenType::kNormal && t.size() == 6 && t.starts_with("<0x") && t[5] == '>')
+        spec.types[i] = TokenType::kByte;
+    }
+  }
+  if (model.contains("unk_token")) {
+    spec.unk_id = lookup(token_text(model["unk_token"]));
+    if (spec.unk_id >= 0 && spec.types[static_cast<size_t>(spec.unk_id)] == TokenType::kNormal)
+      spec.types[static_cast<size_t>(spec.unk_id)] = TokenType::kUnknown;
+  }
+
+  // BOS/EOS: the post-processor template first, tokenizer_config.json overrides.
+  for_each_component(j.contains("post_processor") ? j["post_processor"] : null_json, [&](const json& c) {
+    if (c.value("type", "") != "TemplateProcessing" || !c.contains("single") || !c["single"].is_array()) return;
+    const json& single = c["single"];
+    const auto special_of = [&](const json& piece) -> int32_t {
+      if (!piece.is_object() || !piece.contains("SpecialToken")) return -1;
+      const json& st = piece["SpecialToken"];
+      return st.is_object() && st.contains("id") && st["id"].is_string() ? lookup(st["id"].get<std::string>()) : -1;
+    };
+    if (!single.empty()) {
+      if (const int32_t b = special_of(single.front()); b >= 0) {
+        spec.bos_id = b;
+        spec.add_bos = true;
+      }
+      if (const int32_t e = special_of(single.back()); e >= 0 && single.size() > 1) {
+        spec.eos_id = e;
+        spec.add_eos = true;
+      }
+    }
+  });
+  const std::filesystem::path cfg_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  std::error_code ec;
+  if (std::filesystem::exists(cfg_path, ec)) {
+    const std::string cp = cfg_path.string();
+    const json cfg = read_json(cp);
+    if (!cfg.is_object()) throw Error(cp + ": top level is not an object");
+    for (const auto& [key, out, flag, flag_out] :
+         {std::tuple{"bos_token", &spec.bos_id, "add_bos_token", &spec.add_bos},
+          std::tuple{"eos_token", &spec.eos_id, "add_eos_token", &spec.add_eos}}) {
+      if (cfg.contains(key) && !cfg[key].is_null()) {
+        const std::string t = token_text(cfg[key]);
+        const int32_t id = lookup(t);
+        if (id < 0) throw Error(cp + ": " + key + " '" + t + "' is not in the vocabulary");
+        *out = id;
+      }
+      if (cfg.contains(flag)) {
+        if (!cfg[flag].is_boolean()) throw Error(cp + ": '" + flag + "' is not a boolean");
+        *flag_out = cfg[flag].get<bool>();
+      }
+    }
+    if (cfg.contains("pad_token") && !cfg["pad_token"].is_null()) spec.pad_id = lookup(token_text(cfg["pad_token"]));
+  }
+  // The special tokens must be control tokens so that they decode to "" and
+  // are recognised in text with parse_special.
+  for (int32_t id : {spec.bos_id, spec.eos_id})
+    if (id >= 0 && spec.types[static_cast<size_t>(id)] == TokenType::kNormal)
+      spec.types[static_cast<size_t>(id)] = TokenType::kControl;
+  return spec;
+}
+
+}  // namespace redwood

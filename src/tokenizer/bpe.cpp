@@ -1,0 +1,332 @@
+// Byte-level BPE (GGUF "gpt2"): pre-tokenizer regex chosen by spec.pre, GPT-2
+// byte -> unicode mapping, merges applied by rank with a heap over a linked
+// list of symbols (O(n log n) per pre-token, so long words cannot blow up).
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "src/tokenizer/tokenizer_impl.h"
+#include "src/util/error.h"
+
+namespace redwood::tok {
+namespace {
+
+constexpr const char* kGpt2Regex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kDigitRegex = R"(\p{N})";
+
+// Hugging Face's regexes (Oniguruma) use \s = Unicode White_Space; PCRE2's \s
+// in UCP mode also matches U+180E. Spell the class out so both agree: \s and
+// \S outside a class become [WS] / [^WS], \s inside a class becomes WS.
+constexpr std::string_view kWhiteSpace =
+    R"(\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+std::string expand_whitespace(std::string_view pat) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pat.size(); ++i) {
+    const char c = pat[i];
+    if (c == '\\' && i + 1 < pat.size()) {
+      const char d = pat[i + 1];
+      ++i;
+      if (d == 's') {
+        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      } else if (d == 'S' && !in_class) {
+        out += "[^" + std::string(kWhiteSpace) + "]";
+      } else {
+        out += c;
+        out += d;
+      }
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      if (i + 1 < pat.size() && pat[i + 1] == '^') out += pat[++i];
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+
+// One compiled pattern (UTF + Unicode properties; invalid UTF-8 in a subject is
+// never matched, so it ends up in the gaps between matches).
+class Regex {
+ public:
+  explicit Regex(const char* pattern) {
+    int err = 0;
+    PCRE2_SIZE err_off = 0;
+    const std::string pat = expand_whitespace(pattern);
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(),
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_off, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      throw Error(std::string("tokenizer: cannot compile pre-tokenizer regex: ") + reinterpret_cast<char*>(msg));
+    }
+    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // optional: falls back to the interpreter
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Calls emit(piece, matched) for every match and for every gap between
+  // matches, in order, covering all of s.
+  template <class F>
+  void split(std::string_view s, pcre2_match_data* md, F&& emit) const {
+    size_t off = 0;
+    while (off < s.size()) {
+      int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), off, 0, md, nullptr);
+      if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)  // JIT stack or match limit: retry interpreted
+        rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), off, PCRE2_NO_JIT, md,
+                         nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) {
+        emit(s.substr(off), false);
+        return;
+      }
+      size_t start, end;
+      if (rc < 0) {  // still failing: take one character and go on
+        start = off;
+        const size_t len = utf8_seq_len(s, off);
+        end = off + (len ? len : 1);
+      } else {
+        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+        start = ov[0];
+        end = ov[1];
+        if (end <= start) {  // empty match (not possible with our patterns): one char
+          const size_t len = utf8_seq_len(s, start);
+          end = start + (len ? len : 1);
+        }
+      }
+      if (start > off) emit(s.substr(off, start - off), false);
+      emit(s.substr(start, end - start), rc >= 0);
+      off = end;
+    }
+  }
+  pcre2_code* code() const { return code_; }
+
+ private:
+  pcre2_code* code_ = nullptr;
+};
+
+struct MatchData {
+  explicit MatchData(const Regex& re) : md(pcre2_match_data_create_from_pattern(re.code(), nullptr)) {
+    if (!md) throw Error("tokenizer: out of memory");
+  }
+  ~MatchData() { pcre2_match_data_free(md); }
+  MatchData(const MatchData&) = delete;
+  MatchData& operator=(const MatchData&) = delete;
+  pcre2_match_data* md;
+};
+
+// GPT-2's reversible byte <-> printable code point mapping.
+std::array<uint32_t, 256> byte_to_codepoint() {
+  std::array<uint32_t, 256> cp{};
+  uint32_t extra = 0;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    cp[b] = printable ? b : 256 + extra++;
+  }
+  return cp;
+}
+
+class BpeTokenizer final : public TokenizerBase {
+ public:
+  explicit BpeTokenizer(TokenizerSpec spec) : TokenizerBase(std::move(spec)) {
+    const std::string& pre = spec_.pre;
+    if (pre == "smollm") {
+      split_digits_ = true;
+      regex_ = std::make_unique<Regex>(kGpt2Regex);
+      digits_ = std::make_unique<Regex>(kDigitRegex);
+    } else if (pre == "llama3" || pre == "llama-bpe" || pre == "llama-v3") {
+      regex_ = std::make_unique<Regex>(kLlama3Regex);
+      ignore_merges_ = true;  // as Llama-3's tokenizer.json and llama.cpp do
+    } else if (pre == "qwen2") {
+      regex_ = std::make_unique<Regex>(kQwen2Regex);
+    } else {
+      // "gpt2", "default" and any name we do not know: the GPT-2 pattern.
+      regex_ = std::make_unique<Regex>(kGpt2Regex);
+    }
+
+    const auto cps = byte_to_codepoint();
+    cp_to_byte_.assign(512, -1);
+    for (int b = 0; b < 256; ++b) {
+      byte_cp_[static_cast<size_t>(b)] = cps[static_cast<size_t>(b)];
+      cp_to_byte_[cps[static_cast<size_t>(b)]] = b;
+      std::string s;
+      append_utf8(s, cps[static_cast<size_t>(b)]);
+      byte_id_[static_cast<size_t>(b)] = find_token(s);
+    }
+
+    // Merges: "a b" in rank order. Merges whose parts or result are not in the
+    // vocabulary can never apply and are skipped; a merge without a separator
+    // is an error. For repeated pairs the first (best) rank wins.
+    merges_.reserve(spec_.merges.size());
+    std::string joined;
+    for (size_t r = 0; r < spec_.merges.size(); ++r) {
+      const std::string& m = spec_.merges[r];
+      const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
+      if (sp == std::string::npos)
+        throw Error("tokenizer: malformed merge #" + std::to_string(r) + " (no space separator)");
+      const std::string_view a = std::string_view(m).substr(0, sp), b = std::string_view(m).substr(sp + 1);
+      joined.assign(a);
+      joined.append(b);
+      const int32_t ia = find_token(a), ib = find_token(b), ic = find_token(joined);
+      if (ia < 0 || ib < 0 || ic < 0) continue;
+      merges_.emplace(key(ia, ib), Merge{static_cast<int32_t>(r), ic});
+    }
+
+    // Decoded bytes of every token: undo the byte mapping; characters outside
+    // it (and invalid UTF-8) are kept as they are.
+    decoded_.resize(spec_.tokens.size());
+    for (size_t i = 0; i < spec_.tokens.size(); ++i) {
+      const std::string& t = spec_.tokens[i];
+      std::string& out = decoded_[i];
+      size_t p = 0;
+      while (p < t.size()) {
+        const size_t len = utf8_seq_len(t, p);
+        if (len == 0) {
+          out.push_back(t[p++]);
+          continue;
+        }
+        uint32_t cp = static_cast<uint8_t>(t[p]);
+        if (len == 2) cp = ((cp & 0x1Fu) << 6) | (static_cast<uint8_t>(t[p + 1]) & 0x3Fu);
+        if (len <= 2 && cp < cp_to_byte_.size() && cp_to_byte_[cp] >= 0)
+          out.push_back(static_cast<char>(cp_to_byte_[cp]));
+        else
+          out.append(t, p, len);
+        p += len;
+      }
+    }
+  }
+
+ protected:
+  void encode_text(std::string_view text, bool, std::vector<int32_t>& out) const override {
+    Scratch sc;
+    MatchData md(*regex_);
+    const auto word = [&](std::string_view w, bool) { encode_word(w, sc, out); };
+    if (!split_digits_) {
+      regex_->split(text, md.md, word);
+      return;
+    }
+    // HF Sequence[Digits(individual_digits), ByteLevel(use_regex)]: every \p{N}
+    // character is its own piece; the regex runs on the pieces in between.
+    MatchData dmd(*digits_);
+    digits_->split(text, dmd.md, [&](std::string_view piece, bool is_digit) {
+      if (is_digit) {
+        encode_word(piece, sc, out);
+      } else {
+        regex_->split(piece, md.md, word);
+      }
+    });
+  }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t id;
+  };
+  struct Sym {
+    int32_t id;
+    int32_t prev, next;
+    bool alive;
+  };
+  struct Cand {
+    int32_t rank, left, right, lid, rid, new_id;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  struct Scratch {
+    std::vector<Sym> syms;
+    std::vector<Cand> heap;
+    std::string mapped;
+  };
+
+  static uint64_t key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+
+  void push_pair(Scratch& sc, int32_t left, int32_t right) const {
+    const Sym& l = sc.syms[static_cast<size_t>(left)];
+    const Sym& r = sc.syms[static_cast<size_t>(right)];
+    if (l.id < 0 || r.id < 0) return;
+    auto it = merges_.find(key(l.id, r.id));
+    if (it == merges_.end()) return;
+    sc.heap.push_back({it->second.rank, left, right, l.id, r.id, it->second.id});
+    std::push_heap(sc.heap.begin(), sc.heap.end(), std::greater<>());
+  }
+
+  void emit_id(int32_t id, std::vector<int32_t>& out) const {
+    if (id >= 0) {
+      out.push_back(id);
+    } else if (spec_.unk_id >= 0) {
+      out.push_back(spec_.unk_id);
+    }  // else: a byte with no token in this vocabulary is dropped (as HF does without unk)
+  }
+
+  void encode_word(std::string_view w, Scratch& sc, std::vector<int32_t>& out) const {
+    if (w.empty()) return;
+    if (w.size() == 1) {
+      emit_id(byte_id_[static_cast<uint8_t>(w[0])], out);
+      return;
+    }
+    if (ignore_merges_) {
+      sc.mapped.clear();
+      for (char c : w) append_utf8(sc.mapped, byte_cp_[static_cast<uint8_t>(c)]);
+      const int32_t id = find_token(sc.mapped);
+      if (id >= 0) {
+        out.push_back(id);
+        return;
+      }
+    }
+    const auto n = static_cast<int32_t>(w.size());
+    sc.syms.resize(w.size());
+    for (int32_t i = 0; i < n; ++i)
+      sc.syms[static_cast<size_t>(i)] = {byte_id_[static_cast<uint8_t>(w[static_cast<size_t>(i)])], i - 1,
+                                         i + 1 < n ? i + 1 : -1, true};
+    sc.heap.clear();
+    for (int32_t i = 0; i + 1 < n; ++i) push_pair(sc, i, i + 1);
+    while (!sc.heap.empty()) {
+      std::pop_heap(sc.heap.begin(), sc.heap.end(), std::greater<>());
+      const Cand c = sc.heap.back();
+      sc.heap.pop_back();
+      Sym& l = sc.syms[static_cast<size_t>(c.left)];
+      if (!l.alive || l.next != c.right || l.id != c.lid) continue;
+      Sym& r = sc.syms[static_cast<size_t>(c.right)];
+      if (r.id != c.rid) continue;
+      l.id = c.new_id;
+      l.next = r.next;
+      r.alive = false;
+      if (l.next >= 0) sc.syms[static_cast<size_t>(l.next)].prev = c.left;
+      if (l.prev >= 0) push_pair(sc, l.prev, c.left);
+      if (l.next >= 0) push_pair(sc, c.left, l.next);
+    }
+    for (int32_t i = 0; i >= 0; i = sc.syms[static_cast<size_t>(i)].next) emit_id(sc.syms[static_cast<size_t>(i)].id, out);
+  }
+
+  std::unique_ptr<Regex> regex_, digits_;
+  bool split_digits_ = false;
+  bool ignore_merges_ = false;
+  std::array<int32_t, 256> byte_id_{};
+  std::array<uint32_t, 256> byte_cp_{};
+  std::vector<int> cp_to_byte_;
+  std::unordered_map<uint64_t, Merge> merges_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_bpe(TokenizerSpec spec) { return std::make_unique<BpeTokenizer>(std::move(spec)); }
+
+}  // namespace redwood::tok

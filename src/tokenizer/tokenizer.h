@@ -1,0 +1,81 @@
+// Native tokenizers. This folder knows vocabularies and merges, nothing about
+// model files: loaders in src/model/ fill a TokenizerSpec from GGUF metadata or
+// a Hugging Face tokenizer.json, and Tokenizer is built from the spec.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace redwood {
+
+enum class TokenizerKind {
+  kSentencePiece,  // GGUF "llama": SPM-style BPE by scores, byte fallback <0xNN>
+  kByteLevelBpe,   // GGUF "gpt2": byte-level BPE with merges + pre-tokenizer regex
+};
+
+// Token types as GGUF stores them (tokenizer.ggml.token_type).
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+struct TokenizerSpec {
+  TokenizerKind kind = TokenizerKind::kByteLevelBpe;
+  std::string pre;  // pre-tokenizer name ("smollm", "llama3", "gpt2", "default", ...)
+  std::vector<std::string> tokens;       // id -> token text as stored
+  std::vector<float> scores;             // SPM merge scores (may be empty for BPE)
+  std::vector<TokenType> types;          // may be empty (all normal)
+  std::vector<std::string> merges;       // "a b" pairs, in rank order (BPE)
+  int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
+  bool add_bos = false;
+  bool add_eos = false;
+  bool add_space_prefix = false;  // SPM: prepend a space (U+2581) to the text
+};
+
+class Tokenizer {
+ public:
+  // Validates the spec (ids in range, merges name known tokens, ...) and builds
+  // the lookup tables. Throws redwood::Error on an invalid spec.
+  static std::unique_ptr<Tokenizer> create(TokenizerSpec spec);
+  virtual ~Tokenizer() = default;
+
+  // Encode UTF-8 text. add_special: prepend BOS (and append EOS) when the spec
+  // says so. parse_special: recognise control/user-defined token texts such as
+  // "<|im_start|>" in the input and emit their ids directly.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
+                                      bool parse_special) const = 0;
+  // The raw bytes of one token (byte-level mapping and <0xNN> undone). Control
+  // tokens decode to their text only if render_special.
+  virtual std::string token_bytes(int32_t id, bool render_special = false) const = 0;
+  std::string decode(std::span<const int32_t> ids, bool render_special = false) const;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(spec_.tokens.size()); }
+  const TokenizerSpec& spec() const { return spec_; }
+  int32_t bos() const { return spec_.bos_id; }
+  int32_t eos() const { return spec_.eos_id; }
+  bool is_eog(int32_t id) const;  // end of generation: EOS or <|im_end|>/<|eot_id|>-like control
+
+ protected:
+  explicit Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {}
+  TokenizerSpec spec_;
+};
+
+// Streaming decode: feed token bytes, get back only complete UTF-8 sequences;
+// an incomplete multi-byte character is held until its remaining bytes arrive.
+class Utf8Stream {
+ public:
+  std::string push(std::string_view bytes);
+  std::string flush();  // whatever is left (invalid tails as U+FFFD)
+ private:
+  std::string pending_;
+};
+
+}  // namespace redwood

@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""Write a valid GGUF v3 Llama model of any shape with random weights (test tool).
+
+Written with gguf.GGUFWriter (tensor infos first, then data tensor by tensor), so
+other GGUF readers (llama.cpp, gguf-py) load it. Quantization uses
+gguf.quants.quantize.
+
+Examples:
+  make-synthetic-gguf.py --preset tiny --out /tmp/tiny.gguf
+  make-synthetic-gguf.py --preset llama2-70b --layers 1 --type Q4_0 --out /tmp/70b-1l.gguf
+  make-synthetic-gguf.py --out m.gguf --layers 4 --dim 256 --heads 8 --kv-heads 2 --ffn 704 --vocab 1000 --tied
+
+Weights: 2-D matrices ~ N(0, 1/fan_in) (fan_in = input dim = GGUF ne0), token
+embedding / output ~ N(0, 16/dim) so logits have a std of a few units, norm weights
+~ N(1, 0.05^2) in F32.
+
+Generation modes (--mode):
+  exact : every element drawn independently from the RNG, then quantized.
+  pool  : a pool of 2^20 independent N(0, s^2) blocks of 32 values is drawn and
+          quantized once per distinct scale s; every tensor is then assembled from
+          randomly chosen pool blocks (i.i.d. block draws, so the element
+          distribution is the same). ~10x faster; used for huge shapes.
+  auto  : exact when the model has <= 64M weight elements, else pool (default).
+
+Tokenizer metadata: tokenizer.ggml.model = "llama" (SentencePiece-style) with exactly
+--vocab tokens: "<unk>" (0, type 2), "<s>" (1, type 3), "</s>" (2, type 3), the 256
+byte tokens "<0x00>".."<0xFF>" (type 6), then normal pieces (type 1) with decreasing
+scores ("▁", letters, digits, punctuation, prefix-closed "▁word" pieces, then
+letter n-grams with and without "▁", so every piece can be built by merging two
+shorter pieces). bos 1, eos 2, unk 0, add_bos true, add_eos false.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+try:
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+    from gguf import GGUFWriter
+    from gguf.quants import quantize as gguf_quantize
+except ImportError as e:  # pragma: no cover
+    raise SystemExit(f"make-synthetic-gguf: the PyPI 'gguf' package is required ({e})")
+
+PRESETS = {
+    "llama2-70b": dict(layers=80, dim=8192, heads=64, kv_heads=8, ffn=28672, vocab=32000,
+                       rope_base=10000.0, eps=1e-5, ctx=4096),
+    "llama2-7b": dict(layers=32, dim=4096, heads=32, kv_heads=32, ffn=11008, vocab=32000,
+                      rope_base=10000.0, eps=1e-5, ctx=4096),
+    "tiny": dict(layers=2, dim=64, heads=4, kv_heads=2, ffn=128, vocab=320,
+                 rope_base=10000.0, eps=1e-5, ctx=512),
+}
+
+TYPES = {"F32": QT.F32, "F16": QT.F16, "Q8_0": QT.Q8_0, "Q4_0": QT.Q4_0, "Q4_1": QT.Q4_1}
+FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}  # llama_ftype "mostly X"
+
+POOL_BLOCKS = 1 << 20
+CHUNK_ELEMS = 1 << 24  # elements generated per chunk (64 MiB of float32)
+BLK = 32
+
+# ------------------------------------------------------------------ tokenizer
+_WORDS = (
+    "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
+    "word but not what all were we when your can said there use an each which she do how their if will up "
+    "other about out many then them these so some her would make like him into time has look two more write "
+    "go see number no way could people my than first water been call who oil its now find long down day did "
+    "get come made may part over new sound take only little work know place year live me back give most very "
+    "after thing our just name good sentence man think say great where help through much before line right "
+    "too mean old any same tell boy follow came want show also around form three small set put end does "
+    "another well large must big even such because turn here why ask went men read need land different home "
+    "us move try kind hand picture again change off play spell air away animal house point page letter "
+    "mother answer found study still learn should world high every near add food between own below country "
+    "plant last school father keep tree never start city earth eye light thought head under story saw left "
+    "hello model token test llama red wood"
+).split()
+_LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
+_EARLY = ["\u2581t", "\u2581th", "\u2581the", "th", "he", "in", "er", "\u2581a", "\u2581an", "\u2581and",
+          "\u2581h", "\u2581he", "\u2581hel", "\u2581hell", "\u2581hello", "\u2581w", "\u2581wo", "\u2581wor",
+          "\u2581worl", "\u2581world"]
+_PUNCT = list(".,'!?-:;\"()[]{}/\\<>=+*&%$#@_`~|^")
+
+
+def build_vocab(n_vocab: int):
+    """Returns (tokens, scores, token_types) with exactly n_vocab entries."""
+    base = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    btypes = [2, 3, 3] + [6] * 256
+    if n_vocab < len(base) + 1:
+        raise SystemExit(f"--vocab must be >= {len(base) + 1} (specials + 256 byte tokens + 1)")
+    need = n_vocab - len(base)
+    pieces: list[str] = []
+    seen = set(base)
+
+    def add(p):
+        if p not in seen and len(pieces) < need:
+            seen.add(p)
+            pieces.append(p)
+
+    add("\u2581")
+    for c in _LETTERS:
+        add(c)
+    for p in _EARLY:  # a few multi-character pieces so even tiny vocabs exercise merges
+        add(p)
+    for c in "0123456789":
+        add(c)
+    for c in _PUNCT:
+        add(c)
+    for c in _LETTERS:
+        add("\u2581" + c)
+    for w in _WORDS:  # prefix-closed "▁word" pieces
+        for i in range(2, len(w) + 1):
+            add("\u2581" + w[:i])
+    for c in _LETTERS.upper():
+        add(c)
+        add("\u2581" + c)
+    level = list(_LETTERS)
+    while len(pieces) < need:  # letter n-grams, breadth first (prefix closed)
+        nxt = [s + c for s in level for c in _LETTERS]
+        for s in nxt:
+            add(s)
+            add("\u2581" + s)
+            if len(pieces) >= need:
+                break
+        level = nxt
+    tokens = base + pieces
+    scores = [0.0] * len(base) + [-float(i) for i in range(len(pieces))]
+    types = btypes + [1] * len(pieces)
+    assert len(tokens) == n_vocab and len(set(tokens)) == n_vocab
+    return tokens, scores, types
+
+
+# ------------------------------------------------------------------ weights
+class WeightSource:
+    def __init__(self, seed: int, mode: str):
+        self.rng = np.random.default_rng(seed)
+        self.mode = mode
+        self.pools: dict = {}
+
+    def _pool(self, qtype, std: float):
+        key = (int(qtype), float(std))
+        p = self.pools.get(key)
+        if p is None:
+            # long rows: gguf's quantizer has a per-16-rows overhead
+            x = self.rng.standard_normal((POOL_BLOCKS * BLK // 8192, 8192), dtype=np.float32)
+            x *= np.float32(std)
+            q = gguf_quantize(x, qtype)
+            p = q.reshape(POOL_BLOCKS, -1)  # (POOL_BLOCKS, bytes per 32 values)
+            self.pools[key] = p
+        return p
+
+    def matrix(self, qtype, n_rows: int, n_cols: int, std: float) -> np.ndarray:
+        """(n_rows, n_cols) random N(0, std^2) matrix in the on-disk row layout of qtype:
+        uint8 (n_rows, row_bytes) for quantized types, float32/float16 otherwise."""
+        block, tsize = gguf.GGML_QUANT_SIZES[qtype]
+        if n_cols % block:
+            raise SystemExit(f"row size {n_cols} is not a multiple of the {qtype.name} block size {block}")
+        row_bytes = n_cols // block * tsize
+        if qtype == QT.F32:
+            out = np.empty((n_rows, n_cols), np.float32)
+        elif qtype == QT.F16:
+            out = np.empty((n_rows, n_cols), np.float16)
+        else:
+            out = np.empty((n_rows, row_bytes), np.uint8)
+        rows_per_chunk = max(1, CHUNK_ELEMS // n_cols)
+        use_pool = self.mode == "pool" and n_cols % BLK == 0
+        for r0 in range(0, n_rows, rows_per_chunk):
+            r1 = min(n_rows, r0 + rows_per_chunk)
+            if use_pool:
+                pool = self._pool(qtype, std)
+                nb = (r1 - r0) * (n_cols // BLK)
+                idx = self.rng.integers(0, POOL_BLOCKS, size=nb)
+                out[r0:r1] = pool[idx].reshape(r1 - r0, -1)
+            else:
+                x = self.rng.standard_normal((r1 - r0, n_cols), dtype=np.float32)
+                x *= np.float32(std)
+                out[r0:r1] = gguf_quantize(x, qtype)
+        return out
+
+    def norm(self, n: int) -> np.ndarray:
+        return (1.0 + 0.05 * self.rng.standard_normal(n)).astype(np.float32)
+
+
+# ------------------------------------------------------------------ main
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--preset", choices=sorted(PRESETS))
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--dim", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--kv-heads", type=int)
+    ap.add_argument("--ffn", type=int)
+    ap.add_argument("--vocab", type=int)
+    ap.add_argument("--type", choices=sorted(TYPES), default="Q4_0", help="type of the 2-D weight matrices")
+    ap.add_argument("--embd-type", choices=sorted(TYPES), help="token_embd type (default: --type)")
+    ap.add_argument("--output-type", choices=sorted(TYPES), help="output.weight type (default: --type)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ctx", type=int)
+    ap.add_argument("--rope-base", type=float)
+    ap.add_argument("--eps", type=float)
+    ap.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the LM head")
+    ap.add_argument("--mode", choices=["auto", "exact", "pool"], default="auto")
+    ap.add_argument("--name", default=None)
+    a = ap.parse_args(argv)
+
+    cfg = dict(PRESETS[a.preset]) if a.preset else dict(rope_base=10000.0, eps=1e-5, ctx=4096)
+    for k in ("layers", "dim", "heads", "kv_heads", "ffn", "vocab", "ctx", "rope_base", "eps"):
+        v = getattr(a, k)
+        if v is not None:
+            cfg[k] = v
+    missing = [k for k in ("layers", "dim", "heads", "kv_heads", "ffn", "vocab") if k not in cfg]
+    if missing:
+        raise SystemExit(f"missing shape arguments (or use --preset): {', '.join('--' + m.replace('_', '-') for m in missing)}")
+    L, E, H, K, F, V = (int(cfg[k]) for k in ("layers", "dim", "heads", "kv_heads", "ffn", "vocab"))
+    if E % H or H % K:
+        raise SystemExit("--dim must be a multiple of --heads and --heads a multiple of --kv-heads")
+    D = E // H
+    if D % 2:
+        raise SystemExit("head dim must be even for RoPE")
+    wtype = TYPES[a.type]
+    etype = TYPES[a.embd_type or a.type]
+    otype = TYPES[a.output_type or a.type]
+
+    n_weights = V * E * (1 if a.tied else 2) + L * (E * H * D + 2 * E * K * D + H * D * E + 3 * E * F)
+    mode = a.mode if a.mode != "auto" else ("exact" if n_weights <= (64 << 20) else "pool")
+    t0 = time.time()
+
+    # Tensor list: (name, kind, n_rows(ne1), n_cols(ne0), qtype, std)
+    emb_std = 4.0 / np.sqrt(E)
+    tensors = [("token_embd.weight", "mat", V, E, etype, emb_std)]
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors += [
+            (p + "attn_norm.weight", "norm", 1, E, QT.F32, 0),
+            (p + "attn_q.weight", "mat", H * D, E, wtype, 1 / np.sqrt(E)),
+            (p + "attn_k.weight", "mat", K * D, E, wtype, 1 / np.sqrt(E)),
+            (p + "attn_v.weight", "mat", K * D, E, wtype, 1 / np.sqrt(E)),
+            (p + "attn_output.weight", "mat", E, H * D, wtype, 1 / np.sqrt(H * D)),
+            (p + "ffn_norm.weight", "norm", 1, E, QT.F32, 0),
+            (p + "ffn_gate.weight", "mat", F, E, wtype, 1 / np.sqrt(E)),
+            (p + "ffn_up.weight", "mat", F, E, wtype, 1 / np.sqrt(E)),
+            (p + "ffn_down.weight", "mat", E, F, wtype, 1 / np.sqrt(F)),
+        ]
+    tensors.append(("output_norm.weight", "norm", 1, E, QT.F32, 0))
+    if not a.tied:
+        tensors.append(("output.weight", "mat", V, E, otype, emb_std))
+
+    w = GGUFWriter(a.out, "llama")
+    name = a.name or f"redwood-synthetic-{a.preset or 'custom'}-L{L}-{a.type}"
+    w.add_name(name)
+    w.add_file_type(FILE_TYPE[a.type])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_context_length(int(cfg["ctx"]))
+    w.add_embedding_length(E)
+    w.add_block_count(L)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(K)
+    w.add_rope_dimension_count(D)
+    w.add_rope_freq_base(float(cfg["rope_base"]))
+    w.add_layer_norm_rms_eps(float(cfg["eps"]))
+    w.add_vocab_size(V)
+    toks, scores, ttypes = build_vocab(V)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types(ttypes)
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(True)
+
+    for tname, kind, nr, nc, qt, _ in tensors:
+        if kind == "norm":
+            w.add_tensor_info(tname, (nc,), np.dtype(np.float32), nc * 4)
+        else:
+            block, tsize = gguf.GGML_QUANT_SIZES[qt]
+            if nc % block:
+                raise SystemExit(f"{tname}: row size {nc} not a multiple of {qt.name} block size {block}")
+            nbytes = nr * (nc // block) * tsize
+            if qt in (QT.F32, QT.F16):
+                w.add_tensor_info(tname, (nr, nc), np.dtype(np.float32 if qt == QT.F32 else np.float16), nbytes)
+            else:
+                w.add_tensor_info(tname, (nr, nc // block * tsize), np.dtype(np.uint8), nbytes, raw_dtype=qt)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    src = WeightSource(a.seed, mode)
+    for tname, kind, nr, nc, qt, std in tensors:
+        data = src.norm(nc) if kind == "norm" else src.matrix(qt, nr, nc, std)
+        w.write_tensor_data(data)
+        del data
+    w.close()
+
+    dt = time.time() - t0
+    size = os.path.getsize(a.out)
+    print(f"wrote {a.out}: {size} bytes ({size / (1 << 20):.1f} MiB), {len(tensors)} tensors, "
+          f"{n_weights / 1e6:.1f}M weights, L={L} dim={E} heads={H}/{K} ffn={F} vocab={V} "
+          f"type={a.type} tied={a.tied} mode={mode}, {dt:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
