@@ -278,11 +278,11 @@ def gguf_cases():
         lambda g: g.set("general.architecture", STRING, "gpt2"))
     mod("missing_architecture", "missing metadata key 'general.architecture'",
         lambda g: g.drop(lambda k: k == "general.architecture"))
-    mod("missing_tokenizer", "tokenizer", lambda g: g.drop(lambda k: k.startswith("tokenizer.")))
+    mod("missing_tokenizer", "no tokenizer", lambda g: g.drop(lambda k: k.startswith("tokenizer.")))
     mod("tokenizer_tokens_wrong_type", "tokenizer.ggml.tokens",
         lambda g: g.set("tokenizer.ggml.tokens", ARRAY, (U32, list(range(len(SPM_TOKENS))))))
-    mod("tokenizer_bos_out_of_range", "bos", lambda g: g.set("tokenizer.ggml.bos_token_id", U32, 5000))
-    mod("tokenizer_eos_out_of_range", "eos", lambda g: g.set("tokenizer.ggml.eos_token_id", U32, 12))
+    mod("tokenizer_bos_out_of_range", "bos_token_id' = 5000", lambda g: g.set("tokenizer.ggml.bos_token_id", U32, 5000))
+    mod("tokenizer_eos_out_of_range", "eos_token_id' = 12", lambda g: g.set("tokenizer.ggml.eos_token_id", U32, 12))
 
     def more_tokens(g):
         g.set("tokenizer.ggml.tokens", ARRAY, (STRING, SPM_TOKENS + ["zz"]))

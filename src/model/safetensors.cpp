@@ -86,7 +86,13 @@ json parse_json(const std::string& text, const std::string& path, const char* du
   try {
     return json::parse(text, cb);
   } catch (const json::exception& e) {
-    throw Error(path + ": invalid JSON: " + e.what());
+    // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
+    std::string what = e.what();
+    if (what.starts_with("[json.exception.")) {
+      const auto close = what.find("] ");
+      if (close != std::string::npos) what.erase(0, close + 2);
+    }
+    throw Error(path + ": invalid JSON: " + what);
   }
 }
 

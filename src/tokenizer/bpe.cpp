@@ -268,12 +268,11 @@ class BpeTokenizer final : public TokenizerBase {
     std::push_heap(sc.heap.begin(), sc.heap.end(), std::greater<>());
   }
 
-  void emit_id(int32_t id, std::vector<int32_t>& out) const {
-    if (id >= 0) {
-      out.push_back(id);
-    } else if (spec_.unk_id >= 0) {
-      out.push_back(spec_.unk_id);
-    }  // else: a byte with no token in this vocabulary is dropped (as HF does without unk)
+  // A byte whose mapped character is not in the vocabulary (SmolLM2 lacks
+  // e.g. 0xF5..0xFF) is dropped, as Hugging Face's BPE without an unk token and
+  // llama.cpp both do; emitting the unk id (often <|endoftext|>) would be worse.
+  static void emit_id(int32_t id, std::vector<int32_t>& out) {
+    if (id >= 0) out.push_back(id);
   }
 
   void encode_word(std::string_view w, Scratch& sc, std::vector<int32_t>& out) const {
@@ -291,11 +290,18 @@ class BpeTokenizer final : public TokenizerBase {
         return;
       }
     }
-    const auto n = static_cast<int32_t>(w.size());
-    sc.syms.resize(w.size());
-    for (int32_t i = 0; i < n; ++i)
-      sc.syms[static_cast<size_t>(i)] = {byte_id_[static_cast<uint8_t>(w[static_cast<size_t>(i)])], i - 1,
-                                         i + 1 < n ? i + 1 : -1, true};
+    // Bytes without a token are left out before merging (HF's BPE skips
+    // unknown characters when building the word), so their neighbours meet.
+    sc.syms.clear();
+    for (char ch : w) {
+      const int32_t id = byte_id_[static_cast<uint8_t>(ch)];
+      if (id < 0) continue;
+      const auto i = static_cast<int32_t>(sc.syms.size());
+      sc.syms.push_back({id, i - 1, -1, true});
+      if (i > 0) sc.syms[static_cast<size_t>(i - 1)].next = i;
+    }
+    const auto n = static_cast<int32_t>(sc.syms.size());
+    if (n == 0) return;
     sc.heap.clear();
     for (int32_t i = 0; i + 1 < n; ++i) push_pair(sc, i, i + 1);
     while (!sc.heap.empty()) {

@@ -1,0 +1,228 @@
+// Test helper: writes small random Llama-family GGUF files (any dtype), plus
+// float quantizers for the ggml block formats. Test-only code.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/dtype.h"
+#include "kernels/common/math.h"
+
+namespace redwood::testutil {
+
+// Quantize one row of floats (cols a multiple of 32 for block types).
+inline std::vector<uint8_t> quantize_row(DType t, const float* x, int64_t cols) {
+  std::vector<uint8_t> out(*row_bytes(t, cols));
+  uint8_t* o = out.data();
+  switch (t) {
+    case DType::F32: memcpy(o, x, cols * 4); break;
+    case DType::F16:
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t h = math::f32_to_f16(x[c]);
+        memcpy(o + 2 * c, &h, 2);
+      }
+      break;
+    case DType::BF16:
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t h = math::f32_to_bf16(x[c]);
+        memcpy(o + 2 * c, &h, 2);
+      }
+      break;
+    case DType::Q8_0:
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        math::BlockQ8_0 blk{};
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+        const float d = amax / 127.0f;
+        blk.d = math::f32_to_f16(d);
+        for (int j = 0; j < 32; ++j) blk.qs[j] = (int8_t)(d ? std::lround(x[b * 32 + j] / d) : 0);
+        memcpy(o + b * sizeof blk, &blk, sizeof blk);
+      }
+      break;
+    case DType::Q4_0:
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        math::BlockQ4_0 blk{};
+        float amax = 0, mx = 0;
+        for (int j = 0; j < 32; ++j)
+          if (std::fabs(x[b * 32 + j]) > amax) amax = std::fabs(x[b * 32 + j]), mx = x[b * 32 + j];
+        const float d = mx / -8.0f;
+        blk.d = math::f32_to_f16(d);
+        for (int j = 0; j < 16; ++j) {
+          auto q = [&](float v) { return (uint8_t)std::min(15L, std::max(0L, std::lround(d ? v / d + 8 : 8))); };
+          blk.qs[j] = q(x[b * 32 + j]) | (uint8_t)(q(x[b * 32 + j + 16]) << 4);
+        }
+        memcpy(o + b * sizeof blk, &blk, sizeof blk);
+      }
+      break;
+    case DType::Q4_1:
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        math::BlockQ4_1 blk{};
+        float mn = x[b * 32], mx = x[b * 32];
+        for (int j = 0; j < 32; ++j) mn = std::min(mn, x[b * 32 + j]), mx = std::max(mx, x[b * 32 + j]);
+        const float d = (mx - mn) / 15.0f;
+        blk.d = math::f32_to_f16(d);
+        blk.m = math::f32_to_f16(mn);
+        for (int j = 0; j < 16; ++j) {
+          auto q = [&](float v) { return (uint8_t)std::min(15L, std::max(0L, std::lround(d ? (v - mn) / d : 0))); };
+          blk.qs[j] = q(x[b * 32 + j]) | (uint8_t)(q(x[b * 32 + j + 16]) << 4);
+        }
+        memcpy(o + b * sizeof blk, &blk, sizeof blk);
+      }
+      break;
+  }
+  return out;
+}
+
+inline uint32_t ggml_id(DType t) {
+  switch (t) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
+    case DType::Q8_0: return 8;
+    case DType::BF16: return 30;
+  }
+  return 0;
+}
+
+struct TinyShape {
+  int layers = 2, dim = 64, heads = 4, kv_heads = 2, ffn = 96, vocab = 288;
+  DType type = DType::Q8_0;
+  bool tied = false;
+  uint32_t seed = 1;
+};
+
+// Minimal GGUF v3 writer.
+class GgufWriter {
+ public:
+  void kv_str(const std::string& k, const std::string& v) { key(k, 8), str(v), ++n_kv_; }
+  void kv_u32(const std::string& k, uint32_t v) { key(k, 4), pod(v), ++n_kv_; }
+  void kv_f32(const std::string& k, float v) { key(k, 6), pod(v), ++n_kv_; }
+  void kv_bool(const std::string& k, bool v) { key(k, 7), pod((uint8_t)v), ++n_kv_; }
+  void kv_str_arr(const std::string& k, const std::vector<std::string>& v) {
+    key(k, 9), pod((uint32_t)8), pod((uint64_t)v.size());
+    for (auto& s : v) str(s);
+    ++n_kv_;
+  }
+  void kv_f32_arr(const std::string& k, const std::vector<float>& v) {
+    key(k, 9), pod((uint32_t)6), pod((uint64_t)v.size());
+    for (float f : v) pod(f);
+    ++n_kv_;
+  }
+  void kv_i32_arr(const std::string& k, const std::vector<int32_t>& v) {
+    key(k, 9), pod((uint32_t)5), pod((uint64_t)v.size());
+    for (int32_t f : v) pod(f);
+    ++n_kv_;
+  }
+  void tensor(const std::string& name, DType t, int64_t rows, int64_t cols, const std::vector<float>& data) {
+    std::vector<uint8_t> bytes;
+    for (int64_t r = 0; r < rows; ++r) {
+      auto q = quantize_row(t, data.data() + r * cols, cols);
+      bytes.insert(bytes.end(), q.begin(), q.end());
+    }
+    while (data_.size() % 32) data_.push_back(0);
+    const uint64_t off = data_.size();
+    data_.insert(data_.end(), bytes.begin(), bytes.end());
+    std::string& ti = tinfo_;
+    auto put = [&](const void* p, size_t n) { ti.append((const char*)p, n); };
+    uint64_t len = name.size();
+    put(&len, 8), ti += name;
+    uint32_t nd = rows == 1 ? 1 : 2;
+    put(&nd, 4);
+    uint64_t ne0 = cols, ne1 = rows;
+    put(&ne0, 8);
+    if (nd == 2) put(&ne1, 8);
+    uint32_t ty = ggml_id(t);
+    put(&ty, 4), put(&off, 8);
+    ++n_t_;
+  }
+  void write(const std::string& path) const {
+    std::string out = "GGUF";
+    auto put = [&](const void* p, size_t n) { out.append((const char*)p, n); };
+    uint32_t v = 3;
+    put(&v, 4);
+    put(&n_t_, 8), put(&n_kv_, 8);
+    out += kv_, out += tinfo_;
+    while (out.size() % 32) out.push_back(0);
+    out.append((const char*)data_.data(), data_.size());
+    std::ofstream(path, std::ios::binary).write(out.data(), out.size());
+  }
+
+ private:
+  void key(const std::string& k, uint32_t type) { str(k), pod(type); }
+  void str(const std::string& s) { pod((uint64_t)s.size()), kv_ += s; }
+  template <class T>
+  void pod(T v) { kv_.append((const char*)&v, sizeof v); }
+  std::string kv_, tinfo_;
+  std::vector<uint8_t> data_;
+  uint64_t n_kv_ = 0, n_t_ = 0;
+};
+
+// Writes a random tiny Llama with an SPM-style vocab of byte tokens + letters.
+inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
+  std::mt19937 rng(s.seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto rnd = [&](int64_t rows, int64_t cols, float scale) {
+    std::vector<float> v(rows * cols);
+    for (auto& x : v) x = nd(rng) * scale;
+    return v;
+  };
+  auto ones = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = 1.0f + 0.1f * nd(rng);
+    return v;
+  };
+  GgufWriter w;
+  w.kv_str("general.architecture", "llama");
+  w.kv_str("general.name", "tiny-test");
+  w.kv_u32("llama.block_count", s.layers);
+  w.kv_u32("llama.embedding_length", s.dim);
+  w.kv_u32("llama.attention.head_count", s.heads);
+  w.kv_u32("llama.attention.head_count_kv", s.kv_heads);
+  w.kv_u32("llama.feed_forward_length", s.ffn);
+  w.kv_u32("llama.context_length", 2048);
+  w.kv_f32("llama.rope.freq_base", 10000.0f);
+  w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    snprintf(buf, sizeof buf, "<0x%02X>", b);
+    toks.push_back(buf), types.push_back(6);
+  }
+  for (char c = 'a'; c <= 'z' && (int)toks.size() < s.vocab; ++c) toks.push_back(std::string(1, c)), types.push_back(1);
+  while ((int)toks.size() < s.vocab) toks.push_back("\xe2\x96\x81w" + std::to_string(toks.size())), types.push_back(1);
+  std::vector<float> scores(toks.size());
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = -(float)i;
+  w.kv_str("tokenizer.ggml.model", "llama");
+  w.kv_str_arr("tokenizer.ggml.tokens", toks);
+  w.kv_f32_arr("tokenizer.ggml.scores", scores);
+  w.kv_i32_arr("tokenizer.ggml.token_type", types);
+  w.kv_u32("tokenizer.ggml.bos_token_id", 1);
+  w.kv_u32("tokenizer.ggml.eos_token_id", 2);
+  w.kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  const int hd = s.dim / s.heads;
+  const float sc = 1.0f / std::sqrt((float)s.dim);
+  w.tensor("token_embd.weight", s.type, s.vocab, s.dim, rnd(s.vocab, s.dim, 1.0f));
+  w.tensor("output_norm.weight", DType::F32, 1, s.dim, ones(s.dim));
+  if (!s.tied) w.tensor("output.weight", s.type, s.vocab, s.dim, rnd(s.vocab, s.dim, sc));
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    w.tensor(b + "attn_norm.weight", DType::F32, 1, s.dim, ones(s.dim));
+    w.tensor(b + "attn_q.weight", s.type, s.heads * hd, s.dim, rnd(s.heads * hd, s.dim, sc));
+    w.tensor(b + "attn_k.weight", s.type, s.kv_heads * hd, s.dim, rnd(s.kv_heads * hd, s.dim, sc));
+    w.tensor(b + "attn_v.weight", s.type, s.kv_heads * hd, s.dim, rnd(s.kv_heads * hd, s.dim, sc));
+    w.tensor(b + "attn_output.weight", s.type, s.dim, s.heads * hd, rnd(s.dim, s.heads * hd, sc));
+    w.tensor(b + "ffn_norm.weight", DType::F32, 1, s.dim, ones(s.dim));
+    w.tensor(b + "ffn_gate.weight", s.type, s.ffn, s.dim, rnd(s.ffn, s.dim, sc));
+    w.tensor(b + "ffn_up.weight", s.type, s.ffn, s.dim, rnd(s.ffn, s.dim, sc));
+    w.tensor(b + "ffn_down.weight", s.type, s.dim, s.ffn, rnd(s.dim, s.ffn, 1.0f / std::sqrt((float)s.ffn)));
+  }
+  w.write(path);
+}
+
+}  // namespace redwood::testutil
