@@ -1,1 +1,198 @@
-int main() { return 0; }
+// Foundation benchmark (docs/PERFORMANCE.md). All ratios come from one run:
+//   copy_bw   STREAM-style copy, all threads (bytes read + written per second)
+//   fma_peak  independent AVX2 FMA chains on all threads (FLOP/s)
+//   gemv      n = 1 matmul over a matrix much larger than the caches: weight bytes
+//             read per second, as a fraction of copy_bw (goal >= 0.8)
+//   gemm      n >= 64 matmul: FLOP/s as a fraction of fma_peak (goal >= 0.5)
+//   model     decode and 64-token prefill tokens/s on given GGUF models
+// Usage: bench_kernels [--quick] [--json FILE] [MODEL.gguf ...]
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/threads.h"
+#include "src/engine/transformer.h"
+#include "src/engine/weights.h"
+#include "src/model/model_desc.h"
+#include "tests/util/tiny_gguf.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+using namespace redwood;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+template <class F>
+double median_time(int reps, F&& f) {
+  f();  // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto a = Clock::now();
+    f();
+    t.push_back(secs(a, Clock::now()));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+double copy_bandwidth(size_t bytes) {
+  const size_t n = bytes / sizeof(double);
+  std::vector<double> a(n, 1.0), b(n, 0.0);
+  const int threads = cpu_threads();
+  const double t = median_time(5, [&] {
+    tbb::parallel_for(0, threads, [&](int k) {
+      const size_t lo = n * k / threads, hi = n * (k + 1) / threads;
+      memcpy(b.data() + lo, a.data() + lo, (hi - lo) * sizeof(double));
+    });
+  });
+  return 2.0 * bytes / t;  // STREAM counts read + write
+}
+
+double fma_peak() {
+#if defined(__AVX2__) && defined(__FMA__)
+  const int threads = cpu_threads();
+  const long iters = 20'000'000;
+  std::vector<float> sink(threads);
+  const double t = median_time(3, [&] {
+    tbb::parallel_for(0, threads, [&](int k) {
+      __m256 acc[10];
+      for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(0.001f * (i + k));
+      const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+      for (long it = 0; it < iters; ++it)
+        for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, c);
+      float s = 0, tmp[8];
+      for (int i = 0; i < 10; ++i) {
+        _mm256_storeu_ps(tmp, acc[i]);
+        s += tmp[0];
+      }
+      sink[k] = s;
+    });
+  });
+  return threads * (double)iters * 10 * 8 * 2 / t;
+#else
+  return 0;
+#endif
+}
+
+struct Mat {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+};
+
+Mat random_matrix(DType t, int64_t rows, int64_t cols) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  Mat m;
+  std::vector<float> row(cols);
+  m.bytes.reserve(rows * *row_bytes(t, cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& x : row) x = nd(rng);
+    auto q = testutil::quantize_row(t, row.data(), cols);
+    m.bytes.insert(m.bytes.end(), q.begin(), q.end());
+  }
+  m.view = WeightView{t, rows, cols, m.bytes.data()};
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string json_out;
+  std::vector<std::string> models;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") quick = true;
+    else if (a == "--json" && i + 1 < argc) json_out = argv[++i];
+    else models.push_back(a);
+  }
+  set_cpu_threads(0);
+  nlohmann::json J;
+  J["threads"] = cpu_threads();
+  const double bw = copy_bandwidth(quick ? (64ull << 20) : (512ull << 20));
+  const double peak = fma_peak();
+  J["copy_bw_GBps"] = bw / 1e9;
+  J["fma_peak_GFLOPs"] = peak / 1e9;
+  std::printf("threads %d | STREAM-style copy %.2f GB/s | AVX2 FMA peak %.1f GFLOP/s\n", cpu_threads(), bw / 1e9,
+              peak / 1e9);
+
+  // GEMV: a matrix far larger than the last-level cache.
+  const int64_t rows = quick ? 2048 : 8192, cols = quick ? 2048 : 8192;
+  std::printf("\nGEMV n=1, %lld x %lld (weight bytes read per second / copy bandwidth)\n", (long long)rows,
+              (long long)cols);
+  for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    Mat m = random_matrix(t, rows, cols);
+    std::vector<float> x(cols, 0.5f), y(rows);
+    const double tt = median_time(quick ? 3 : 9, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
+    const double gbps = m.bytes.size() / tt;
+    std::printf("  %-5s %8.2f MB  %7.3f ms  %6.2f GB/s  ratio %.2f\n", std::string(dtype_name(t)).c_str(),
+                m.bytes.size() / 1e6, tt * 1e3, gbps / 1e9, gbps / bw);
+    J["gemv"][std::string(dtype_name(t))] = {{"GBps", gbps / 1e9}, {"ratio_to_copy", gbps / bw}, {"ms", tt * 1e3}};
+  }
+
+  // GEMM: prefill / tree batches.
+  const int64_t gr = quick ? 1024 : 4096, gc = quick ? 1024 : 4096;
+  std::printf("\nbatched matmul %lld x %lld (FLOP/s / FMA peak)\n", (long long)gr, (long long)gc);
+  for (DType t : {DType::F32, DType::F16, DType::Q4_0}) {
+    Mat m = random_matrix(t, gr, gc);
+    for (int n : {64, 256}) {
+      std::vector<float> x(n * gc, 0.25f), y(n * gr);
+      const double tt = median_time(quick ? 2 : 5, [&] { cpu::matmul(m.view, x.data(), n, y.data()); });
+      const double fl = 2.0 * n * gr * gc / tt;
+      std::printf("  %-5s n=%-4d %8.3f ms  %7.1f GFLOP/s  ratio %.2f\n", std::string(dtype_name(t)).c_str(), n,
+                  tt * 1e3, fl / 1e9, peak > 0 ? fl / peak : 0.0);
+      J["gemm"][std::string(dtype_name(t))][std::to_string(n)] = {{"GFLOPs", fl / 1e9},
+                                                                  {"ratio_to_peak", peak > 0 ? fl / peak : 0.0}};
+    }
+  }
+
+  // Whole models: decode (n = 1 after a 64-token prompt) and 64-token prefill.
+  for (const auto& path : models) {
+    ModelDesc d = load_model_desc(path);
+    ResidentWeights w(d);
+    auto be = make_cpu_backend();
+    Transformer tf(d, w, *be);
+    std::vector<int32_t> prompt(64);
+    for (int i = 0; i < 64; ++i) prompt[i] = (i * 7919) % d.hp.vocab;
+    const int decode_n = quick ? 8 : 32;
+    std::vector<float> lg(d.hp.vocab);
+    const double tp = median_time(quick ? 1 : 3, [&] {
+      KvCache kv = tf.make_cache(64);
+      ChainBatch b(prompt, 0);
+      tf.forward(b.view(), kv, lg, LogitsRows::kLast);
+    });
+    KvCache kv = tf.make_cache(64 + decode_n + 1);
+    ChainBatch b(prompt, 0);
+    tf.forward(b.view(), kv, lg, LogitsRows::kLast);
+    kv.commit_prefix(64);
+    auto a = Clock::now();
+    for (int i = 0; i < decode_n; ++i) {
+      const int32_t tok = (i * 31) % d.hp.vocab, pos = kv.committed(), par = -1;
+      tf.forward(Batch{{&tok, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast);
+      kv.commit_prefix(1);
+    }
+    const double td = secs(a, Clock::now()) / decode_n;
+    const double gb = d.total_bytes() / 1e9;
+    std::printf("\nmodel %s (%.2f GB weights)\n  decode  %7.2f tokens/s (%.1f GB/s effective)\n  prefill %7.2f tokens/s "
+                "(64 tokens)\n",
+                path.c_str(), gb, 1.0 / td, gb / td, 64.0 / tp);
+    J["models"][path] = {{"weights_GB", gb}, {"decode_tok_s", 1.0 / td}, {"prefill64_tok_s", 64.0 / tp}};
+  }
+  if (!json_out.empty()) std::ofstream(json_out) << J.dump(2) << "\n";
+  return 0;
+}

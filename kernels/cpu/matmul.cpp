@@ -99,19 +99,32 @@ inline __m256 load_bf8(const uint8_t* p) {
 template <int N>
 void row_dots(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xsum,
               float* out) {
-  __m256 acc[N];
-  for (int k = 0; k < N; ++k) acc[k] = _mm256_setzero_ps();
+  // Two accumulators per token (even/odd step) and split partial sums inside a
+  // block keep FMA dependency chains short: at n = 1 the kernel must not be
+  // latency-bound if it is to run at memory bandwidth.
+  __m256 acc0[N], acc1[N];
+  for (int k = 0; k < N; ++k) acc0[k] = acc1[k] = _mm256_setzero_ps();
   float macc[N] = {};
   switch (t) {
     case DType::F32:
     case DType::F16:
     case DType::BF16: {
+      auto load = [&](int64_t c) {
+        return t == DType::F32   ? _mm256_loadu_ps(reinterpret_cast<const float*>(p) + c)
+               : t == DType::F16 ? load_h8(p + 2 * c)
+                                 : load_bf8(p + 2 * c);
+      };
       int64_t c = 0;
+      for (; c + 16 <= cols; c += 16) {
+        const __m256 w0 = load(c), w1 = load(c + 8);
+        for (int k = 0; k < N; ++k) {
+          acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), acc0[k]);
+          acc1[k] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k * ldx + c + 8), acc1[k]);
+        }
+      }
       for (; c + 8 <= cols; c += 8) {
-        const __m256 w = t == DType::F32   ? _mm256_loadu_ps(reinterpret_cast<const float*>(p) + c)
-                         : t == DType::F16 ? load_h8(p + 2 * c)
-                                           : load_bf8(p + 2 * c);
-        for (int k = 0; k < N; ++k) acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + k * ldx + c), acc[k]);
+        const __m256 w = load(c);
+        for (int k = 0; k < N; ++k) acc0[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + k * ldx + c), acc0[k]);
       }
       if (c < cols) {  // tail (cols not a multiple of 8)
         float tmp[8];
@@ -147,18 +160,21 @@ void row_dots(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t l
         }
         for (int k = 0; k < N; ++k) {
           const float* xb = x + k * ldx + b * 32;
-          __m256 s = _mm256_mul_ps(w[0], _mm256_loadu_ps(xb));
-          s = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xb + 8), s);
-          s = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xb + 16), s);
-          s = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xb + 24), s);
-          acc[k] = _mm256_fmadd_ps(d, s, acc[k]);
+          __m256 s0 = _mm256_mul_ps(w[0], _mm256_loadu_ps(xb));
+          __m256 s1 = _mm256_mul_ps(w[1], _mm256_loadu_ps(xb + 8));
+          s0 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xb + 16), s0);
+          s1 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xb + 24), s1);
+          if (b & 1)
+            acc1[k] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc1[k]);
+          else
+            acc0[k] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc0[k]);
           if (t == DType::Q4_1) macc[k] += m * xsum[k * nb + b];
         }
       }
       break;
     }
   }
-  for (int k = 0; k < N; ++k) out[k] = hsum(acc[k]) + macc[k];
+  for (int k = 0; k < N; ++k) out[k] = hsum(_mm256_add_ps(acc0[k], acc1[k])) + macc[k];
 }
 #endif
 
