@@ -149,10 +149,9 @@ TEST(Kernels, RopeModesAndNorm) {
 }
 
 #ifdef REDWOOD_HAVE_CUDA
-#include <cuda_runtime.h>
-TEST(CudaBackend, DevicePresent) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
-  SUCCEED();
+#include "kernels/cuda/device.h"
+TEST(CudaBackend, DescribeDevices) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  EXPECT_NE(cuda::describe_devices().find("sm_"), std::string::npos);
 }
 #endif
