@@ -179,6 +179,38 @@ TEST(TokenizerBpe, OutOfRangeIdThrows) {
   EXPECT_THROW(tok->decode(bad), Error);
 }
 
+TEST(TokenizerFuzz, RandomBytes) {
+  auto bpe = Tokenizer::create(tiny_bpe_spec("smollm"));
+  auto llama3 = Tokenizer::create(tiny_bpe_spec("llama3"));
+  auto spm = Tokenizer::create(tiny_spm_spec());
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  const std::string alphabet[] = {"a", "l", "h", "e", " ", "\n", "\r", "1", "'", "s", "<|end|>", "<s>", "\xE2\x96\x81",
+                                  "\xC3", "\xA9", "\xFF", "\xF0\x9F", "\xA6\x80", "\t", "!"};
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string text;
+    const int n = iter % 40;
+    for (int k = 0; k < n; ++k) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      text += (x & 3) == 0 ? std::string(1, static_cast<char>(x >> 24)) : alphabet[(x >> 8) % std::size(alphabet)];
+    }
+    for (bool parse : {false, true}) {
+      EXPECT_EQ(bpe->decode(bpe->encode(text, true, parse), parse), text);
+      EXPECT_EQ(llama3->decode(llama3->encode(text, true, parse), parse), text);
+      for (int32_t id : spm->encode(text, true, parse)) ASSERT_TRUE(id >= 0 && id < spm->vocab_size());
+    }
+    Utf8Stream st;
+    std::string out;
+    for (char c : text) out += st.push(std::string_view(&c, 1));
+    out += st.flush();
+    Utf8Stream whole;
+    std::string expect = whole.push(text);
+    expect += whole.flush();
+    EXPECT_EQ(out, expect);
+  }
+}
+
 // ---- SentencePiece ------------------------------------------------------------
 
 TEST(TokenizerSpm, MergesByScore) {
