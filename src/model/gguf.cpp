@@ -74,7 +74,7 @@ class Reader {
 
  private:
   void refill() {
-    buf_.resize(1 << 20);
+    if (buf_.empty()) buf_.resize(std::min<uint64_t>(1 << 20, size_));  // small files: a small buffer
     const uint64_t want = std::min<uint64_t>(buf_.size(), size_ - pos_);
     uint64_t got = 0;
     while (got < want) {

@@ -193,9 +193,17 @@ def _eog_ids(model: ref.RefModel):
     ids = set()
     if model.eos is not None:
         ids.add(int(model.eos))
-    f = model.reader.fields.get("tokenizer.ggml.eot_token_id")
-    if f is not None:
-        ids.add(int(f.contents()))
+    for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        f = model.reader.fields.get(key)
+        if f is not None:
+            ids.add(int(f.contents()))
+    # control tokens that llama.cpp-style runtimes conventionally treat as end-of-generation
+    names = {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "</s>", "<end_of_turn>", "<|end_of_text|>"}
+    tf, tt = model.reader.fields.get("tokenizer.ggml.tokens"), model.reader.fields.get("tokenizer.ggml.token_type")
+    if tf is not None and tt is not None:
+        for i, (t, ty) in enumerate(zip(tf.contents(), tt.contents())):
+            if ty == 3 and t in names:
+                ids.add(i)
     return ids
 
 
