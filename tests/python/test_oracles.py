@@ -240,7 +240,12 @@ def test_greedy(args, model, tok, res: Results):
             # first divergence
             k = next((j for j in range(min(len(got), len(want))) if got[j] != want[j]), min(len(got), len(want)))
             if k == len(got) and len(got) < len(want):
-                if len(got) > 0 and got[-1] in eog:
+                # redwood stops BEFORE emitting an end-of-generation token (finish_reason "stop",
+                # the stop token is not part of "tokens"); the reference must produce one there.
+                if obj.get("finish_reason") == "stop" and want[len(got)] in eog:
+                    res.ok(name, f"stopped at end-of-generation token {want[len(got)]} after {len(got)} tokens "
+                                 f"(reference prefix identical); " + info)
+                elif len(got) > 0 and got[-1] in eog:
                     res.ok(name, f"stopped at end-of-generation token {got[-1]} after {len(got)} tokens "
                                  f"(matches reference prefix); " + info)
                 else:
