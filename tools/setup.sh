@@ -68,7 +68,7 @@ case "$MODE" in
     log "test suite (Release build, all labels)"
     ctest --test-dir build --output-on-failure -j "$JOBS" --timeout 900
     log "unit tests under AddressSanitizer + UBSan"
-    configure_build build-asan -DCMAKE_BUILD_TYPE=Debug -DREDWOOD_SANITIZE=ON -DREDWOOD_CUDA=OFF
+    configure_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREDWOOD_SANITIZE=ON -DREDWOOD_CUDA=OFF
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L fast --timeout 900
     ;;

@@ -96,19 +96,16 @@ inline __m256 load_bf8(const uint8_t* p) {
 // Dot products of one weight row with N token vectors, each row read once.
 // For quantized blocks, the block scale is applied per block to the sum over
 // the block: acc += d * (q . x), plus m * sum(x) for Q4_1 (xsum precomputed).
-template <int N>
-void row_dots(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xsum,
-              float* out) {
+template <DType t, int N>
+void row_dots(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xsum, float* out) {
   // Two accumulators per token (even/odd step) and split partial sums inside a
   // block keep FMA dependency chains short: at n = 1 the kernel must not be
   // latency-bound if it is to run at memory bandwidth.
   __m256 acc0[N], acc1[N];
   for (int k = 0; k < N; ++k) acc0[k] = acc1[k] = _mm256_setzero_ps();
   float macc[N] = {};
-  switch (t) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16: {
+  if constexpr (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    {
       auto load = [&](int64_t c) {
         return t == DType::F32   ? _mm256_loadu_ps(reinterpret_cast<const float*>(p) + c)
                : t == DType::F16 ? load_h8(p + 2 * c)
@@ -132,11 +129,9 @@ void row_dots(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t l
         for (int k = 0; k < N; ++k)
           for (int64_t j = c; j < cols; ++j) macc[k] += tmp[j - c] * x[k * ldx + j];
       }
-      break;
     }
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1: {
+  } else {
+    {
       const int64_t nb = cols / 32;
       const size_t bb = dtype_info(t).block_bytes;
       for (int64_t b = 0; b < nb; ++b) {
@@ -146,9 +141,9 @@ void row_dots(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t l
         const __m256 d = _mm256_set1_ps(f16_to_f32(dh));
         __m256 w[4];
         float m = 0.0f;
-        if (t == DType::Q8_0) {
+        if constexpr (t == DType::Q8_0) {
           load_q8(reinterpret_cast<const int8_t*>(blk + 2), w);
-        } else if (t == DType::Q4_0) {
+        } else if constexpr (t == DType::Q4_0) {
           load_q4(blk + 2, w);
           const __m256 eight = _mm256_set1_ps(8.0f);
           for (auto& v : w) v = _mm256_sub_ps(v, eight);
@@ -168,10 +163,9 @@ void row_dots(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t l
             acc1[k] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc1[k]);
           else
             acc0[k] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc0[k]);
-          if (t == DType::Q4_1) macc[k] += m * xsum[k * nb + b];
+          if constexpr (t == DType::Q4_1) macc[k] += m * xsum[k * nb + b];
         }
       }
-      break;
     }
   }
   for (int k = 0; k < N; ++k) out[k] = hsum(_mm256_add_ps(acc0[k], acc1[k])) + macc[k];
@@ -198,9 +192,19 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, grain), [&](const tbb::blocked_range<int64_t>& r) {
 #ifdef REDWOOD_AVX2
     float out[N];
-    for (int64_t i = r.begin(); i < r.end(); ++i) {
-      row_dots<N>(w.type, row_ptr(w, i), cols, x, cols, xs, out);
-      for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
+    auto run = [&]<DType T>() {
+      for (int64_t i = r.begin(); i < r.end(); ++i) {
+        row_dots<T, N>(row_ptr(w, i), cols, x, cols, xs, out);
+        for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
+      }
+    };
+    switch (w.type) {
+      case DType::F32: run.template operator()<DType::F32>(); break;
+      case DType::F16: run.template operator()<DType::F16>(); break;
+      case DType::BF16: run.template operator()<DType::BF16>(); break;
+      case DType::Q8_0: run.template operator()<DType::Q8_0>(); break;
+      case DType::Q4_0: run.template operator()<DType::Q4_0>(); break;
+      case DType::Q4_1: run.template operator()<DType::Q4_1>(); break;
     }
 #else
     std::vector<float> tmp(cols);
