@@ -63,6 +63,37 @@ double copy_bandwidth(size_t bytes) {
   return 2.0 * bytes / t;  // STREAM counts read + write
 }
 
+// Read-only bandwidth: a parallel sum over a large array (what a GEMV does).
+double read_bandwidth(size_t bytes) {
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> a(n, 1.0f);
+  const int threads = cpu_threads();
+  std::vector<float> sink(threads);
+  const double t = median_time(5, [&] {
+    tbb::parallel_for(0, threads, [&](int k) {
+      const size_t lo = n * k / threads, hi = n * (k + 1) / threads;
+#if defined(__AVX2__)
+      __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      size_t i = lo;
+      for (; i + 32 <= hi; i += 32) {
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(&a[i]));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(&a[i + 8]));
+        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(&a[i + 16]));
+        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(&a[i + 24]));
+      }
+      float tmp[8];
+      _mm256_storeu_ps(tmp, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+      sink[k] = tmp[0] + tmp[7];
+#else
+      float s = 0;
+      for (size_t i = lo; i < hi; ++i) s += a[i];
+      sink[k] = s;
+#endif
+    });
+  });
+  return bytes / t;
+}
+
 double fma_peak() {
 #if defined(__AVX2__) && defined(__FMA__)
   const int threads = cpu_threads();
@@ -125,24 +156,27 @@ int main(int argc, char** argv) {
   nlohmann::json J;
   J["threads"] = cpu_threads();
   const double bw = copy_bandwidth(quick ? (64ull << 20) : (512ull << 20));
+  const double rbw = read_bandwidth(quick ? (64ull << 20) : (512ull << 20));
   const double peak = fma_peak();
+  J["read_bw_GBps"] = rbw / 1e9;
   J["copy_bw_GBps"] = bw / 1e9;
   J["fma_peak_GFLOPs"] = peak / 1e9;
-  std::printf("threads %d | STREAM-style copy %.2f GB/s | AVX2 FMA peak %.1f GFLOP/s\n", cpu_threads(), bw / 1e9,
-              peak / 1e9);
+  std::printf("threads %d | STREAM-style copy %.2f GB/s | read-only sum %.2f GB/s | AVX2 FMA peak %.1f GFLOP/s\n",
+              cpu_threads(), bw / 1e9, rbw / 1e9, peak / 1e9);
 
   // GEMV: a matrix far larger than the last-level cache.
   const int64_t rows = quick ? 2048 : 8192, cols = quick ? 2048 : 8192;
-  std::printf("\nGEMV n=1, %lld x %lld (weight bytes read per second / copy bandwidth)\n", (long long)rows,
-              (long long)cols);
+  std::printf("\nGEMV n=1, %lld x %lld (weight bytes read per second / copy bandwidth; / read-only bandwidth)\n",
+              (long long)rows, (long long)cols);
   for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
     Mat m = random_matrix(t, rows, cols);
     std::vector<float> x(cols, 0.5f), y(rows);
     const double tt = median_time(quick ? 3 : 9, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
     const double gbps = m.bytes.size() / tt;
-    std::printf("  %-5s %8.2f MB  %7.3f ms  %6.2f GB/s  ratio %.2f\n", std::string(dtype_name(t)).c_str(),
-                m.bytes.size() / 1e6, tt * 1e3, gbps / 1e9, gbps / bw);
-    J["gemv"][std::string(dtype_name(t))] = {{"GBps", gbps / 1e9}, {"ratio_to_copy", gbps / bw}, {"ms", tt * 1e3}};
+    std::printf("  %-5s %8.2f MB  %7.3f ms  %6.2f GB/s  ratio %.2f ; %.2f\n", std::string(dtype_name(t)).c_str(),
+                m.bytes.size() / 1e6, tt * 1e3, gbps / 1e9, gbps / bw, gbps / rbw);
+    J["gemv"][std::string(dtype_name(t))] = {
+        {"GBps", gbps / 1e9}, {"ratio_to_copy", gbps / bw}, {"ratio_to_read", gbps / rbw}, {"ms", tt * 1e3}};
   }
 
   // GEMM: prefill / tree batches.

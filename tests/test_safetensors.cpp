@@ -328,6 +328,21 @@ TEST_F(SafetensorsTest, ChatTemplateAndDefaults) {
   EXPECT_EQ(m.chat_template, "{{ messages }}");
 }
 
+TEST_F(SafetensorsTest, MistralAndTemplateList) {
+  Tiny t;
+  auto dir = write_model("mistral", t);
+  json c = tiny_config(t);
+  c["architectures"] = {"MistralForCausalLM"};
+  c["model_type"] = "mistral";
+  write_file(dir / "config.json", c.dump());
+  write_file(dir / "tokenizer_config.json",
+             json{{"chat_template", {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}}}}
+                 .dump());
+  ModelDesc m = load_model_desc(dir.string());
+  EXPECT_EQ(m.hp.n_layers, t.layers);
+  EXPECT_EQ(m.chat_template, "D");
+}
+
 TEST_F(SafetensorsTest, ModelErrors) {
   Tiny t;
   auto dir = write_model("err", t);

@@ -85,6 +85,13 @@ inline void load_q8(const int8_t* qs, __m256 w[4]) {
   w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
 }
 
+// Hardware (F16C) half -> float for block scales; bit-identical to math::f16_to_f32.
+inline float h2f(const uint8_t* p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
 inline __m256 load_h8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -136,9 +143,7 @@ void row_dots(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const
       const size_t bb = dtype_info(t).block_bytes;
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = p + b * bb;
-        uint16_t dh;
-        memcpy(&dh, blk, 2);
-        const __m256 d = _mm256_set1_ps(f16_to_f32(dh));
+        const __m256 d = _mm256_set1_ps(h2f(blk));
         __m256 w[4];
         float m = 0.0f;
         if constexpr (t == DType::Q8_0) {
@@ -148,9 +153,7 @@ void row_dots(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const
           const __m256 eight = _mm256_set1_ps(8.0f);
           for (auto& v : w) v = _mm256_sub_ps(v, eight);
         } else {
-          uint16_t mh;
-          memcpy(&mh, blk + 2, 2);
-          m = f16_to_f32(mh);
+          m = h2f(blk + 2);
           load_q4(blk + 4, w);
         }
         for (int k = 0; k < N; ++k) {
@@ -262,21 +265,19 @@ void dequantize_rows(const WeightView& w, int64_t r0, int64_t nrows, float* out)
       const size_t bb = dtype_info(w.type).block_bytes;
       for (int64_t b = 0; b < w.cols / 32; ++b) {
         const uint8_t* blk = p + b * bb;
-        uint16_t dh, mh = 0;
-        memcpy(&dh, blk, 2);
+        const float dv = h2f(blk);
         __m256 v[4];
         __m256 off = _mm256_setzero_ps();
         if (w.type == DType::Q8_0) {
           load_q8(reinterpret_cast<const int8_t*>(blk + 2), v);
         } else if (w.type == DType::Q4_0) {
           load_q4(blk + 2, v);
-          off = _mm256_set1_ps(-8.0f * f16_to_f32(dh));
+          off = _mm256_set1_ps(-8.0f * dv);
         } else {
-          memcpy(&mh, blk + 2, 2);
           load_q4(blk + 4, v);
-          off = _mm256_set1_ps(f16_to_f32(mh));
+          off = _mm256_set1_ps(h2f(blk + 2));
         }
-        const __m256 d = _mm256_set1_ps(f16_to_f32(dh));
+        const __m256 d = _mm256_set1_ps(dv);
         for (int j = 0; j < 4; ++j) _mm256_storeu_ps(o + b * 32 + j * 8, _mm256_fmadd_ps(v[j], d, off));
       }
       continue;

@@ -182,7 +182,9 @@ std::string token_text(const json& v) {
 
 }  // namespace
 
-TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) {
+// A function-try-block: nlohmann's accessors (value(), get<>(), operator[])
+// throw json::exception on a wrong type; those become redwood::Error here.
+TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
   const json j = read_json(path);
   if (!j.is_object()) throw Error(path + ": not a tokenizer.json (top level is not an object)");
   const auto model_it = j.find("model");
@@ -344,6 +346,8 @@ TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) {
     if (id >= 0 && spec.types[static_cast<size_t>(id)] == TokenType::kNormal)
       spec.types[static_cast<size_t>(id)] = TokenType::kControl;
   return spec;
+} catch (const nlohmann::json::exception& e) {
+  throw Error(path + ": malformed tokenizer.json or tokenizer_config.json: " + e.what());
 }
 
 }  // namespace redwood
