@@ -221,8 +221,10 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
 
 void gemm_blocked(const WeightView& w, const float* x, int n, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
-  // Rows per block: the float tile stays around 512 KiB (L2-sized).
-  const int64_t rb = std::clamp<int64_t>((512 * 1024 / 4) / cols, 16, 256);
+  // Rows per block: sgemm repacks the activations once per call, so tiles are
+  // large (about 2 MiB of floats, L3-resident) while leaving >= 4 tiles per thread.
+  const int64_t tile_rows = std::clamp<int64_t>((2 << 20) / 4 / cols, 16, 512);
+  const int64_t rb = std::max<int64_t>(16, std::min(tile_rows, rows / 8 / 16 * 16));
   tbb::enumerable_thread_specific<std::vector<float>> tiles;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + rb - 1) / rb, 1),
                     [&](const tbb::blocked_range<int64_t>& r) {
