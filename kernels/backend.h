@@ -19,10 +19,11 @@ struct WeightView {
   const void* data = nullptr;
 };
 
-// Tree-masked attention over [committed prefix | new block]. Token i (0..n-1)
-// attends to every committed position 0..n_past-1 and to the new tokens listed
-// in anc[anc_off[i] .. anc_off[i+1]) (its ancestors among the new tokens plus
-// itself, ascending). k/v hold the layer's cache rows; new token i's row is n_past + i.
+// Tree-masked attention over [committed prefix | block]. The block holds rows
+// written since the last commit (earlier passes of a tree step) followed by
+// this pass's n tokens. Token i (0..n-1) attends to every committed position
+// 0..n_past-1 and to the block rows listed in anc[anc_off[i] .. anc_off[i+1])
+// (its ancestors plus itself, ascending); block row j is cache row n_past + j.
 struct AttentionArgs {
   const float* q = nullptr;  // [n][n_heads * head_dim] (RoPE applied)
   const float* k = nullptr;  // [>= n_past + n][n_kv_heads * head_dim]
@@ -30,7 +31,7 @@ struct AttentionArgs {
   float* out = nullptr;      // [n][n_heads * head_dim]
   int n = 0, n_past = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  const int32_t* parents = nullptr;  // [n], -1 = root (for kernels that walk the tree)
+  const int32_t* parents = nullptr;  // [block size], block-relative, -1 = root (for kernels that walk the tree)
   const int32_t* anc_off = nullptr;  // [n + 1]
   const int32_t* anc = nullptr;
   float scale = 1.0f;

@@ -143,6 +143,46 @@ TEST_P(TinyModel, ChunkedPrefillAndKvCompaction) {
   EXPECT_LT(rel_err(lg.data(), fresh.data(), r.V()), 2e-5);
 }
 
+TEST_P(TinyModel, TreeGrownLevelByLevelEqualsOnePass) {
+  Runner r(path);
+  std::mt19937 rng(11);
+  std::vector<int32_t> prefix = {5, 9, 13};
+  // A tree in BFS order with levels of 1, 3, 5 nodes.
+  std::vector<int32_t> parents = {-1, 0, 0, 0, 1, 1, 2, 3, 3}, toks(9), pos(9);
+  const int L = (int)prefix.size();
+  for (int i = 0; i < 9; ++i) {
+    toks[i] = (int32_t)(rng() % r.V());
+    pos[i] = parents[i] < 0 ? L : pos[parents[i]] + 1;
+  }
+  auto prefill = [&](KvCache& kv) {
+    std::vector<float> lg(r.V());
+    ChainBatch pre(prefix, 0);
+    r.tf->forward(pre.view(), kv, lg, LogitsRows::kLast);
+    kv.commit_prefix(L);
+  };
+  KvCache one = r.tf->make_cache(32);
+  prefill(one);
+  std::vector<float> all(9 * r.V());
+  r.tf->forward(Batch{toks, pos, parents}, one, all, LogitsRows::kAll);
+  KvCache lv = r.tf->make_cache(32);
+  prefill(lv);
+  const int levels[4] = {0, 1, 4, 9};
+  for (int l = 0; l < 3; ++l) {
+    const int a = levels[l], b = levels[l + 1];
+    std::vector<int32_t> t(toks.begin() + a, toks.begin() + b), p(pos.begin() + a, pos.begin() + b),
+        par(parents.begin() + a, parents.begin() + b);  // block-relative parents
+    std::vector<float> lg((b - a) * r.V());
+    r.tf->forward(Batch{t, p, par}, lv, lg, LogitsRows::kAll);
+    ASSERT_EQ(lv.pending(), b);
+    for (int i = a; i < b; ++i)
+      EXPECT_LT(rel_err(lg.data() + (size_t)(i - a) * r.V(), all.data() + (size_t)i * r.V(), r.V()), 2e-5)
+          << "node " << i;
+  }
+  lv.commit_path(std::vector<int32_t>{0, 2, 6});
+  EXPECT_EQ(lv.committed(), L + 3);
+  EXPECT_EQ(lv.pending(), 0);
+}
+
 TEST_P(TinyModel, BadBatchesAreErrors) {
   Runner r(path);
   KvCache kv = r.tf->make_cache(4);

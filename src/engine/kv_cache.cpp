@@ -18,15 +18,22 @@ KvCache::KvCache(int n_layers, int kv_dim, int capacity) : kv_dim_(kv_dim), capa
 
 uint64_t KvCache::bytes() const { return 2ull * k_.size() * capacity_ * kv_dim_ * sizeof(float); }
 
+void KvCache::append_pending(std::span<const int32_t> parents) {
+  if (committed_ + pending() + static_cast<int>(parents.size()) > capacity_)
+    throw Error("KV cache: pending block past capacity");
+  block_parent_.insert(block_parent_.end(), parents.begin(), parents.end());
+}
+
 void KvCache::commit_prefix(int n) {
-  if (n < 0 || committed_ + n > capacity_) throw Error("KV cache commit past capacity");
+  if (n < 0 || n > pending()) throw Error("KV cache: commit_prefix beyond the pending block");
   committed_ += n;
+  block_parent_.clear();
 }
 
 void KvCache::commit_path(std::span<const int32_t> rows) {
   int prev = -1;
   for (int32_t r : rows) {
-    if (r <= prev || committed_ + r >= capacity_) throw Error("KV cache commit_path: rows must ascend and fit");
+    if (r <= prev || r >= pending()) throw Error("KV cache commit_path: rows must ascend within the pending block");
     prev = r;
   }
   const size_t row = static_cast<size_t>(kv_dim_) * sizeof(float);
@@ -39,11 +46,13 @@ void KvCache::commit_path(std::span<const int32_t> rows) {
       memmove(v_[l].data() + dst, v_[l].data() + src, row);
     }
   committed_ += static_cast<int>(rows.size());
+  block_parent_.clear();
 }
 
 void KvCache::truncate(int n) {
   if (n < 0 || n > committed_) throw Error("KV cache truncate out of range");
   committed_ = n;
+  block_parent_.clear();
 }
 
 }  // namespace redwood

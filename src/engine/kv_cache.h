@@ -1,8 +1,11 @@
 // Per-model KV cache: for each layer, K and V rows [capacity][n_kv_heads * head_dim]
-// (float32). Rows 0..committed()-1 hold the committed sequence; a pass over n new
-// tokens writes rows committed()..committed()+n-1, which stay uncommitted until
-// commit_prefix(n) (a chain, e.g. prefill or decode) or commit_path(rows) (the
-// accepted path of a tree, compacted in place) makes them part of the sequence.
+// (float32). Rows 0..committed()-1 hold the committed sequence. After them lies the
+// pending block: rows written by passes since the last commit (a draft tree grows
+// level by level over several passes). A pass over n new tokens appends rows
+// committed()+pending()..+n-1; its parents index the whole block (block-relative).
+// commit_prefix(n) (a chain: prefill, decode) or commit_path(rows) (the accepted
+// path of a tree, compacted in place) makes rows part of the sequence and clears
+// the block; discard() drops it.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -16,6 +19,11 @@ class KvCache {
 
   int capacity() const { return capacity_; }
   int committed() const { return committed_; }
+  int pending() const { return static_cast<int>(block_parent_.size()); }
+  // Parent of each pending row (block-relative, -1 = attends to the prefix only).
+  const std::vector<int32_t>& block_parents() const { return block_parent_; }
+  // Called by the forward pass after writing n rows.
+  void append_pending(std::span<const int32_t> parents);
   int kv_dim() const { return kv_dim_; }
   int n_layers() const { return static_cast<int>(k_.size()); }
   uint64_t bytes() const;
@@ -23,17 +31,19 @@ class KvCache {
   float* k(int layer) { return k_[layer].data(); }
   float* v(int layer) { return v_[layer].data(); }
 
-  // Commit the first n new rows (chain).
+  // Commit the first n pending rows (a chain) and drop the rest of the block.
   void commit_prefix(int n);
-  // Commit new rows rows[0] < rows[1] < ... (indices among the new block) as
-  // consecutive positions: rows are moved down in place, the rest dropped.
+  // Commit pending rows rows[0] < rows[1] < ... (block indices) as consecutive
+  // positions: rows are moved down in place, the rest dropped.
   void commit_path(std::span<const int32_t> rows);
+  void discard() { block_parent_.clear(); }
   // Forget everything from position n on.
   void truncate(int n);
 
  private:
   int kv_dim_, capacity_;
   int committed_ = 0;
+  std::vector<int32_t> block_parent_;
   std::vector<std::vector<float>> k_, v_;
 };
 

@@ -42,27 +42,31 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   if (b.positions.size() != b.tokens.size() || b.parents.size() != b.tokens.size())
     throw Error("forward pass: tokens, positions and parents differ in length");
   const int n_past = kv.committed();
-  if (n_past + n > kv.capacity())
-    throw Error("forward pass: " + std::to_string(n_past + n) + " tokens exceed the KV cache capacity " +
+  const int pend = kv.pending();
+  if (n_past + pend + n > kv.capacity())
+    throw Error("forward pass: " + std::to_string(n_past + pend + n) + " tokens exceed the KV cache capacity " +
                 std::to_string(kv.capacity()));
   const size_t out_rows = rows == LogitsRows::kAll ? n : 1;
   if (logits.size() < out_rows * hp_.vocab) throw Error("forward pass: logits buffer too small");
   for (int i = 0; i < n; ++i) {
     if (b.tokens[i] < 0 || b.tokens[i] >= hp_.vocab)
       throw Error("forward pass: token id " + std::to_string(b.tokens[i]) + " out of range");
-    if (b.parents[i] < -1 || b.parents[i] >= i)
+    if (b.parents[i] < -1 || b.parents[i] >= pend + i)
       throw Error("forward pass: parent of token " + std::to_string(i) + " must be -1 or an earlier token");
     if (b.positions[i] < 0) throw Error("forward pass: negative position");
   }
   ensure_scratch(n);
 
-  // Ancestor lists (ascending, self included) from the parent array: CSR.
+  // Parents of the whole block (pending rows, then this batch) and each new
+  // token's ancestor list (block rows, ascending, self included): CSR.
+  block_parents_ = kv.block_parents();
+  block_parents_.insert(block_parents_.end(), b.parents.begin(), b.parents.end());
   anc_off_.assign(n + 1, 0);
   anc_.clear();
   std::vector<int32_t> path;
   for (int i = 0; i < n; ++i) {
     path.clear();
-    for (int j = i; j >= 0; j = b.parents[j]) path.push_back(j);
+    for (int j = pend + i; j >= 0; j = block_parents_[j]) path.push_back(j);
     anc_.insert(anc_.end(), path.rbegin(), path.rend());
     anc_off_[i + 1] = static_cast<int32_t>(anc_.size());
   }
@@ -82,8 +86,8 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     be_.matmul(L.wv, xn_.data(), n, v_.data());
     be_.rope(q_.data(), n, hp_.n_heads, hd, b.positions.data(), hp_.rope_base, hp_.rope_mode);
     be_.rope(k_.data(), n, hp_.n_kv_heads, hd, b.positions.data(), hp_.rope_base, hp_.rope_mode);
-    float* kc = kv.k(l) + static_cast<size_t>(n_past) * kv_dim;
-    float* vc = kv.v(l) + static_cast<size_t>(n_past) * kv_dim;
+    float* kc = kv.k(l) + static_cast<size_t>(n_past + pend) * kv_dim;
+    float* vc = kv.v(l) + static_cast<size_t>(n_past + pend) * kv_dim;
     memcpy(kc, k_.data(), sizeof(float) * n * kv_dim);
     memcpy(vc, v_.data(), sizeof(float) * n * kv_dim);
     AttentionArgs a;
@@ -96,7 +100,7 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     a.n_heads = hp_.n_heads;
     a.n_kv_heads = hp_.n_kv_heads;
     a.head_dim = hd;
-    a.parents = b.parents.data();
+    a.parents = block_parents_.data();
     a.anc_off = anc_off_.data();
     a.anc = anc_.data();
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -113,6 +117,7 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     w_.release(l);
   }
   w_.end_pass();
+  kv.append_pending(b.parents);
 
   const float* last = x_.data() + (rows == LogitsRows::kAll ? 0 : static_cast<size_t>(n - 1) * dim);
   const int m = static_cast<int>(out_rows);

@@ -14,10 +14,14 @@
 
 namespace redwood {
 
+// n new tokens. parents are block-relative: the KV cache's pending block (rows
+// written since the last commit) comes first, then this batch; so parents[i] is
+// -1 or < pending + i. With an empty pending block this is simply "an earlier
+// token of this batch".
 struct Batch {
   std::span<const int32_t> tokens;
   std::span<const int32_t> positions;
-  std::span<const int32_t> parents;  // parents[i] < i, or -1
+  std::span<const int32_t> parents;
 };
 
 // A chain batch for tokens at positions start, start+1, ... (prefill/decode).
@@ -41,9 +45,10 @@ class Transformer {
   const LlamaHParams& hparams() const { return hp_; }
   KvCache make_cache(int capacity) const;
 
-  // Runs one pass. K/V of new token i are written to cache row committed()+i;
-  // nothing is committed (the caller commits a prefix or a path). Writes vocab
-  // floats per selected row to logits (n rows for kAll, 1 for kLast).
+  // Runs one pass. K/V of new token i are written to cache row
+  // committed() + pending() + i and become pending rows; nothing is committed
+  // (the caller commits a prefix or a path). Writes vocab floats per selected
+  // row to logits (n rows for kAll, 1 for kLast).
   // Throws redwood::Error on an invalid batch (bad parents, tokens, capacity).
   PassStats forward(const Batch& b, KvCache& kv, std::span<float> logits, LogitsRows rows = LogitsRows::kAll);
 
@@ -56,7 +61,7 @@ class Transformer {
   // Activation scratch, sized for the largest n seen.
   int cap_n_ = 0;
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_;
-  std::vector<int32_t> anc_off_, anc_;
+  std::vector<int32_t> anc_off_, anc_, block_parents_;
 };
 
 }  // namespace redwood
