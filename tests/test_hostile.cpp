@@ -119,7 +119,9 @@ void replay(const std::string& sub, bool (*run)(const uint8_t*, size_t)) {
     try {
       const bool loaded = run(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
       // valid_* inputs are the fuzzing seeds that must load (the harness reaches deep code).
-      if (fs::path(f).filename().string().starts_with("valid_")) EXPECT_TRUE(loaded) << f << " did not load";
+      if (fs::path(f).filename().string().starts_with("valid_")) {
+        EXPECT_TRUE(loaded) << f << " did not load";
+      }
     } catch (const std::exception& e) {
       ADD_FAILURE() << f << ": threw " << typeid(e).name() << " instead of redwood::Error: " << e.what();
     }

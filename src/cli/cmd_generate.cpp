@@ -1,5 +1,7 @@
-// redwood generate: autoregressive decoding with streaming output.
+// redwood generate: autoregressive decoding, or speculative decoding with a
+// draft model and a token tree (--draft), with streaming output.
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -7,6 +9,7 @@
 #include "src/cli/common.h"
 #include "src/engine/sampler.h"
 #include "src/model/chat_template.h"
+#include "src/spec/speculate.h"
 #include "src/util/error.h"
 
 namespace redwood::cli {
@@ -21,6 +24,9 @@ struct GenerateOptions {
   bool json = false;
   bool chat = false;
   int ctx = 0;
+  // speculative decoding
+  std::string draft, tree = "sequoia", verify, acceptance;
+  int budget = 64, depth = 8;
 };
 
 double now() {
@@ -47,25 +53,17 @@ int run_generate(GenerateOptions& o) {
   const int capacity = o.ctx > 0 ? o.ctx : static_cast<int>(prompt.size()) + o.max_tokens + 1;
   if (static_cast<int>(prompt.size()) + o.max_tokens > capacity)
     throw Error("prompt + --max-tokens exceed --ctx " + std::to_string(capacity));
-  KvCache kv = m.transformer->make_cache(capacity);
-  Sampler sampler(o.sampling);
-  std::vector<float> logits(m.desc.hp.vocab);
   Utf8Stream utf8;
   std::string text;
   std::vector<int32_t> out;
   std::string finish = "length";
 
-  const double t0 = now();
-  ChainBatch pre(prompt, 0);
-  m.transformer->forward(pre.view(), kv, logits, LogitsRows::kLast);
-  kv.commit_prefix(static_cast<int>(prompt.size()));
-  const double t_prefill = now() - t0;
-  const double t1 = now();
-  for (int i = 0; i < o.max_tokens; ++i) {
-    const int32_t tok = sampler.sample(logits);
+  // Emits one token; returns false when generation must stop.
+  auto emit = [&](int32_t tok) {
+    if (static_cast<int>(out.size()) >= o.max_tokens) return false;
     if (m.tokenizer->is_eog(tok)) {
       finish = "stop";
-      break;
+      return false;
     }
     out.push_back(tok);
     const std::string piece = utf8.push(m.tokenizer->token_bytes(tok));
@@ -74,11 +72,47 @@ int run_generate(GenerateOptions& o) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
-    if (i + 1 == o.max_tokens) break;
-    const int32_t pos = kv.committed();
-    const int32_t parent = -1;
-    m.transformer->forward(Batch{{&tok, 1}, {&pos, 1}, {&parent, 1}}, kv, logits, LogitsRows::kLast);
-    kv.commit_prefix(1);
+    return static_cast<int>(out.size()) < o.max_tokens;
+  };
+
+  double t_prefill = 0, t1 = 0;
+  std::optional<spec::SpecStats> sstats;
+  if (o.draft.empty()) {
+    KvCache kv = m.transformer->make_cache(capacity);
+    Sampler sampler(o.sampling);
+    std::vector<float> logits(m.desc.hp.vocab);
+    const double t0 = now();
+    ChainBatch pre(prompt, 0);
+    m.transformer->forward(pre.view(), kv, logits, LogitsRows::kLast);
+    kv.commit_prefix(static_cast<int>(prompt.size()));
+    t_prefill = now() - t0;
+    t1 = now();
+    while (true) {
+      const int32_t tok = sampler.sample(logits);
+      if (!emit(tok)) break;
+      const int32_t pos = kv.committed();
+      const int32_t parent = -1;
+      m.transformer->forward(Batch{{&tok, 1}, {&pos, 1}, {&parent, 1}}, kv, logits, LogitsRows::kLast);
+      kv.commit_prefix(1);
+    }
+  } else {
+    LoadedModel d = load_model(o.draft);
+    spec::SpecConfig cfg;
+    cfg.sampling = o.sampling;
+    cfg.verifier = o.verify.empty() ? (o.sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia)
+                                    : spec::parse_verifier(o.verify);
+    cfg.shape = spec::make_tree_shape(o.tree, o.budget, o.depth, o.acceptance);
+    spec::SpecDecoder dec(*m.transformer, *d.transformer, m.desc, d.desc, cfg, capacity + cfg.shape.size() + 2);
+    const double t0 = now();
+    dec.start(prompt);
+    t_prefill = now() - t0;
+    t1 = now();
+    bool go = true;
+    while (go) {
+      for (int32_t tok : dec.step())
+        if (!(go = emit(tok))) break;
+    }
+    sstats = dec.stats();
   }
   const std::string tail = utf8.flush();
   text += tail;
@@ -94,12 +128,24 @@ int run_generate(GenerateOptions& o) {
     j["prefill_seconds"] = t_prefill;
     j["s_per_token"] = spt;
     j["finish_reason"] = finish;
+    if (sstats) {
+      j["target_passes"] = sstats->target_passes;
+      j["draft_passes"] = sstats->draft_passes;
+      j["mean_accepted"] = sstats->target_passes ? double(sstats->emitted) / sstats->target_passes : 0.0;
+      j["accepted_by_depth"] = sstats->accepted_by_depth;
+      j["draft_seconds"] = sstats->draft_seconds;
+      j["verify_seconds"] = sstats->verify_seconds;
+    }
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
-    std::fprintf(stderr, "[%zu prompt tokens in %.3f s; %zu tokens, %.4f s/token, %.2f tokens/s]\n", prompt.size(),
+    std::fprintf(stderr, "[%zu prompt tokens in %.3f s; %zu tokens, %.4f s/token, %.2f tokens/s", prompt.size(),
                  t_prefill, out.size(), spt, spt > 0 ? 1.0 / spt : 0.0);
+    if (sstats && sstats->target_passes)
+      std::fprintf(stderr, "; %d target passes, %.2f tokens/pass", sstats->target_passes,
+                   double(sstats->emitted) / sstats->target_passes);
+    std::fprintf(stderr, "]\n");
   }
   return 0;
 }
@@ -119,6 +165,12 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--seed", o->sampling.seed, "Random seed");
   c->add_option("--ctx", o->ctx, "KV cache capacity (default: prompt + max tokens)")->check(CLI::Range(1, 1 << 24));
   c->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
+  c->add_option("--draft", o->draft, "Draft model (same vocabulary): enables speculative decoding");
+  c->add_option("--tree", o->tree, "Tree: chain:K | kary:WxD | sequoia | sequoia:FILE (default sequoia)");
+  c->add_option("--verify", o->verify, "Verifier: greedy | specinfer | sequoia (default: greedy at T=0, else sequoia)");
+  c->add_option("--budget", o->budget, "sequoia: nodes per target pass, root included")->check(CLI::Range(1, 8192));
+  c->add_option("--depth", o->depth, "sequoia: maximum depth in levels, root included (as in the Sequoia paper)")->check(CLI::Range(1, 1024));
+  c->add_option("--acceptance", o->acceptance, "sequoia: acceptance vector JSON {\"acceptance\": [...]}");
   return [o] { return run_generate(*o); };
 }
 

@@ -11,4 +11,5 @@ Runner add_generate(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_logits(CLI::App& app);
+Runner add_make_draft(CLI::App& app);
 }  // namespace redwood::cli

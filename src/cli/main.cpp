@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_info(app), "info");
   reg(redwood::cli::add_tokenize(app), "tokenize");
   reg(redwood::cli::add_logits(app), "logits");
+  reg(redwood::cli::add_make_draft(app), "make-draft");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -29,8 +29,12 @@ Verifier parse_verifier(const std::string& s);  // throws redwood::Error
 //              uniformly random order); fewer than k positive tokens is fine.
 //              Implemented as successive sampling (x_i ~ q restricted to the
 //              tokens not yet drawn), which has exactly that (Plackett-Luce) law
-//              and costs O(V + k log V) instead of V logarithms.
+//              and costs one O(V) pass plus O(V/256 + 256) per draw instead of V
+//              logarithms.
 // Greedy and Sequoia return min(k, V) tokens; k < 0 or bad q -> redwood::Error.
+// For greedy, pass a non-degenerate q (e.g. the draft's T = 1 softmax): top-k
+// of a one-hot vector is the argmax followed by the lowest ids.
+// The verifier must later see the same q (proportional is enough) at that node.
 std::vector<int32_t> sample_children(Verifier v, std::span<const float> q, int k, Rng& rng);
 
 // The tree as the verifier sees it: nodes 0..n-1, parents precede children;
@@ -88,8 +92,8 @@ class NodeVerifier {
 
   Verifier v_ = Verifier::kSequoia;
   std::span<const float> p_, q_;
-  double sp_ = 0, sq_ = 0;  // sums of p and q
-  bool dense_ = false;      // R_/D_ hold the state (else R = p/sp, D = q/sq)
+  double ip_ = 0, iq_ = 0;  // 1 / sum(p), 1 / sum(q)
+  bool dense_ = false;      // R_/D_ hold the state (else R = p * ip_, D = q * iq_)
   std::vector<double> R_, D_, onehot_;
   std::vector<uint8_t> rejected_;     // Sequoia: membership of S (dense)
   std::vector<int32_t> rejected_list_;
@@ -102,7 +106,8 @@ class NodeVerifier {
 // children (in order); an accepted child -> descend; all rejected -> bonus from
 // the residual; at a leaf (or node without children) -> bonus from p.
 // Random draws: one rng.uniform() per tested child, one for the bonus (greedy:
-// none). Greedy never calls `draft`. The span returned by target(u) / draft(u)
+// none). Greedy never calls `draft`; the others call it only for nodes that
+// have children (a leaf's draft distribution may be absent/empty). The span returned by target(u) / draft(u)
 // must stay valid until the next call of the same function (each is called once
 // per node on the accepted path, the node finished before the next call).
 // Throws redwood::Error on a malformed tree, token ids outside the vocabulary or
