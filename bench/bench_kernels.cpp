@@ -120,8 +120,11 @@ double fma_peak() {
 #endif
 }
 
+// Matrices live in AlignedBuffer (2 MiB aligned, transparent huge pages), as
+// model weights do.
 struct Mat {
-  std::vector<uint8_t> bytes;
+  AlignedBuffer buf;
+  size_t size = 0;
   WeightView view;
 };
 
@@ -129,14 +132,16 @@ Mat random_matrix(DType t, int64_t rows, int64_t cols) {
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
   Mat m;
+  const size_t rb = *row_bytes(t, cols);
+  m.size = rows * rb;
+  m.buf = AlignedBuffer(m.size);
   std::vector<float> row(cols);
-  m.bytes.reserve(rows * *row_bytes(t, cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (auto& x : row) x = nd(rng);
     auto q = testutil::quantize_row(t, row.data(), cols);
-    m.bytes.insert(m.bytes.end(), q.begin(), q.end());
+    memcpy(m.buf.data() + r * rb, q.data(), rb);
   }
-  m.view = WeightView{t, rows, cols, m.bytes.data()};
+  m.view = WeightView{t, rows, cols, m.buf.data()};
   return m;
 }
 
@@ -172,9 +177,9 @@ int main(int argc, char** argv) {
     Mat m = random_matrix(t, rows, cols);
     std::vector<float> x(cols, 0.5f), y(rows);
     const double tt = median_time(quick ? 3 : 9, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
-    const double gbps = m.bytes.size() / tt;
+    const double gbps = m.size / tt;
     std::printf("  %-5s %8.2f MB  %7.3f ms  %6.2f GB/s  ratio %.2f ; %.2f\n", std::string(dtype_name(t)).c_str(),
-                m.bytes.size() / 1e6, tt * 1e3, gbps / 1e9, gbps / bw, gbps / rbw);
+                m.size / 1e6, tt * 1e3, gbps / 1e9, gbps / bw, gbps / rbw);
     J["gemv"][std::string(dtype_name(t))] = {
         {"GBps", gbps / 1e9}, {"ratio_to_copy", gbps / bw}, {"ratio_to_read", gbps / rbw}, {"ms", tt * 1e3}};
   }
