@@ -727,3 +727,14 @@ TEST_F(RealTokenizer, Fast) {
 
 }  // namespace
 }  // namespace redwood
+
+TEST(HfTokenizerJson, SparseIdsAndDeepNestingAreErrors) {
+  const std::string dir = ::testing::TempDir();
+  const std::string sparse = dir + "sparse_tokenizer.json";
+  std::ofstream(sparse) << R"({"model": {"type": "BPE", "vocab": {"a": 16000000}, "merges": []}})";
+  EXPECT_THROW(redwood::tokenizer_spec_from_hf_json(sparse), redwood::Error);
+  const std::string deep = dir + "deep_tokenizer.json";
+  std::string nested(100000, '[');
+  std::ofstream(deep) << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "x": )" << nested;
+  EXPECT_THROW(redwood::tokenizer_spec_from_hf_json(deep), redwood::Error);
+}

@@ -106,12 +106,24 @@ namespace {
 
 using nlohmann::json;
 
+// Bounded JSON reading: real tokenizer files are tens of MiB at most and a few
+// levels deep; anything beyond is hostile (a huge allocation or deep recursion).
+constexpr std::streamoff kMaxJsonBytes = std::streamoff{256} << 20;
+constexpr int kMaxJsonDepth = 64;
+
 json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error(path + ": cannot open");
+  const std::streamoff size = in.tellg();
+  if (size > kMaxJsonBytes) throw Error(path + ": file too large for a tokenizer description");
+  in.seekg(0);
   std::stringstream ss;
   ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t, json&) -> bool {
+    if (depth > kMaxJsonDepth) throw Error(path + ": JSON nested too deeply");
+    return true;
+  };
+  json j = json::parse(ss.str(), cb, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Error(path + ": malformed JSON");
   return j;
 }
@@ -226,6 +238,12 @@ TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
       max_id = std::max(max_id, id);
     }
   }
+  // Ids must be (nearly) dense: a few unnamed ids are tolerated, a sparse id
+  // space (e.g. one token with id 16,000,000) would only allocate a huge table.
+  const int64_t named = static_cast<int64_t>(entries.size() + added.size());
+  if (max_id + 1 > 2 * named + 1024)
+    throw Error(path + ": token ids are sparse (largest id " + std::to_string(max_id) + " for " +
+                std::to_string(named) + " tokens)");
   const auto n = static_cast<size_t>(max_id + 1);
   spec.tokens.assign(n, std::string());
   spec.types.assign(n, TokenType::kUnused);  // ids nobody names stay unused, decode to ""
