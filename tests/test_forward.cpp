@@ -11,6 +11,7 @@
 #include "src/engine/weights.h"
 #include "src/model/model_desc.h"
 #include "src/util/error.h"
+#include "tests/util/test_model.h"
 #include "tests/util/tiny_gguf.h"
 
 using namespace redwood;
@@ -29,16 +30,8 @@ double rel_err(const float* a, const float* b, size_t n) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-struct Runner {
-  ModelDesc desc;
-  std::unique_ptr<ResidentWeights> w;
-  std::unique_ptr<Backend> be = make_cpu_backend();
-  std::unique_ptr<Transformer> tf;
-  explicit Runner(const std::string& path) : desc(load_model_desc(path)) {
-    w = std::make_unique<ResidentWeights>(desc);
-    tf = std::make_unique<Transformer>(desc, *w, *be);
-  }
-  int V() const { return desc.hp.vocab; }
+struct Runner : testutil::TestModel {
+  using TestModel::TestModel;
   // Logits of the last token of prefix+seq, run as plain chains from scratch.
   std::vector<float> chain_last(const std::vector<int32_t>& prefix, const std::vector<int32_t>& seq) {
     std::vector<int32_t> all = prefix;

@@ -12,21 +12,13 @@
 #include "src/model/model_desc.h"
 #include "src/spec/speculate.h"
 #include "src/util/error.h"
+#include "tests/util/test_model.h"
 
 using namespace redwood;
 
 namespace {
 
-struct Model {
-  ModelDesc desc;
-  std::unique_ptr<ResidentWeights> w;
-  std::unique_ptr<Backend> be = make_cpu_backend();
-  std::unique_ptr<Transformer> tf;
-  explicit Model(const std::string& p) : desc(load_model_desc(p)) {
-    w = std::make_unique<ResidentWeights>(desc);
-    tf = std::make_unique<Transformer>(desc, *w, *be);
-  }
-};
+using Model = testutil::TestModel;
 
 class Spec : public ::testing::Test {
  protected:

@@ -171,23 +171,7 @@ class BpeTokenizer final : public TokenizerBase {
       byte_id_[static_cast<size_t>(b)] = find_token(s);
     }
 
-    // Merges: "a b" in rank order. Merges whose parts or result are not in the
-    // vocabulary can never apply and are skipped; a merge without a separator
-    // is an error. For repeated pairs the first (best) rank wins.
-    merges_.reserve(spec_.merges.size());
-    std::string joined;
-    for (size_t r = 0; r < spec_.merges.size(); ++r) {
-      const std::string& m = spec_.merges[r];
-      const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
-      if (sp == std::string::npos)
-        throw Error("tokenizer: malformed merge #" + std::to_string(r) + " (no space separator)");
-      const std::string_view a = std::string_view(m).substr(0, sp), b = std::string_view(m).substr(sp + 1);
-      joined.assign(a);
-      joined.append(b);
-      const int32_t ia = find_token(a), ib = find_token(b), ic = find_token(joined);
-      if (ia < 0 || ib < 0 || ic < 0) continue;
-      merges_.emplace(key(ia, ib), Merge{static_cast<int32_t>(r), ic});
-    }
+    merges_ = build_merges();
 
     // Decoded bytes of every token: undo the byte mapping; characters outside
     // it (and invalid UTF-8) are kept as they are.
@@ -235,10 +219,6 @@ class BpeTokenizer final : public TokenizerBase {
   }
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t id;
-  };
   struct Sym {
     int32_t id;
     int32_t prev, next;
@@ -254,15 +234,11 @@ class BpeTokenizer final : public TokenizerBase {
     std::string mapped;
   };
 
-  static uint64_t key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
-
   void push_pair(Scratch& sc, int32_t left, int32_t right) const {
     const Sym& l = sc.syms[static_cast<size_t>(left)];
     const Sym& r = sc.syms[static_cast<size_t>(right)];
     if (l.id < 0 || r.id < 0) return;
-    auto it = merges_.find(key(l.id, r.id));
+    auto it = merges_.find(merge_key(l.id, r.id));
     if (it == merges_.end()) return;
     sc.heap.push_back({it->second.rank, left, right, l.id, r.id, it->second.id});
     std::push_heap(sc.heap.begin(), sc.heap.end(), std::greater<>());

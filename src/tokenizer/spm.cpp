@@ -41,21 +41,7 @@ class SpmTokenizer final : public TokenizerBase {
  public:
   explicit SpmTokenizer(TokenizerSpec spec) : TokenizerBase(std::move(spec)) {
     use_merges_ = spec_.scores.empty() && !spec_.merges.empty();
-    if (use_merges_) {
-      std::string joined;
-      for (size_t r = 0; r < spec_.merges.size(); ++r) {
-        const std::string& m = spec_.merges[r];
-        const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
-        if (sp == std::string::npos)
-          throw Error("tokenizer: malformed merge #" + std::to_string(r) + " (no space separator)");
-        const std::string_view a = std::string_view(m).substr(0, sp), b = std::string_view(m).substr(sp + 1);
-        joined.assign(a);
-        joined.append(b);
-        const int32_t ia = find_token(a), ib = find_token(b), ic = find_token(joined);
-        if (ia < 0 || ib < 0 || ic < 0) continue;  // can never apply
-        merges_.emplace(key(ia, ib), Merge{static_cast<int32_t>(r), ic});
-      }
-    }
+    if (use_merges_) merges_ = build_merges();
     for (int b = 0; b < 256; ++b) {
       char name[8];
       std::snprintf(name, sizeof name, "<0x%02X>", b);
@@ -114,7 +100,7 @@ class SpmTokenizer final : public TokenizerBase {
       int32_t id;
       if (use_merges_) {
         if (l.id < 0 || r.id < 0) return;
-        auto it = merges_.find(key(l.id, r.id));
+        auto it = merges_.find(merge_key(l.id, r.id));
         if (it == merges_.end()) return;
         score = -static_cast<double>(it->second.rank);
         id = it->second.id;
@@ -163,10 +149,6 @@ class SpmTokenizer final : public TokenizerBase {
   }
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t id;
-  };
   struct Sym {
     uint32_t start, len;  // len 0: merged away
     int32_t id;           // vocabulary id of the piece, or -1
@@ -184,10 +166,6 @@ class SpmTokenizer final : public TokenizerBase {
       return a.score != b.score ? a.score < b.score : a.left > b.left;
     }
   };
-
-  static uint64_t key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
 
   bool use_merges_ = false;
   std::unordered_map<uint64_t, Merge> merges_;

@@ -220,6 +220,25 @@ std::string TokenizerBase::token_bytes(int32_t id, bool render_special) const {
   }
 }
 
+std::unordered_map<uint64_t, TokenizerBase::Merge> TokenizerBase::build_merges() const {
+  std::unordered_map<uint64_t, Merge> merges;
+  merges.reserve(spec_.merges.size());
+  std::string joined;
+  for (size_t r = 0; r < spec_.merges.size(); ++r) {
+    const std::string& m = spec_.merges[r];
+    const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
+    if (sp == std::string::npos)
+      throw Error("tokenizer: malformed merge #" + std::to_string(r) + " (no space separator)");
+    const std::string_view a = std::string_view(m).substr(0, sp), b = std::string_view(m).substr(sp + 1);
+    joined.assign(a);
+    joined.append(b);
+    const int32_t ia = find_token(a), ib = find_token(b), ic = find_token(joined);
+    if (ia < 0 || ib < 0 || ic < 0) continue;  // can never apply
+    merges.emplace(merge_key(ia, ib), Merge{static_cast<int32_t>(r), ic});
+  }
+  return merges;
+}
+
 }  // namespace tok
 
 std::unique_ptr<Tokenizer> Tokenizer::create(TokenizerSpec spec) {

@@ -49,6 +49,20 @@ class TokenizerBase : public Tokenizer {
     return it == text_to_id_.end() ? -1 : it->second;
   }
   TokenType type_of(int32_t id) const { return types_[static_cast<size_t>(id)]; }
+
+  // BPE merge table shared by both kinds: pair (left id, right id) -> rank and
+  // the merged token's id. Built from spec_.merges ("a b" in rank order):
+  // merges whose parts or result are not in the vocabulary can never apply and
+  // are skipped; a merge without a separator is an error; for repeated pairs
+  // the first (best) rank wins.
+  struct Merge {
+    int32_t rank;
+    int32_t id;
+  };
+  static uint64_t merge_key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  std::unordered_map<uint64_t, Merge> build_merges() const;
   // Decoded bytes of every token (filled by the subclass constructor).
   std::vector<std::string> decoded_;
 
