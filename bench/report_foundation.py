@@ -1,0 +1,20 @@
+#!/usr/bin/env python3
+"""Formats bench_kernels --json output as the markdown tables of docs/PERFORMANCE.md."""
+import json, sys
+
+j = json.load(open(sys.argv[1]))
+print(f"Machine: {j['threads']} threads. STREAM-style copy {j['copy_bw_GBps']:.2f} GB/s (read + write), "
+      f"read-only sum {j['read_bw_GBps']:.2f} GB/s, AVX2 FMA peak {j['fma_peak_GFLOPs']:.1f} GFLOP/s.\n")
+print("| GEMV n = 1 (8192 x 8192) | GB/s of weights | / copy bw (goal >= 0.8) | / read-only bw |")
+print("|---|---|---|---|")
+for t, v in j["gemv"].items():
+    print(f"| {t} | {v['GBps']:.2f} | {v['ratio_to_copy']:.2f} | {v['ratio_to_read']:.2f} |")
+print("\n| batched matmul (4096 x 4096) | n | GFLOP/s | / FMA peak (goal >= 0.5) |")
+print("|---|---|---|---|")
+for t, v in j["gemm"].items():
+    for n, r in v.items():
+        print(f"| {t} | {n} | {r['GFLOPs']:.1f} | {r['ratio_to_peak']:.2f} |")
+print("\n| model | weights GB | decode tok/s | 64-token prefill tok/s |")
+print("|---|---|---|---|")
+for m, v in j["models"].items():
+    print(f"| {m} | {v['weights_GB']:.2f} | {v['decode_tok_s']:.2f} | {v['prefill64_tok_s']:.2f} |")
