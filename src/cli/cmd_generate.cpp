@@ -140,6 +140,7 @@ int run_generate(GenerateOptions& o) {
   } else {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
+    std::fflush(stdout);  // the text ends before the stats line on stderr
     std::fprintf(stderr, "[%zu prompt tokens in %.3f s; %zu tokens, %.4f s/token, %.2f tokens/s", prompt.size(),
                  t_prefill, out.size(), spt, spt > 0 ? 1.0 / spt : 0.0);
     if (sstats && sstats->target_passes)
