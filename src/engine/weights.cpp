@@ -11,6 +11,7 @@
 
 #include "kernels/common/math.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood {
 
@@ -35,22 +36,6 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
 }
 
 AlignedBuffer::~AlignedBuffer() { std::free(p_); }
-
-void read_extent(int fd, const std::string& path, uint64_t offset, uint64_t bytes, void* dst) {
-  auto* out = static_cast<uint8_t*>(dst);
-  uint64_t done = 0;
-  while (done < bytes) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(bytes - done, 1ull << 30));
-    const ssize_t r = ::pread(fd, out + done, want, static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      throw Error(path + ": read error at offset " + std::to_string(offset + done) + ": " + strerror(errno));
-    }
-    if (r == 0)
-      throw Error(path + ": unexpected end of file at offset " + std::to_string(offset + done) + " (truncated?)");
-    done += static_cast<uint64_t>(r);
-  }
-}
 
 void norm_to_f32(DType t, const void* src, int64_t n, float* dst) {
   const auto* p = static_cast<const uint8_t*>(src);
@@ -94,7 +79,7 @@ ResidentWeights::ResidentWeights(const ModelDesc& m) {
     std::vector<const uint8_t*> ptrs;
     uint64_t off = 0;
     for (const auto* t : ts) {
-      read_extent(files.fds.at(t->file), m.files[t->file], t->offset, t->bytes, buf.data() + off);
+      read_exact(files.fds.at(t->file), m.files[t->file], buf.data() + off, t->bytes, t->offset);
       ptrs.push_back(buf.data() + off);
       off += align64(t->bytes);
     }

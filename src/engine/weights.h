@@ -51,10 +51,6 @@ class AlignedBuffer {
   size_t n_ = 0;
 };
 
-// Reads [offset, offset + bytes) of a file into dst: pread loop, EINTR and
-// short reads handled, EOF or I/O errors -> redwood::Error naming the file.
-void read_extent(int fd, const std::string& path, uint64_t offset, uint64_t bytes, void* dst);
-
 // Converts a norm vector (F32/F16/BF16 bytes) to float.
 void norm_to_f32(DType t, const void* src, int64_t n, float* dst);
 

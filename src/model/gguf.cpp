@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood {
 
@@ -76,17 +77,8 @@ class Reader {
   void refill() {
     if (buf_.empty()) buf_.resize(std::min<uint64_t>(1 << 20, size_));  // small files: a small buffer
     const uint64_t want = std::min<uint64_t>(buf_.size(), size_ - pos_);
-    uint64_t got = 0;
-    while (got < want) {
-      const ssize_t r = ::pread(fd_, buf_.data() + got, want - got, static_cast<off_t>(pos_ + got));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        fail(std::string("read error: ") + strerror(errno));
-      }
-      if (r == 0) fail("unexpected end of file (file shrank while reading?)");
-      got += static_cast<uint64_t>(r);
-    }
-    buf_len_ = got;
+    read_exact(fd_, path_, buf_.data(), want, pos_);
+    buf_len_ = want;
     buf_pos_ = 0;
   }
 

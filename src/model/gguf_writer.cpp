@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood {
 
@@ -105,11 +106,9 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
       uint64_t done = 0;
       while (done < t->bytes) {
         const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), t->bytes - done));
-        const ssize_t r = ::pread(in, chunk.data(), want, static_cast<off_t>(t->offset + done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) throw Error(src.path() + ": read failed for tensor '" + t->name + "'");
-        write_all(fd, out_path, chunk.data(), static_cast<size_t>(r));
-        done += static_cast<uint64_t>(r);
+        read_exact(in, src.path(), chunk.data(), want, t->offset + done);
+        write_all(fd, out_path, chunk.data(), want);
+        done += want;
       }
       const uint64_t pad = (align - t->bytes % align) % align;
       if (pad) write_all(fd, out_path, std::string(pad, '\0').data(), pad);

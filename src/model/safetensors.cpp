@@ -16,6 +16,7 @@
 
 #include "src/model/tokenizer_spec.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood {
 
@@ -56,19 +57,6 @@ uint64_t open_regular(const std::string& path, Fd& fd) {
   return static_cast<uint64_t>(st.st_size);
 }
 
-void read_exact(int fd, const std::string& path, void* dst, uint64_t n, uint64_t offset) {
-  auto* out = static_cast<char*>(dst);
-  uint64_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, out + got, n - got, static_cast<off_t>(offset + got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw Error(path + ": read error: " + strerror(errno));
-    }
-    if (r == 0) throw Error(path + ": unexpected end of file (file shrank while reading?)");
-    got += static_cast<uint64_t>(r);
-  }
-}
 
 // Parses JSON text; any syntax error, or nesting deeper than kMaxJsonDepth, is a
 // redwood::Error naming `path`. If `dup_key_what` is set, a repeated key in the

@@ -136,7 +136,7 @@ std::vector<int32_t> SpecDecoder::step() {
 
   // ---- draft: level 0 = the draft's unprocessed tokens, ending at the root ----
   const int m = static_cast<int>(draft_todo_.size());
-  std::vector<float> dlog(static_cast<size_t>(std::max(m, 1)) * vocab_);
+  std::vector<float> dlog(vocab_);  // kLast: the root's row only
   {
     ChainBatch b(draft_todo_, dkv_.committed());
     draft_.forward(b.view(), dkv_, dlog, LogitsRows::kLast);
@@ -149,8 +149,6 @@ std::vector<int32_t> SpecDecoder::step() {
   std::vector<int32_t> draft_row = {m - 1};  // draft block row per runtime node (-1: not run)
   std::vector<std::vector<float>> q;         // draft distribution per runtime node (empty: not expanded)
   q.emplace_back();
-  std::vector<float> logits_row(dlog.begin(), dlog.begin() + vocab_);
-  std::vector<float> soft;
   std::vector<int32_t> frontier = {0};  // runtime nodes whose children are drawn next (all expanded)
   auto set_q = [&](int node, std::span<const float> lg) {
     if (cfg_.verifier == Verifier::kGreedy) {
@@ -161,7 +159,7 @@ std::vector<int32_t> SpecDecoder::step() {
       dist(lg, q[node]);
     }
   };
-  set_q(0, logits_row);
+  set_q(0, dlog);
   int block_rows = m;
   while (!frontier.empty()) {
     std::vector<int32_t> next;  // new runtime nodes that expand further
@@ -251,7 +249,6 @@ std::vector<int32_t> SpecDecoder::step() {
     else
       todo.push_back(tok[v]);
   }
-  std::sort(trows.begin(), trows.end());
   tkv_.commit_path(trows);
   dkv_.commit_path(drows);
   out.push_back(vr.bonus);
