@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "kernels/backend.h"
+#include "offload/plan.h"
+#include "offload/streamer.h"
 #include "src/engine/transformer.h"
 #include "src/engine/weights.h"
 #include "src/model/gguf_writer.h"
@@ -52,10 +54,11 @@ class Spec : public ::testing::Test {
     }
     return out;
   }
-  static std::vector<int32_t> speculative(const std::vector<int32_t>& prompt, int n, const spec::StaticTree& shape) {
+  static std::vector<int32_t> speculative(const std::vector<int32_t>& prompt, int n, const spec::StaticTree& shape,
+                                          Transformer* target = nullptr) {
     spec::SpecConfig cfg;
     cfg.shape = shape;
-    spec::SpecDecoder dec(*target_->tf, *draft_->tf, target_->desc, draft_->desc, cfg,
+    spec::SpecDecoder dec(target ? *target : *target_->tf, *draft_->tf, target_->desc, draft_->desc, cfg,
                           static_cast<int>(prompt.size()) + n + shape.size() + 8);
     dec.start(prompt);
     std::vector<int32_t> out;
@@ -92,6 +95,28 @@ TEST_F(Spec, GreedyIdentityAllTreeShapes) {
       EXPECT_EQ(speculative(kPrompts[p], n, shape), want) << "prompt " << p << " tree " << s;
     }
   }
+}
+
+TEST_F(Spec, GreedyIdentityWithTheTargetStreamedUnderABudget) {
+  // Device budget: the planner's minimum plus a third of the layers, the draft
+  // resident and counted; the rest of the target streams from storage.
+  const int n = 128;
+  offload::RunShape shape;
+  shape.ctx = 256;
+  shape.max_tokens = 32;
+  offload::Budgets b;
+  b.device = 1ull << 40;
+  const auto& L = target_->desc.layers;
+  b.device = offload::plan_memory(target_->desc, &draft_->desc, b, shape).device_min + L.size() / 3 * L[0].bytes();
+  const offload::MemoryPlan plan = offload::plan_memory(target_->desc, &draft_->desc, b, shape);
+  ASSERT_GT(plan.count(offload::Tier::kStorage), 0);
+  ASSERT_GT(plan.count(offload::Tier::kDevice), 0);
+  offload::StreamedWeights w(target_->desc, plan);
+  Transformer streamed(target_->desc, w, *target_->be);
+  const auto tree = spec::make_tree_shape("sequoia", 8, 4, "");
+  for (size_t p = 0; p < kPrompts.size(); ++p)
+    EXPECT_EQ(speculative(kPrompts[p], n, tree, &streamed), greedy_reference(kPrompts[p], n)) << "prompt " << p;
+  EXPECT_GT(w.totals().storage_bytes, 0u);
 }
 
 TEST_F(Spec, KvCompactionEqualsFreshRun) {

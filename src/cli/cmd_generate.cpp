@@ -38,7 +38,7 @@ int run_generate(GenerateOptions& o) {
   validate(o.sampling);
   if (o.prompt.empty() == o.prompt_tokens.empty())
     throw Error("give exactly one of --prompt and --prompt-tokens");
-  LoadedModel m = load_model(o.run.model);
+  LoadedModel m = load_model(o.run.model, /*with_weights=*/false);
   std::vector<int32_t> prompt;
   if (!o.prompt_tokens.empty()) {
     prompt = parse_int_list(o.prompt_tokens, "--prompt-tokens");
@@ -53,6 +53,23 @@ int run_generate(GenerateOptions& o) {
   const int capacity = o.ctx > 0 ? o.ctx : static_cast<int>(prompt.size()) + o.max_tokens + 1;
   if (static_cast<int>(prompt.size()) + o.max_tokens > capacity)
     throw Error("prompt + --max-tokens exceed --ctx " + std::to_string(capacity));
+  // The draft is always resident; the target's plan counts it.
+  std::optional<LoadedModel> d;
+  std::optional<spec::SpecConfig> cfg;
+  offload::RunShape shape;
+  shape.ctx = capacity;
+  shape.max_tokens = static_cast<int>(prompt.size());
+  if (!o.draft.empty()) {
+    d = load_model(o.draft);
+    cfg.emplace();
+    cfg->sampling = o.sampling;
+    cfg->verifier = o.verify.empty() ? (o.sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia)
+                                     : spec::parse_verifier(o.verify);
+    cfg->shape = spec::make_tree_shape(o.tree, o.budget, o.depth, o.acceptance);
+    shape.ctx = capacity + cfg->shape.size() + 2;
+    shape.max_tokens = std::max(shape.max_tokens, cfg->shape.size() + 1);
+  }
+  load_weights(m, o.run, shape, d ? &d->desc : nullptr);
   Utf8Stream utf8;
   std::string text;
   std::vector<int32_t> out;
@@ -96,13 +113,7 @@ int run_generate(GenerateOptions& o) {
       kv.commit_prefix(1);
     }
   } else {
-    LoadedModel d = load_model(o.draft);
-    spec::SpecConfig cfg;
-    cfg.sampling = o.sampling;
-    cfg.verifier = o.verify.empty() ? (o.sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia)
-                                    : spec::parse_verifier(o.verify);
-    cfg.shape = spec::make_tree_shape(o.tree, o.budget, o.depth, o.acceptance);
-    spec::SpecDecoder dec(*m.transformer, *d.transformer, m.desc, d.desc, cfg, capacity + cfg.shape.size() + 2);
+    spec::SpecDecoder dec(*m.transformer, *d->transformer, m.desc, d->desc, *cfg, shape.ctx);
     const double t0 = now();
     dec.start(prompt);
     t_prefill = now() - t0;
@@ -136,6 +147,7 @@ int run_generate(GenerateOptions& o) {
       j["draft_seconds"] = sstats->draft_seconds;
       j["verify_seconds"] = sstats->verify_seconds;
     }
+    if (m.streamed) j["offload"] = offload_stats(m);
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
@@ -146,8 +158,14 @@ int run_generate(GenerateOptions& o) {
     if (sstats && sstats->target_passes)
       std::fprintf(stderr, "; %d target passes, %.2f tokens/pass", sstats->target_passes,
                    double(sstats->emitted) / sstats->target_passes);
+    if (m.streamed) {
+      const auto& t = m.streamed->totals();
+      std::fprintf(stderr, "; offload: %d passes, %.1f MB from storage, %.3f s stalled", m.streamed->passes(),
+                   static_cast<double>(t.storage_bytes) / 1e6, t.stall_seconds);
+    }
     std::fprintf(stderr, "]\n");
   }
+  finish_run(m, o.run);
   return 0;
 }
 }  // namespace

@@ -106,9 +106,12 @@ int run_tokenize(RunOptions& o, const std::string& text, const std::string& json
 int run_logits(RunOptions& o, const std::string& tokens, const std::string& parents_s,
                const std::string& positions_s, const std::string& out) {
   apply_run_options(o);
-  LoadedModel m = load_model(o.model);
+  LoadedModel m = load_model(o.model, /*with_weights=*/false);
   const auto toks = parse_int_list(tokens, "--tokens");
   if (toks.empty()) throw Error("--tokens is empty");
+  offload::RunShape shape;
+  shape.ctx = shape.max_tokens = static_cast<int>(toks.size());
+  load_weights(m, o, shape);
   ChainBatch chain(toks, 0);
   std::vector<int32_t> parents = chain.parents, positions = chain.positions;
   if (!parents_s.empty()) {
@@ -129,6 +132,7 @@ int run_logits(RunOptions& o, const std::string& tokens, const std::string& pare
   std::vector<float> logits(toks.size() * m.desc.hp.vocab);
   m.transformer->forward(Batch{toks, positions, parents}, kv, logits, LogitsRows::kAll);
   write_file_atomic(out, npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
+  finish_run(m, o);
   return 0;
 }
 

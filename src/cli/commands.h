@@ -12,4 +12,6 @@ Runner add_info(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_make_draft(CLI::App& app);
+Runner add_plan_memory(CLI::App& app);
+Runner add_bench(CLI::App& app);
 }  // namespace redwood::cli

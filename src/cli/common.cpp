@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "kernels/cpu/threads.h"
+#include "offload/size.h"
 #include "src/util/error.h"
 
 namespace redwood::cli {
@@ -33,17 +35,80 @@ LoadedModel load_model(const std::string& path, bool with_weights) {
   LoadedModel m;
   m.desc = load_model_desc(path.empty() ? default_model_path() : path);
   m.tokenizer = Tokenizer::create(m.desc.tokenizer);
-  if (with_weights) {
-    m.weights = std::make_unique<ResidentWeights>(m.desc);
-    m.backend = make_cpu_backend();
-    m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
-  }
+  if (with_weights) load_weights(m, RunOptions{}, offload::RunShape{});
   return m;
+}
+
+void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape& shape, const ModelDesc* draft) {
+  m.backend = make_cpu_backend();
+  if (run.device_mem.empty() && run.host_mem.empty()) {
+    if (!run.trace.empty()) throw Error("--trace needs --device-mem (it traces the layer streaming pipeline)");
+    m.weights = std::make_unique<ResidentWeights>(m.desc);
+    m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
+    return;
+  }
+  offload::RunShape s = shape;
+  s.threads = cpu_threads();
+  m.plan = offload::plan_memory(m.desc, draft, budgets_from(run), s);
+  const auto& p = *m.plan;
+  // Also when every layer fits: the streamer then just serves resident layers
+  // (no I/O thread), and --trace and the per-pass stats still work.
+  offload::StreamOptions so;
+  so.verify_io = run.verify_io;
+  if (!run.trace.empty()) {
+    m.trace = std::make_unique<offload::Trace>();
+    so.trace = m.trace.get();
+  }
+  auto w = std::make_unique<offload::StreamedWeights>(m.desc, p, so);
+  m.streamed = w.get();
+  m.weights = std::move(w);
+  std::fprintf(stderr, "redwood: %d layers resident, %d host-staged, %d streamed from storage (%s%s), ring %d x %s; %s of %s device budget planned\n",
+               p.count(offload::Tier::kDevice), p.count(offload::Tier::kHost), p.count(offload::Tier::kStorage),
+               m.streamed->reader_kind(), m.streamed->reader_direct() ? ", O_DIRECT" : "", p.ring_slots,
+               offload::format_size(p.slot_bytes).c_str(), offload::format_size(p.device_used).c_str(),
+               p.device_budget ? offload::format_size(p.device_budget).c_str() : "unlimited");
+  m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
+}
+
+nlohmann::json offload_stats(const LoadedModel& m) {
+  if (!m.streamed) return nullptr;
+  const auto& t = m.streamed->totals();
+  return {{"passes", m.streamed->passes()},
+          {"storage_bytes", t.storage_bytes},
+          {"host_bytes", t.host_bytes},
+          {"stall_seconds", t.stall_seconds},
+          {"compute_seconds", t.compute_seconds},
+          {"wall_seconds", t.wall_seconds},
+          {"layers_streamed", m.streamed->streamed_layers()},
+          {"reader", m.streamed->reader_kind()}};
+}
+
+void finish_run(const LoadedModel& m, const RunOptions& run) {
+  if (m.trace && !run.trace.empty()) write_file_atomic(run.trace, m.trace->json());
 }
 
 void add_run_options(CLI::App* app, RunOptions& o) {
   app->add_option("--model,-m", o.model, "Model: GGUF file or safetensors directory (default: SmolLM2-135M)");
   app->add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_budget_options(app, o);
+  app->add_option("--trace", o.trace, "Write a Chrome trace JSON of the layer pipeline to FILE");
+  app->add_flag("--verify-io", o.verify_io, "Checksum streamed layers against the first read");
+}
+
+void add_budget_options(CLI::App* app, RunOptions& o) {
+  app->add_option("--device-mem", o.device_mem,
+                  "Device memory budget, e.g. 2GiB, 512MiB (CPU backend: the RAM working set; default: no limit)");
+  app->add_option("--host-mem", o.host_mem, "Host (pinned RAM) budget for staged layers, e.g. 4GiB (default: none)");
+  app->add_option("--ring", o.ring, "Layer slots in the streaming ring (>= 2)")->check(CLI::Range(2, 1024));
+}
+
+offload::Budgets budgets_from(const RunOptions& o) {
+  offload::Budgets b;
+  if (!o.device_mem.empty()) b.device = offload::parse_size(o.device_mem, "--device-mem");
+  if (!o.host_mem.empty()) b.host = offload::parse_size(o.host_mem, "--host-mem");
+  b.ring_slots = o.ring;
+  b.backend = offload::BackendKind::kCpu;  // the only backend that runs models today
+  return b;
 }
 
 void apply_run_options(RunOptions& o) { set_cpu_threads(o.threads); }

@@ -1,11 +1,16 @@
 // Shared pieces of the CLI subcommands: model loading, sizes, output files.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
+#include "offload/plan.h"
+#include "offload/streamer.h"
+#include "offload/trace.h"
 #include "src/engine/transformer.h"
 #include "src/engine/weights.h"
 #include "src/model/model_desc.h"
@@ -20,6 +25,10 @@ struct LoadedModel {
   std::unique_ptr<WeightSource> weights;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Transformer> transformer;
+  // Set when memory budgets were given (load_model with RunOptions).
+  std::optional<offload::MemoryPlan> plan;
+  offload::StreamedWeights* streamed = nullptr;  // == weights when layers stream
+  std::unique_ptr<offload::Trace> trace;         // --trace
 };
 
 // The default model: $REDWOOD_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -31,9 +40,29 @@ LoadedModel load_model(const std::string& path, bool with_weights = true);
 struct RunOptions {
   std::string model;
   int threads = 0;
+  // Offload: memory budgets ("2GiB", "512MiB"; empty = no limit / no host tier),
+  // ring slots, a Chrome trace of the layer pipeline, checksums of streamed layers.
+  std::string device_mem, host_mem;
+  int ring = 2;
+  std::string trace;
+  bool verify_io = false;
 };
 void add_run_options(CLI::App* app, RunOptions& o);
+// Just --device-mem, --host-mem and --ring (add_run_options includes them).
+void add_budget_options(CLI::App* app, RunOptions& o);
 void apply_run_options(RunOptions& o);
+// The budgets named by the options (sizes parsed; throws redwood::Error on a bad size).
+offload::Budgets budgets_from(const RunOptions& o);
+
+// Loads m's weights. With --device-mem/--host-mem in run, plans memory for the
+// run shape (the draft, if given, stays resident and is counted) and streams
+// the layers that do not fit, printing the plan in one line on stderr; without
+// them every weight is resident.
+void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape& shape,
+                  const ModelDesc* draft = nullptr);
+// What streaming cost so far (JSON), and the --trace file written (atomically).
+nlohmann::json offload_stats(const LoadedModel& m);
+void finish_run(const LoadedModel& m, const RunOptions& run);
 
 // Parses "1,2,3" into token ids.
 std::vector<int32_t> parse_int_list(const std::string& s, const char* what);

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_tokenize(app), "tokenize");
   reg(redwood::cli::add_logits(app), "logits");
   reg(redwood::cli::add_make_draft(app), "make-draft");
+  reg(redwood::cli::add_plan_memory(app), "plan-memory");
+  reg(redwood::cli::add_bench(app), "bench");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -116,13 +116,13 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     be_.add(x_.data(), xn_.data(), static_cast<size_t>(n) * dim);
     w_.release(l);
   }
-  w_.end_pass();
   kv.append_pending(b.parents);
 
   const float* last = x_.data() + (rows == LogitsRows::kAll ? 0 : static_cast<size_t>(n - 1) * dim);
   const int m = static_cast<int>(out_rows);
   be_.rmsnorm(last, g.output_norm, m, dim, hp_.rms_eps, xn_.data());
   be_.matmul(g.lm_head, xn_.data(), m, logits.data());
+  w_.end_pass();
   PassStats s;
   s.n_tokens = n;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

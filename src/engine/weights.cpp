@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -15,11 +16,11 @@
 
 namespace redwood {
 
-AlignedBuffer::AlignedBuffer(size_t bytes) : n_(bytes) {
+AlignedBuffer::AlignedBuffer(size_t bytes, size_t min_align) : n_(bytes) {
   // Large buffers are 2 MiB aligned and advised to use transparent huge pages:
   // kernels stream through gigabytes of weights and 4 KiB pages cost TLB misses.
   constexpr size_t kHuge = 2u << 20;
-  const size_t align = bytes >= kHuge ? kHuge : 64;
+  const size_t align = bytes >= kHuge ? kHuge : std::max<size_t>(min_align, 64);
   const size_t rounded = (bytes + align - 1) / align * align;
   p_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded == 0 ? align : rounded));
   if (!p_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
@@ -64,7 +65,7 @@ uint64_t align64(uint64_t x) { return (x + 63) / 64 * 64; }
 
 }  // namespace
 
-ResidentWeights::ResidentWeights(const ModelDesc& m) {
+ResidentWeights::ResidentWeights(const ModelDesc& m, const std::function<bool(int)>& keep) {
   Files files;
   for (const auto& f : m.files) {
     const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
@@ -105,8 +106,14 @@ ResidentWeights::ResidentWeights(const ModelDesc& m) {
   layers_.resize(m.layers.size());
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const auto& L = m.layers[i];
-    auto p = load_group(L.tensors());  // order: attn_norm wq wk wv wo ffn_norm gate up down
     auto& W = layers_[i];
+    if (keep && !keep(static_cast<int>(i))) {
+      auto p = load_group({&L.attn_norm, &L.ffn_norm});
+      W.attn_norm = norm(L.attn_norm, p[0]);
+      W.ffn_norm = norm(L.ffn_norm, p[1]);
+      continue;
+    }
+    auto p = load_group(L.tensors());  // order: attn_norm wq wk wv wo ffn_norm gate up down
     W.attn_norm = norm(L.attn_norm, p[0]);
     W.wq = view(L.wq, p[1]);
     W.wk = view(L.wk, p[2]);

@@ -4,6 +4,7 @@
 // implements the same interface by streaming layers through a ring of slots.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,11 +36,11 @@ class WeightSource {
   virtual void end_pass() {}
 };
 
-// 64-byte aligned host buffer.
+// Aligned host buffer: 64 bytes (or min_align), 2 MiB with huge pages when large.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t bytes);
+  explicit AlignedBuffer(size_t bytes, size_t min_align = 64);
   AlignedBuffer(AlignedBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
   ~AlignedBuffer();
@@ -56,9 +57,11 @@ void norm_to_f32(DType t, const void* src, int64_t n, float* dst);
 
 // Every weight loaded into host memory: one contiguous buffer per layer
 // (its nine tensors at 64-byte aligned offsets) plus one for the globals.
+// With a keep predicate, layers it rejects get only their norms loaded (their
+// matrix views stay empty): the offload streamer fills those in.
 class ResidentWeights final : public WeightSource {
  public:
-  explicit ResidentWeights(const ModelDesc& m);
+  explicit ResidentWeights(const ModelDesc& m, const std::function<bool(int)>& keep = {});
   const GlobalWeights& globals() override { return globals_; }
   const LayerWeights& acquire(int layer) override { return layers_[layer]; }
   uint64_t bytes() const { return bytes_; }

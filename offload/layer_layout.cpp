@@ -1,0 +1,53 @@
+#include "offload/layer_layout.h"
+
+#include <algorithm>
+
+namespace redwood::offload {
+
+std::array<const TensorExtent*, 7> layer_matrices(const LayerDesc& L) {
+  return {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+}
+
+LayerLayout layout_layer(const LayerDesc& L, uint64_t max_gap) {
+  auto down = [](uint64_t x) { return x / kIoAlign * kIoAlign; };
+  auto up = [](uint64_t x) { return (x + kIoAlign - 1) / kIoAlign * kIoAlign; };
+  const auto mats = layer_matrices(L);
+  std::array<int, 7> order{0, 1, 2, 3, 4, 5, 6};
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return mats[a]->file != mats[b]->file ? mats[a]->file < mats[b]->file : mats[a]->offset < mats[b]->offset;
+  });
+  LayerLayout out;
+  // Group extents into reads: same file and a gap of at most max_gap.
+  struct Group {
+    int file;
+    uint64_t begin, end;  // exact byte range covered
+    std::vector<int> members;
+  };
+  std::vector<Group> groups;
+  for (int i : order) {
+    const TensorExtent& t = *mats[i];
+    out.payload_bytes += t.bytes;
+    if (!groups.empty() && groups.back().file == t.file && t.offset <= groups.back().end + max_gap) {
+      groups.back().end = std::max(groups.back().end, t.offset + t.bytes);
+      groups.back().members.push_back(i);
+    } else {
+      groups.push_back({t.file, t.offset, t.offset + t.bytes, {i}});
+    }
+  }
+  uint64_t slot = 0;
+  for (const Group& g : groups) {
+    SlotRead r;
+    r.file = g.file;
+    r.file_offset = down(g.begin);
+    r.bytes = up(g.end) - r.file_offset;
+    r.required = g.end - r.file_offset;
+    r.slot_offset = slot;
+    for (int i : g.members) out.tensor_offset[i] = slot + (mats[i]->offset - r.file_offset);
+    slot += r.bytes;
+    out.reads.push_back(r);
+  }
+  out.slot_bytes = slot;
+  return out;
+}
+
+}  // namespace redwood::offload

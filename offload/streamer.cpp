@@ -1,0 +1,282 @@
+#include "offload/streamer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "src/util/error.h"
+#include "src/util/io.h"
+
+namespace redwood::offload {
+
+namespace {
+
+using Clock = Trace::Clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::vector<ReadRequest> requests(const LayerLayout& lay, uint8_t* base) {
+  std::vector<ReadRequest> r;
+  for (const SlotRead& s : lay.reads) r.push_back({s.file, s.file_offset, s.bytes, s.required, base + s.slot_offset});
+  return r;
+}
+
+uint64_t read_bytes(const LayerLayout& lay) {
+  uint64_t n = 0;
+  for (const SlotRead& s : lay.reads) n += s.bytes;
+  return n;
+}
+
+// Checksum of a layer's seven matrices, given a pointer to each.
+template <class Ptr>
+uint64_t hash_matrices(const LayerDesc& L, Ptr&& ptr) {
+  XXH3_state_t* st = XXH3_createState();
+  if (!st) throw Error("out of memory (xxhash state)");
+  XXH3_64bits_reset(st);
+  const auto mats = layer_matrices(L);
+  for (size_t i = 0; i < mats.size(); ++i) XXH3_64bits_update(st, ptr(i), mats[i]->bytes);
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+}  // namespace
+
+StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, const StreamOptions& opts)
+    : layers_(m.layers), opts_(opts), resident_(m, [&plan](int i) { return plan.layer_tier.at(i) == Tier::kDevice; }) {
+  const int n = static_cast<int>(m.layers.size());
+  if (static_cast<int>(plan.layer_tier.size()) != n) throw Error("memory plan does not match the model's layers");
+  stream_index_.assign(n, -1);
+  layout_.resize(n);
+  host_copy_.resize(n);
+  uint64_t slot_bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    if (plan.layer_tier[i] == Tier::kDevice) continue;
+    stream_index_[i] = static_cast<int>(stream_.size());
+    stream_.push_back(i);
+    layout_[i] = layout_layer(m.layers[i]);
+    slot_bytes = std::max(slot_bytes, layout_[i].slot_bytes);
+  }
+  if (stream_.empty()) return;
+  const int k = std::min<int>(plan.ring_slots, static_cast<int>(stream_.size()));
+  if (k < 1) throw Error("memory plan streams layers but has no ring slots");
+
+  reader_ = open_storage_reader(m.files, opts.reader);
+  slots_.resize(k);
+  bound_.resize(k);
+  std::vector<std::pair<void*, size_t>> regs;
+  for (Slot& s : slots_) {
+    s.buf = AlignedBuffer(slot_bytes, kIoAlign);
+    regs.emplace_back(s.buf.data(), s.buf.size());
+  }
+  reader_->register_buffers(regs);
+
+  for (int l : stream_) {
+    if (plan.layer_tier[l] != Tier::kHost) continue;
+    host_copy_[l] = AlignedBuffer(layout_[l].slot_bytes, kIoAlign);
+    const auto reqs = requests(layout_[l], host_copy_[l].data());
+    reader_->read(reqs);
+  }
+
+  if (opts.verify_io) {
+    // Reference checksums from a separate, plain buffered read of each tensor.
+    reference_sum_.assign(n, 0);
+    std::vector<int> fds;
+    for (const auto& f : m.files) fds.push_back(::open(f.c_str(), O_RDONLY | O_CLOEXEC));
+    try {
+      for (int l : stream_) {
+        const auto mats = layer_matrices(m.layers[l]);
+        std::vector<std::vector<uint8_t>> bytes(mats.size());
+        for (size_t i = 0; i < mats.size(); ++i) {
+          const TensorExtent& t = *mats[i];
+          if (fds.at(t.file) < 0) throw Error(m.files[t.file] + ": cannot open for --verify-io");
+          bytes[i].resize(t.bytes);
+          read_exact(fds[t.file], m.files[t.file], bytes[i].data(), t.bytes, t.offset);
+        }
+        reference_sum_[l] = hash_matrices(m.layers[l], [&](size_t i) { return bytes[i].data(); });
+      }
+    } catch (...) {
+      for (int fd : fds)
+        if (fd >= 0) ::close(fd);
+      throw;
+    }
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+  }
+  io_thread_ = std::thread([this] { io_loop(); });
+}
+
+StreamedWeights::~StreamedWeights() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (io_thread_.joinable()) io_thread_.join();
+}
+
+const char* StreamedWeights::reader_kind() const {
+  return reader_ ? reader_->kind() : "none";
+}
+bool StreamedWeights::reader_direct() const {
+  return reader_ && reader_->direct();
+}
+
+uint64_t StreamedWeights::checksum(int layer, const uint8_t* slot) const {
+  return hash_matrices(layers_[layer], [&](size_t i) { return slot + layout_[layer].tensor_offset[i]; });
+}
+
+void StreamedWeights::load(uint64_t seq, Slot& s) {
+  const int layer = stream_[seq % stream_.size()];
+  const LayerLayout& lay = layout_[layer];
+  const auto t0 = Clock::now();
+  s.storage = s.host = 0;
+  if (host_copy_[layer].data()) {
+    std::memcpy(s.buf.data(), host_copy_[layer].data(), lay.slot_bytes);
+    s.host = lay.slot_bytes;
+  } else {
+    const auto reqs = requests(lay, s.buf.data());
+    reader_->read(reqs);
+    s.storage = read_bytes(lay);
+  }
+  if (opts_.trace)
+    opts_.trace->add(Trace::kIo, (s.host ? "copy layer " : "read layer ") + std::to_string(layer), t0, Clock::now(),
+                     s.host + s.storage);
+  if (opts_.verify_io) {
+    const uint64_t got = checksum(layer, s.buf.data());
+    if (got != reference_sum_[layer])
+      throw Error("--verify-io: layer " + std::to_string(layer) +
+                  " streamed bytes differ from the first read (storage or transfer corruption)");
+  }
+}
+
+void StreamedWeights::io_loop() {
+  const size_t k = slots_.size();
+  std::unique_lock lock(mu_);
+  for (;;) {
+    Slot& s = slots_[next_load_ % k];
+    cv_.wait(lock, [&] { return stop_ || s.state == SlotState::kFree; });
+    if (stop_) return;
+    const uint64_t seq = next_load_++;
+    s.state = SlotState::kLoading;
+    s.seq = seq;
+    lock.unlock();
+    try {
+      load(seq, s);
+    } catch (...) {
+      lock.lock();
+      io_error_ = std::current_exception();
+      cv_.notify_all();
+      return;
+    }
+    lock.lock();
+    s.state = SlotState::kReady;
+    cv_.notify_all();
+  }
+}
+
+void StreamedWeights::rethrow_io_error() {
+  if (io_error_) std::rethrow_exception(io_error_);
+}
+
+// Waits until stream element seq is in its slot and takes it (kInUse).
+void StreamedWeights::wait_ready(uint64_t seq, int layer) {
+  Slot& s = slots_[seq % slots_.size()];
+  const auto t0 = Clock::now();
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return io_error_ || (s.state == SlotState::kReady && s.seq == seq); });
+    rethrow_io_error();
+    s.state = SlotState::kInUse;
+  }
+  const auto t1 = Clock::now();
+  cur_.stall_seconds += seconds(t0, t1);
+  if (opts_.trace && layer >= 0 && t1 - t0 > std::chrono::microseconds(20))
+    opts_.trace->add(Trace::kStall, "wait for layer " + std::to_string(layer), t0, t1);
+}
+
+void StreamedWeights::begin_pass() {
+  pass_start_ = Clock::now();
+  cur_ = {};
+  if (stream_.empty()) return;
+  // A pass that failed half-way (an exception in a kernel) leaves the stream
+  // mid-sequence: give back what it held and skip to the next pass's start.
+  {
+    std::lock_guard lock(mu_);
+    Slot& s = slots_[next_consume_ % slots_.size()];
+    if (s.state == SlotState::kInUse && s.seq == next_consume_) {
+      s.state = SlotState::kFree;
+      ++next_consume_;
+    }
+  }
+  cv_.notify_all();
+  while (next_consume_ % stream_.size() != 0) {
+    wait_ready(next_consume_, -1);
+    std::lock_guard lock(mu_);
+    slots_[next_consume_ % slots_.size()].state = SlotState::kFree;
+    ++next_consume_;
+    cv_.notify_all();
+  }
+  cur_ = {};
+}
+
+const LayerWeights& StreamedWeights::acquire(int layer) {
+  const int idx = stream_index_.at(layer);
+  if (idx < 0) {
+    layer_start_ = Clock::now();
+    return resident_.acquire(layer);
+  }
+  const uint64_t seq = next_consume_;
+  if (stream_[seq % stream_.size()] != layer)
+    throw Error("offload: layer " + std::to_string(layer) + " acquired out of order");
+  wait_ready(seq, layer);
+  const size_t si = seq % slots_.size();
+  Slot& s = slots_[si];
+  cur_.storage_bytes += s.storage;
+  cur_.host_bytes += s.host;
+  const LayerWeights& r = resident_.acquire(layer);  // norms
+  const LayerLayout& lay = layout_[layer];
+  const auto mats = layer_matrices(layers_[layer]);
+  LayerWeights& w = bound_[si];
+  w.attn_norm = r.attn_norm;
+  w.ffn_norm = r.ffn_norm;
+  WeightView* views[7] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
+  for (size_t i = 0; i < 7; ++i)
+    *views[i] = WeightView{mats[i]->type, mats[i]->rows, mats[i]->cols, s.buf.data() + lay.tensor_offset[i]};
+  layer_start_ = Clock::now();
+  return w;
+}
+
+void StreamedWeights::release(int layer) {
+  const auto t = Clock::now();
+  const bool streamed = stream_index_.at(layer) >= 0;
+  if (opts_.trace)
+    opts_.trace->add(Trace::kCompute, "layer " + std::to_string(layer) + (streamed ? "" : " (resident)"), layer_start_,
+                     t);
+  if (!streamed) return;
+  {
+    std::lock_guard lock(mu_);
+    slots_[next_consume_ % slots_.size()].state = SlotState::kFree;
+    ++next_consume_;
+  }
+  cv_.notify_all();
+}
+
+void StreamedWeights::end_pass() {
+  cur_.wall_seconds = seconds(pass_start_, Clock::now());
+  cur_.compute_seconds = cur_.wall_seconds - cur_.stall_seconds;
+  last_ = cur_;
+  total_.storage_bytes += cur_.storage_bytes;
+  total_.host_bytes += cur_.host_bytes;
+  total_.stall_seconds += cur_.stall_seconds;
+  total_.compute_seconds += cur_.compute_seconds;
+  total_.wall_seconds += cur_.wall_seconds;
+  ++passes_;
+}
+
+}  // namespace redwood::offload

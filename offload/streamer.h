@@ -1,0 +1,112 @@
+// The layer streaming pipeline: a WeightSource that keeps the planner's
+// device-resident layers in memory and streams every other layer through a
+// ring of K slots, storage -> (host ->) device, on its own I/O thread.
+//
+// The stream is the endless sequence of non-resident layers, pass after pass:
+// element j is layer stream[j % m] and lands in slot j % K. The I/O thread
+// loads element j as soon as the forward pass has released element j - K, so
+// while layer i computes, the next K - 1 streamed layers are in flight, and
+// at the end of a pass it is already loading the first streamed layers of the
+// next one (draft -> verify -> draft never starts cold). Resident layers are
+// never copied. The pass waits (no busy-waiting) only when a slot is not ready:
+// that wait is the stall time.
+//
+// CPU backend: "device" is RAM, so storage reads land directly in the slot;
+// host-staged layers are copied host -> slot (memcpy), the same path the CUDA
+// backend takes with cudaMemcpyAsync on a copy stream.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "offload/layer_layout.h"
+#include "offload/plan.h"
+#include "offload/storage_reader.h"
+#include "offload/trace.h"
+#include "src/engine/weights.h"
+
+namespace redwood::offload {
+
+struct StreamOptions {
+  ReaderOptions reader;
+  bool verify_io = false;  // checksum every streamed layer against a first, separate read
+  Trace* trace = nullptr;  // optional; must outlive the streamer
+};
+
+// What one forward pass cost.
+struct PassIo {
+  uint64_t storage_bytes = 0;  // read from storage for this pass's layers
+  uint64_t host_bytes = 0;     // copied host -> device for this pass's layers
+  double stall_seconds = 0;    // the pass waiting for a slot to be ready
+  double compute_seconds = 0;  // wall - stall
+  double wall_seconds = 0;     // begin_pass .. end_pass
+};
+
+class StreamedWeights final : public WeightSource {
+ public:
+  // Loads globals, all norms and the device-resident layers, stages the host
+  // tier, then starts streaming. Throws redwood::Error.
+  StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, const StreamOptions& opts = {});
+  ~StreamedWeights() override;
+  StreamedWeights(const StreamedWeights&) = delete;
+  StreamedWeights& operator=(const StreamedWeights&) = delete;
+
+  const GlobalWeights& globals() override { return resident_.globals(); }
+  void begin_pass() override;
+  const LayerWeights& acquire(int layer) override;
+  void release(int layer) override;
+  void end_pass() override;
+
+  const PassIo& last_pass() const { return last_; }
+  const PassIo& totals() const { return total_; }
+  int passes() const { return passes_; }
+  int streamed_layers() const { return static_cast<int>(stream_.size()); }
+  const char* reader_kind() const;
+  bool reader_direct() const;
+
+ private:
+  enum class SlotState { kFree, kLoading, kReady, kInUse };
+  struct Slot {
+    AlignedBuffer buf;
+    SlotState state = SlotState::kFree;
+    uint64_t seq = 0;                // stream element held
+    uint64_t storage = 0, host = 0;  // bytes it took to fill
+  };
+
+  void io_loop();
+  void load(uint64_t seq, Slot& s);
+  uint64_t checksum(int layer, const uint8_t* slot) const;
+  void wait_ready(uint64_t seq, int layer);
+  void rethrow_io_error();
+
+  std::vector<LayerDesc> layers_;  // copies: the streamer outlives no one's ModelDesc
+  StreamOptions opts_;
+  ResidentWeights resident_;              // globals, norms, device-resident layers
+  std::vector<int> stream_;               // non-resident layers in order
+  std::vector<int> stream_index_;         // layer -> index in stream_, or -1
+  std::vector<LayerLayout> layout_;       // per layer (streamed ones)
+  std::vector<AlignedBuffer> host_copy_;  // per layer: slot image of host-staged layers
+  std::vector<uint64_t> reference_sum_;   // verify_io: per layer
+  std::vector<LayerWeights> bound_;       // per slot: views into it
+  std::unique_ptr<StorageReader> reader_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;
+  uint64_t next_load_ = 0;     // I/O thread: next stream element to load
+  uint64_t next_consume_ = 0;  // forward pass: next stream element it will acquire
+  bool stop_ = false;
+  std::exception_ptr io_error_;
+  std::thread io_thread_;
+
+  Trace::Clock::time_point pass_start_{}, layer_start_{};
+  PassIo cur_, last_, total_;
+  int passes_ = 0;
+};
+
+}  // namespace redwood::offload

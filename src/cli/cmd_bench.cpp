@@ -1,0 +1,254 @@
+// redwood bench offload: seconds per streamed forward pass for several batch
+// sizes under a device budget, against the floor
+//   max(bytes from storage / storage bandwidth, the same pass all-resident),
+// with the storage bandwidth measured by the bench itself (sequential
+// O_DIRECT reads of the same file, same run) and the peak RSS of the
+// streamed phase against the budgets.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "offload/size.h"
+#include "offload/streamer.h"
+#include "src/cli/commands.h"
+#include "src/cli/common.h"
+#include "src/util/error.h"
+
+namespace redwood::cli {
+
+namespace {
+
+using offload::format_size;
+
+struct BenchOffloadOptions {
+  RunOptions run;
+  std::string tokens = "1,16,64,256,768";
+  int repeat = 3;
+  int prefix = 32;
+  bool json = false;
+  bool skip_resident = false;
+};
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Peak resident set (VmHWM) in bytes; reset_peak_rss() restarts it (Linux >= 4.0).
+uint64_t peak_rss() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+void reset_peak_rss() {
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+// Sequential O_DIRECT read bandwidth of the model's files (bytes/s): up to
+// `limit` bytes in 64 MiB requests through the same reader the streamer uses.
+double storage_bandwidth(const ModelDesc& d, const offload::ReaderOptions& ro, uint64_t limit) {
+  auto reader = offload::open_storage_reader(d.files, ro);
+  constexpr uint64_t kReq = 64u << 20;
+  AlignedBuffer buf(kReq, offload::kIoAlign);
+  uint64_t done = 0;
+  const double t0 = now();
+  for (size_t f = 0; f < d.files.size() && done < limit; ++f) {
+    struct stat st {};
+    if (stat(d.files[f].c_str(), &st) != 0) throw Error(d.files[f] + ": cannot stat");
+    const uint64_t size = static_cast<uint64_t>(st.st_size) / offload::kIoAlign * offload::kIoAlign;
+    for (uint64_t off = 0; off < size && done < limit; off += kReq) {
+      const uint64_t n = std::min(kReq, size - off);
+      const offload::ReadRequest r{static_cast<int>(f), off, n, n, buf.data()};
+      reader->read({&r, 1});
+      done += n;
+    }
+  }
+  const double dt = now() - t0;
+  if (done == 0 || dt <= 0) throw Error("cannot measure storage bandwidth: nothing to read");
+  return static_cast<double>(done) / dt;
+}
+
+// A reproducible tree of n nodes: each node's parent is one of the 4 nodes before it.
+struct Tree {
+  std::vector<int32_t> tokens, positions, parents;
+  Batch view() const { return {tokens, positions, parents}; }
+};
+Tree make_tree(int n, int start, int vocab) {
+  std::mt19937 rng(1234 + n);
+  Tree b;
+  std::vector<int32_t> depth;
+  for (int i = 0; i < n; ++i) {
+    const int lo = std::max(-1, i - 4);
+    const int p = i == 0 ? -1 : std::uniform_int_distribution<int>(lo, i - 1)(rng);
+    b.parents.push_back(p);
+    depth.push_back(p < 0 ? 0 : depth[p] + 1);
+    b.positions.push_back(start + depth.back());
+    b.tokens.push_back(std::uniform_int_distribution<int>(0, vocab - 1)(rng));
+  }
+  return b;
+}
+
+struct Timing {
+  double seconds = 0;  // median pass
+  offload::PassIo io;  // of that pass
+};
+
+// Prefills `prefix` tokens, then times `repeat` passes of each size (median).
+std::vector<Timing> time_passes(const ModelDesc& d, WeightSource& w, const std::vector<int>& sizes, int prefix,
+                                int repeat, offload::StreamedWeights* streamed) {
+  auto be = make_cpu_backend();
+  Transformer tf(d, w, *be);
+  const int max_n = *std::max_element(sizes.begin(), sizes.end());
+  KvCache kv = tf.make_cache(prefix + max_n + 1);
+  std::vector<float> logits(static_cast<size_t>(std::max(max_n, prefix)) * d.hp.vocab);
+  std::vector<int32_t> pre(prefix);
+  for (int i = 0; i < prefix; ++i) pre[i] = (i * 7919) % d.hp.vocab;
+  tf.forward(ChainBatch(pre, 0).view(), kv, logits, LogitsRows::kLast);
+  kv.commit_prefix(prefix);
+  std::vector<Timing> out;
+  for (int n : sizes) {
+    const Tree b = make_tree(n, prefix, d.hp.vocab);
+    std::vector<std::pair<double, offload::PassIo>> runs;
+    for (int r = 0; r < repeat; ++r) {
+      const double t0 = now();
+      tf.forward(b.view(), kv, logits, LogitsRows::kAll);
+      runs.emplace_back(now() - t0, streamed ? streamed->last_pass() : offload::PassIo{});
+      kv.discard();
+      std::fprintf(stderr, "\r  n=%d pass %d/%d: %.3f s   ", n, r + 1, repeat, runs.back().first);
+    }
+    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& c) { return a.first < c.first; });
+    out.push_back({runs[runs.size() / 2].first, runs[runs.size() / 2].second});
+  }
+  std::fprintf(stderr, "\n");
+  return out;
+}
+
+int run_bench_offload(BenchOffloadOptions& o) {
+  apply_run_options(o.run);
+  if (o.run.device_mem.empty()) throw Error("bench offload needs --device-mem (the budget to stream under)");
+  std::vector<int> sizes;
+  for (int32_t n : parse_int_list(o.tokens, "--tokens")) {
+    if (n < 1 || n > 8192) throw Error("--tokens: each size must be in 1..8192");
+    sizes.push_back(n);
+  }
+  if (sizes.empty()) throw Error("--tokens: give at least one size");
+  const int max_n = *std::max_element(sizes.begin(), sizes.end());
+  const ModelDesc d = load_model_desc(o.run.model.empty() ? default_model_path() : o.run.model);
+  offload::RunShape shape;
+  shape.ctx = o.prefix + max_n + 1;
+  shape.max_tokens = std::max(max_n, o.prefix);
+  const offload::Budgets budgets = budgets_from(o.run);
+  const offload::MemoryPlan plan = offload::plan_memory(d, nullptr, budgets, shape);
+  std::fprintf(stderr, "model %s: %s; %d layers resident, %d host-staged, %d streamed from storage\n", d.name.c_str(),
+               format_size(d.total_bytes()).c_str(), plan.count(offload::Tier::kDevice),
+               plan.count(offload::Tier::kHost), plan.count(offload::Tier::kStorage));
+
+  // 1. storage bandwidth (same reader, O_DIRECT, sequential), at least one pass's worth of bytes
+  offload::ReaderOptions ro;
+  const uint64_t bw_bytes = std::max<uint64_t>(plan.storage_bytes_per_pass, 256u << 20);
+  const double bw = storage_bandwidth(d, ro, bw_bytes);
+  std::fprintf(stderr, "storage bandwidth: %.1f MB/s (%s read)\n", bw / 1e6, format_size(bw_bytes).c_str());
+
+  // 2. streamed passes under the budget; peak RSS of this phase only
+  std::vector<Timing> streamed;
+  uint64_t rss = 0;
+  std::string reader_kind;
+  {
+    reset_peak_rss();
+    offload::Trace trace;
+    offload::StreamOptions so;
+    so.trace = o.run.trace.empty() ? nullptr : &trace;
+    offload::StreamedWeights w(d, plan, so);
+    reader_kind = std::string(w.reader_kind()) + (w.reader_direct() ? ", O_DIRECT" : ", buffered");
+    std::fprintf(stderr, "streamed passes (%s, ring %d x %s):\n", reader_kind.c_str(), plan.ring_slots,
+                 format_size(plan.slot_bytes).c_str());
+    streamed = time_passes(d, w, sizes, o.prefix, o.repeat, &w);
+    rss = peak_rss();
+    if (!o.run.trace.empty()) write_file_atomic(o.run.trace, trace.json());
+  }
+  // 3. the same passes with every weight resident (compute floor)
+  std::vector<Timing> resident;
+  if (!o.skip_resident) {
+    std::fprintf(stderr, "resident passes:\n");
+    ResidentWeights w(d);
+    resident = time_passes(d, w, sizes, o.prefix, o.repeat, nullptr);
+  }
+
+  const uint64_t budget = plan.device_budget + plan.host_budget;
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double io_floor = static_cast<double>(streamed[i].io.storage_bytes) / bw;
+    const double compute = resident.empty() ? 0.0 : resident[i].seconds;
+    const double floor = std::max(io_floor, compute);
+    rows.push_back({{"n", sizes[i]},
+                    {"pass_seconds", streamed[i].seconds},
+                    {"storage_bytes", streamed[i].io.storage_bytes},
+                    {"host_bytes", streamed[i].io.host_bytes},
+                    {"stall_seconds", streamed[i].io.stall_seconds},
+                    {"io_floor_seconds", io_floor},
+                    {"resident_seconds", compute},
+                    {"floor_seconds", floor},
+                    {"ratio", floor > 0 ? streamed[i].seconds / floor : 0.0}});
+  }
+  nlohmann::json j = {{"model", d.path},
+                      {"model_bytes", d.total_bytes()},
+                      {"device_budget", plan.device_budget},
+                      {"host_budget", plan.host_budget},
+                      {"device_planned", plan.device_used},
+                      {"layers_resident", plan.count(offload::Tier::kDevice)},
+                      {"layers_host", plan.count(offload::Tier::kHost)},
+                      {"layers_streamed", plan.count(offload::Tier::kStorage)},
+                      {"ring_slots", plan.ring_slots},
+                      {"slot_bytes", plan.slot_bytes},
+                      {"reader", reader_kind},
+                      {"storage_bandwidth", bw},
+                      {"peak_rss", rss},
+                      {"rss_over_budget", static_cast<double>(rss) - static_cast<double>(budget)},
+                      {"prefix_tokens", o.prefix},
+                      {"repeat", o.repeat},
+                      {"passes", rows}};
+  if (o.json) {
+    std::puts(j.dump().c_str());
+    return 0;
+  }
+  std::printf("%s (%s) under --device-mem %s%s: %d resident / %d host / %d streamed layers, ring %d x %s\n",
+              d.name.c_str(), format_size(d.total_bytes()).c_str(), format_size(plan.device_budget).c_str(),
+              plan.host_budget ? (" --host-mem " + format_size(plan.host_budget)).c_str() : "",
+              plan.count(offload::Tier::kDevice), plan.count(offload::Tier::kHost), plan.count(offload::Tier::kStorage),
+              plan.ring_slots, format_size(plan.slot_bytes).c_str());
+  std::printf("storage %.1f MB/s (%s); peak RSS %s = budget %+.1f MiB\n", bw / 1e6, reader_kind.c_str(),
+              format_size(rss).c_str(), (static_cast<double>(rss) - static_cast<double>(budget)) / (1 << 20));
+  std::printf("%6s %10s %12s %10s %10s %10s %10s %7s\n", "n", "pass s", "streamed", "stall s", "I/O floor", "resident",
+              "floor", "ratio");
+  for (const auto& r : rows)
+    std::printf("%6d %10.3f %12s %10.3f %10.3f %10.3f %10.3f %7.3f\n", r["n"].get<int>(),
+                r["pass_seconds"].get<double>(), format_size(r["storage_bytes"].get<uint64_t>()).c_str(),
+                r["stall_seconds"].get<double>(), r["io_floor_seconds"].get<double>(),
+                r["resident_seconds"].get<double>(), r["floor_seconds"].get<double>(), r["ratio"].get<double>());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOffloadOptions>();
+  auto* b = app.add_subcommand("bench", "Benchmarks (results for docs/PERFORMANCE.md)");
+  b->require_subcommand(1);
+  auto* c = b->add_subcommand("offload", "Streamed forward passes under a device budget vs the I/O and compute floor");
+  add_run_options(c, o->run);
+  c->add_option("--tokens", o->tokens, "Batch sizes (tree nodes per pass), comma-separated");
+  c->add_option("--repeat", o->repeat, "Passes per size (the median is reported)")->check(CLI::Range(1, 1000));
+  c->add_option("--prefix", o->prefix, "Committed context tokens before the timed passes")
+      ->check(CLI::Range(1, 1 << 16));
+  c->add_flag("--skip-resident", o->skip_resident, "Do not time the all-resident passes (model bigger than RAM)");
+  c->add_flag("--json", o->json, "Print one JSON object");
+  return [o, c] { return c->parsed() ? run_bench_offload(*o) : 0; };
+}
+
+}  // namespace redwood::cli

@@ -1,0 +1,381 @@
+// Sizes on the command line and the placement planner (offload/plan.h).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "offload/layer_layout.h"
+#include "offload/plan.h"
+#include "offload/size.h"
+#include "src/engine/weights.h"
+#include "src/util/error.h"
+#include "tests/util/tiny_gguf.h"
+
+namespace redwood::offload {
+namespace {
+
+// ---- sizes ------------------------------------------------------------------------
+
+TEST(ParseSize, Good) {
+  EXPECT_EQ(parse_size("4096"), 4096u);
+  EXPECT_EQ(parse_size("0"), 0u);
+  EXPECT_EQ(parse_size("2GiB"), 2ull << 30);
+  EXPECT_EQ(parse_size("512MiB"), 512ull << 20);
+  EXPECT_EQ(parse_size("512 MiB"), 512ull << 20);
+  EXPECT_EQ(parse_size("1.5GiB"), 3ull << 29);
+  EXPECT_EQ(parse_size("0.25KiB"), 256u);
+  EXPECT_EQ(parse_size("1.5GB"), 1500000000u);
+  EXPECT_EQ(parse_size("3kB"), 3000u);
+  EXPECT_EQ(parse_size("1k"), 1024u);
+  EXPECT_EQ(parse_size("1K"), 1024u);
+  EXPECT_EQ(parse_size("8m"), 8ull << 20);
+  EXPECT_EQ(parse_size("2T"), 2ull << 40);
+  EXPECT_EQ(parse_size("2TiB"), 2ull << 40);
+  EXPECT_EQ(parse_size("100B"), 100u);
+  EXPECT_EQ(parse_size("7b"), 7u);
+  EXPECT_EQ(parse_size(" 64MiB "), 64ull << 20);
+  EXPECT_EQ(parse_size("16777215TiB"), 16777215ull << 40);  // the largest whole TiB count
+}
+
+TEST(ParseSize, Bad) {
+  for (const char* s : {"",
+                        " ",
+                        "abc",
+                        "-1GiB",
+                        "+1GiB",
+                        "-0",
+                        "nan",
+                        "NaN",
+                        "inf",
+                        "GiB",
+                        "1e9",
+                        "1.GiB",
+                        ".5GiB",
+                        "1.5",
+                        "1.5B",
+                        "1 2GiB",
+                        "1.5.5G",
+                        "1XB",
+                        "1GiBs",
+                        "1 GiB x",
+                        "0x10",
+                        "99999999999999999999",
+                        "18446744073709551616",
+                        "16777216TiB",
+                        "20000000TiB"}) {
+    try {
+      parse_size(s, "--device-mem");
+      ADD_FAILURE() << "accepted '" << s << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "invalid size '" + std::string(s) + "' for --device-mem: expected e.g. 2GiB, 512MiB");
+    }
+  }
+}
+
+TEST(FormatSize, Units) {
+  EXPECT_EQ(format_size(0), "0 B");
+  EXPECT_EQ(format_size(980), "980 B");
+  EXPECT_EQ(format_size(3ull << 29), "1.50 GiB");
+  EXPECT_EQ(format_size(512ull << 20), "512.0 MiB");
+  EXPECT_EQ(format_size(1536), "1.50 KiB");
+  EXPECT_EQ(parse_size(format_size(3ull << 29)), 3ull << 29);
+}
+
+// ---- planner on synthetic models -------------------------------------------------
+
+// A Llama-shaped description with every tensor laid out back to back in one file
+// (F16 matrices, F32 norms). Nothing is read: the planner needs extents only.
+ModelDesc synthetic(int layers, int dim = 512, int ffn = 1536, int vocab = 4096, int kv_heads = 2) {
+  ModelDesc m;
+  m.path = "synthetic.gguf";
+  m.name = "synthetic";
+  m.files = {m.path};
+  auto& hp = m.hp;
+  hp.n_layers = layers, hp.dim = dim, hp.head_dim = 64, hp.n_heads = dim / 64, hp.n_kv_heads = kv_heads;
+  hp.ffn_dim = ffn, hp.vocab = vocab, hp.tied_lm_head = true;
+  uint64_t off = 4096;
+  auto tensor = [&](const std::string& name, DType t, int64_t rows, int64_t cols) {
+    TensorExtent e;
+    e.name = name, e.type = t, e.rows = rows, e.cols = cols, e.offset = off;
+    e.bytes = static_cast<uint64_t>(rows * cols) * (t == DType::F32 ? 4 : 2);
+    off += (e.bytes + 31) / 32 * 32;
+    return e;
+  };
+  m.tok_embd = tensor("token_embd.weight", DType::F16, vocab, dim);
+  m.lm_head = m.tok_embd;
+  m.output_norm = tensor("output_norm.weight", DType::F32, 1, dim);
+  const int kv = kv_heads * 64;
+  for (int l = 0; l < layers; ++l) {
+    LayerDesc L;
+    L.attn_norm = tensor("attn_norm", DType::F32, 1, dim);
+    L.wq = tensor("wq", DType::F16, dim, dim);
+    L.wk = tensor("wk", DType::F16, kv, dim);
+    L.wv = tensor("wv", DType::F16, kv, dim);
+    L.wo = tensor("wo", DType::F16, dim, dim);
+    L.ffn_norm = tensor("ffn_norm", DType::F32, 1, dim);
+    L.w_gate = tensor("w_gate", DType::F16, ffn, dim);
+    L.w_up = tensor("w_up", DType::F16, ffn, dim);
+    L.w_down = tensor("w_down", DType::F16, dim, ffn);
+    m.layers.push_back(L);
+  }
+  return m;
+}
+
+uint64_t matrices(const LayerDesc& L) {
+  uint64_t b = 0;
+  for (const TensorExtent* t : layer_matrices(L)) b += (t->bytes + 63) / 64 * 64;
+  return b;
+}
+
+Budgets device_budget(uint64_t device, int ring = 2) {
+  Budgets b;
+  b.device = device;
+  b.ring_slots = ring;
+  return b;
+}
+
+uint64_t item_bytes(const MemoryPlan& p, const std::string& prefix) {
+  for (const PlanItem& it : p.items)
+    if (it.what.rfind(prefix, 0) == 0) return it.bytes;
+  ADD_FAILURE() << "no item '" << prefix << "'";
+  return 0;
+}
+
+std::string plan_error(const ModelDesc& m, const ModelDesc* draft, const Budgets& b, const RunShape& s = {}) {
+  try {
+    plan_memory(m, draft, b, s);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Plan, UnlimitedKeepsEverythingOnDevice) {
+  const ModelDesc m = synthetic(8);
+  const MemoryPlan p = plan_memory(m, nullptr, Budgets{}, RunShape{});
+  ASSERT_EQ(p.layer_tier.size(), 8u);
+  EXPECT_EQ(p.count(Tier::kDevice), 8);
+  EXPECT_EQ(p.ring_slots, 0);
+  EXPECT_EQ(p.slot_bytes, 0u);
+  EXPECT_EQ(p.storage_bytes_per_pass, 0u);
+  EXPECT_EQ(p.host_bytes_per_pass, 0u);
+  EXPECT_EQ(p.host_used, 0u);
+  EXPECT_EQ(p.device_used, p.fixed_bytes + 8 * matrices(m.layers[0]));
+  EXPECT_LT(p.device_min, p.device_used);
+  // Everything accounted is in the items.
+  uint64_t sum = 0;
+  for (const PlanItem& it : p.items) sum += it.tier == Tier::kDevice ? it.bytes : 0;
+  EXPECT_EQ(sum, p.device_used);
+}
+
+TEST(Plan, FixedCosts) {
+  const ModelDesc m = synthetic(4);
+  RunShape s;
+  s.ctx = 1000, s.max_tokens = 16, s.threads = 3;
+  const MemoryPlan p = plan_memory(m, nullptr, Budgets{}, s);
+  const auto& hp = m.hp;
+  EXPECT_EQ(item_bytes(p, "globals"), m.tok_embd.bytes + 2 * hp.dim * 4ull);  // + final norm, raw and f32
+  EXPECT_EQ(item_bytes(p, "layer norms"), 4ull * 2 * 2 * hp.dim * 4);         // F32 as stored + f32 copy
+  EXPECT_EQ(item_bytes(p, "KV cache (target"), 4ull * 2 * (hp.n_kv_heads * hp.head_dim) * 1000 * 4);
+  EXPECT_GE(item_bytes(p, "activations"), 16ull * hp.vocab * 4 + 16ull * (2 * hp.dim + 2 * hp.ffn_dim) * 4);
+  // n > 8: a row tile of about 2 MiB per thread plus the attention scores.
+  EXPECT_GE(item_bytes(p, "kernel workspace"), 3ull * (2u << 20));
+}
+
+TEST(Plan, ExactMinimumStreamsEveryLayer) {
+  const ModelDesc m = synthetic(8);
+  const uint64_t min = plan_memory(m, nullptr, Budgets{}, RunShape{}).device_min;
+  const MemoryPlan p = plan_memory(m, nullptr, device_budget(min), RunShape{});
+  EXPECT_EQ(p.count(Tier::kStorage), 8);
+  EXPECT_EQ(p.ring_slots, 2);
+  EXPECT_EQ(p.slot_bytes, layout_layer(m.layers[0]).slot_bytes);
+  EXPECT_EQ(p.slot_bytes % kIoAlign, 0u);
+  EXPECT_EQ(p.device_min, p.fixed_bytes + 2 * p.slot_bytes);
+  EXPECT_EQ(p.device_used, min);
+  EXPECT_LE(p.device_used, p.device_budget);
+  EXPECT_EQ(p.storage_bytes_per_pass, 8 * p.slot_bytes);
+}
+
+TEST(Plan, BelowMinimumIsAnErrorNamingTheMinimum) {
+  const ModelDesc m = synthetic(8);
+  const uint64_t min = plan_memory(m, nullptr, Budgets{}, RunShape{}).device_min;
+  const std::string e = plan_error(m, nullptr, device_budget(min - 1));
+  EXPECT_NE(e.find("at least " + format_size(min)), std::string::npos) << e;
+  EXPECT_NE(e.find("too small for synthetic"), std::string::npos) << e;
+  EXPECT_NE(e.find("2 ring slots of"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos);
+}
+
+TEST(Plan, GreedyKeepsWholeLayersSpreadEvenly) {
+  const int n = 12;
+  const ModelDesc m = synthetic(n);
+  const uint64_t min = plan_memory(m, nullptr, Budgets{}, RunShape{}).device_min;
+  const uint64_t layer = matrices(m.layers[0]);
+  const uint64_t budget = min + 4 * layer + layer / 2;
+  const MemoryPlan p = plan_memory(m, nullptr, device_budget(budget), RunShape{});
+  const int r = p.count(Tier::kDevice);
+  EXPECT_EQ(r, 4);
+  EXPECT_EQ(p.count(Tier::kStorage), n - r);
+  EXPECT_LE(p.device_used, budget);
+  EXPECT_GT(p.device_used + layer, budget);  // one more resident layer would not fit
+  EXPECT_EQ(p.ring_slots, 2);
+  // Resident layers 2, 5, 8, 11: one in every three.
+  for (int i = 0; i < n; ++i) EXPECT_EQ(p.layer_tier[i] == Tier::kDevice, i % 3 == 2) << i;
+  EXPECT_EQ(p.storage_bytes_per_pass, static_cast<uint64_t>(n - r) * p.slot_bytes);
+
+  // Every budget between the minimum and everything: the most resident layers that fit.
+  const uint64_t all = plan_memory(m, nullptr, Budgets{}, RunShape{}).device_used;
+  int prev = -1;
+  for (uint64_t b = min; b < all + layer; b += layer / 3) {
+    const MemoryPlan q = plan_memory(m, nullptr, device_budget(b), RunShape{});
+    EXPECT_LE(q.device_used, b);
+    EXPECT_GE(q.count(Tier::kDevice), prev);
+    prev = q.count(Tier::kDevice);
+    EXPECT_EQ(q.ring_slots, q.count(Tier::kDevice) == n ? 0 : std::min(2, n - q.count(Tier::kDevice)));
+  }
+  EXPECT_EQ(prev, n);
+}
+
+TEST(Plan, HostTier) {
+  const ModelDesc m = synthetic(8);
+  const uint64_t min = plan_memory(m, nullptr, Budgets{}, RunShape{}).device_min;
+  const LayerLayout lay = layout_layer(m.layers[0]);
+  Budgets b = device_budget(min);
+  b.host = 3 * lay.slot_bytes + lay.slot_bytes / 2;
+  const MemoryPlan p = plan_memory(m, nullptr, b, RunShape{});
+  EXPECT_EQ(p.count(Tier::kHost), 3);
+  EXPECT_EQ(p.count(Tier::kStorage), 5);
+  EXPECT_EQ(p.host_used, 3 * lay.slot_bytes);
+  EXPECT_LE(p.host_used, b.host);
+  EXPECT_EQ(p.host_bytes_per_pass, 3 * lay.slot_bytes);
+  EXPECT_EQ(p.storage_bytes_per_pass, 5 * lay.slot_bytes);
+  EXPECT_EQ(p.ring_slots, 2);
+  // Host-staged layers still pass through the ring.
+  b.host = 100 * lay.slot_bytes;
+  const MemoryPlan all_host = plan_memory(m, nullptr, b, RunShape{});
+  EXPECT_EQ(all_host.count(Tier::kHost), 8);
+  EXPECT_EQ(all_host.ring_slots, 2);
+  EXPECT_EQ(all_host.storage_bytes_per_pass, 0u);
+}
+
+TEST(Plan, CudaStagesStorageReadsInHost) {
+  const ModelDesc m = synthetic(8);
+  const uint64_t min = plan_memory(m, nullptr, Budgets{}, RunShape{}).device_min;
+  const uint64_t slot = layout_layer(m.layers[0]).slot_bytes;
+  Budgets b = device_budget(min);
+  b.backend = BackendKind::kCuda;
+  b.host = 3 * slot;  // 2 staging slots + 1 host layer
+  const MemoryPlan p = plan_memory(m, nullptr, b, RunShape{});
+  EXPECT_EQ(item_bytes(p, "pinned staging"), 2 * slot);
+  EXPECT_EQ(p.count(Tier::kHost), 1);
+  EXPECT_EQ(p.host_used, 3 * slot);
+  b.host = 2 * slot - 1;
+  EXPECT_NE(plan_error(m, nullptr, b).find("at least " + format_size(2 * slot)), std::string::npos);
+  // Everything host-staged: nothing read from storage, no staging.
+  b.host = 8 * slot;
+  const MemoryPlan q = plan_memory(m, nullptr, b, RunShape{});
+  EXPECT_EQ(q.count(Tier::kHost), 8);
+  EXPECT_EQ(q.host_used, 8 * slot);
+}
+
+TEST(Plan, DraftIsAccounted) {
+  const ModelDesc m = synthetic(8);
+  const ModelDesc d = synthetic(2, 256, 512, 4096, 1);
+  const MemoryPlan alone = plan_memory(m, nullptr, Budgets{}, RunShape{});
+  const MemoryPlan with = plan_memory(m, &d, Budgets{}, RunShape{});
+  EXPECT_GT(with.device_min, alone.device_min + d.total_bytes());
+  EXPECT_GT(item_bytes(with, "draft weights"), d.total_bytes());
+  EXPECT_GT(item_bytes(with, "KV cache (draft"), 0u);
+  EXPECT_GT(item_bytes(with, "activations + logits (draft"), 0u);
+  // Enough without the draft, too little with it.
+  EXPECT_NO_THROW(plan_memory(m, nullptr, device_budget(alone.device_min), RunShape{}));
+  const std::string e = plan_error(m, &d, device_budget(alone.device_min));
+  EXPECT_NE(e.find("with draft synthetic"), std::string::npos) << e;
+  EXPECT_NE(e.find("at least " + format_size(with.device_min)), std::string::npos) << e;
+}
+
+TEST(Plan, ContextGrowsTheKvCaches) {
+  const ModelDesc m = synthetic(8);
+  RunShape s2, s4;
+  s2.ctx = 2048, s4.ctx = 4096;
+  const MemoryPlan a = plan_memory(m, nullptr, Budgets{}, s2);
+  const MemoryPlan b = plan_memory(m, nullptr, Budgets{}, s4);
+  const uint64_t kv = 8ull * 2 * (m.hp.n_kv_heads * m.hp.head_dim) * 2048 * 4;
+  EXPECT_EQ(item_bytes(b, "KV cache (target") - item_bytes(a, "KV cache (target"), kv);
+  EXPECT_GE(b.device_min - a.device_min, kv);
+  EXPECT_NE(plan_error(m, nullptr, device_budget(a.device_min), s4).find("ctx 4096"), std::string::npos);
+}
+
+TEST(Plan, RingSlots) {
+  const ModelDesc m = synthetic(8);
+  const MemoryPlan k2 = plan_memory(m, nullptr, device_budget(0, 2), RunShape{});
+  const MemoryPlan k3 = plan_memory(m, nullptr, device_budget(0, 3), RunShape{});
+  EXPECT_EQ(k3.device_min - k2.device_min, layout_layer(m.layers[0]).slot_bytes);
+  const MemoryPlan p = plan_memory(m, nullptr, device_budget(k3.device_min, 3), RunShape{});
+  EXPECT_EQ(p.ring_slots, 3);
+  EXPECT_EQ(p.count(Tier::kStorage), 8);
+  EXPECT_NE(plan_error(m, nullptr, device_budget(0, 1)).find("at least 2"), std::string::npos);
+  EXPECT_NE(plan_error(m, nullptr, device_budget(1u << 30, 0)).find("at least 2"), std::string::npos);
+}
+
+TEST(Plan, TinyLayersAreCheaperResidentThanTwoSlots) {
+  // Two layers of 56 KiB: both resident cost less than two slots, so that is the minimum.
+  const ModelDesc m = synthetic(2, 64, 64, 256, 1);
+  const MemoryPlan all = plan_memory(m, nullptr, Budgets{}, RunShape{});
+  EXPECT_LT(all.device_used, all.fixed_bytes + 2 * layout_layer(m.layers[0]).slot_bytes);
+  EXPECT_EQ(all.device_min, all.device_used);
+  const MemoryPlan p = plan_memory(m, nullptr, device_budget(all.device_min), RunShape{});
+  EXPECT_EQ(p.count(Tier::kDevice), 2);
+  EXPECT_EQ(p.ring_slots, 0);
+  const std::string e = plan_error(m, nullptr, device_budget(all.device_min - 1));
+  EXPECT_NE(e.find("all 2 layers resident"), std::string::npos) << e;
+}
+
+TEST(Plan, TableAndJson) {
+  const ModelDesc m = synthetic(12);
+  const uint64_t min = plan_memory(m, nullptr, Budgets{}, RunShape{}).device_min;
+  Budgets b = device_budget(min + 4 * matrices(m.layers[0]));
+  b.host = 2 * layout_layer(m.layers[0]).slot_bytes;
+  const MemoryPlan p = plan_memory(m, nullptr, b, RunShape{});
+  const std::string t = plan_table(p);
+  EXPECT_NE(t.find("memory plan for synthetic"), std::string::npos) << t;
+  EXPECT_NE(t.find("minimum " + format_size(min)), std::string::npos) << t;
+  EXPECT_NE(t.find("4 device, 2 host, 6 storage"), std::string::npos) << t;
+  EXPECT_NE(t.find("layers 0-1"), std::string::npos) << t;
+  EXPECT_NE(t.find("layer 2 "), std::string::npos) << t;
+  const nlohmann::json j = plan_json(p);
+  EXPECT_EQ(j["device_min"].get<uint64_t>(), min);
+  EXPECT_EQ(j["device_used"].get<uint64_t>(), p.device_used);
+  EXPECT_EQ(j["ring_slots"].get<int>(), 2);
+  ASSERT_EQ(j["layers"].size(), 12u);
+  EXPECT_EQ(j["layers"][2]["tier"], "device");
+  EXPECT_EQ(j["layers"][0]["tier"], "host");
+  EXPECT_EQ(j["layers"][11]["index"], 11);
+  EXPECT_EQ(j["layers"][11]["bytes"].get<uint64_t>(), matrices(m.layers[11]));
+  EXPECT_EQ(j["items"].size(), p.items.size());
+}
+
+// ---- a real (tiny) GGUF -------------------------------------------------------------
+
+TEST(Plan, TinyGgufDraftMatchesResidentWeights) {
+  testutil::TinyShape shape;
+  shape.layers = 3;
+  const std::string path = ::testing::TempDir() + "plan_tiny.gguf";
+  testutil::write_tiny_llama(path, shape);
+  const ModelDesc d = load_model_desc(path);
+  const MemoryPlan p = plan_memory(d, &d, Budgets{}, RunShape{});
+  // The draft is held like ResidentWeights: aligned tensors plus float copies of the norms.
+  const ResidentWeights rw(d);
+  EXPECT_EQ(item_bytes(p, "draft weights"), rw.bytes() + (2ull * shape.layers + 1) * shape.dim * 4);
+  EXPECT_EQ(p.count(Tier::kDevice), 3);
+  const std::string e = plan_error(d, &d, device_budget(p.device_min - 1));
+  EXPECT_NE(e.find("at least " + format_size(p.device_min)), std::string::npos) << e;
+  const MemoryPlan q = plan_memory(d, &d, device_budget(p.device_min), RunShape{});
+  EXPECT_LE(q.device_used, p.device_min);
+  EXPECT_EQ(q.slot_bytes % kIoAlign, 0u);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace redwood::offload
