@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""The offload engine through the redwood CLI (label "model"; a few seconds).
+
+    python3 tests/python/test_offload_cli.py --redwood build/redwood --model models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+Checks:
+    plan-memory : table and JSON; a budget below the minimum -> exit 1, one line naming "at least".
+    generate    : greedy tokens with --device-mem (most layers streamed; ring 2 and 3; host tier;
+                  --verify-io) equal the tokens without a budget; with --draft too.
+    trace       : --trace writes a Chrome trace with I/O and compute events.
+    bench       : `bench offload` (small configuration) prints one JSON object with a ratio per size.
+    bad input   : a malformed size -> exit 1 with one line on stderr.
+Prints "N passed, M failed" and exits non-zero on any failure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+FAILED: list[str] = []
+PASSED = 0
+
+
+def check(name: str, cond: bool, msg: str = "") -> None:
+    global PASSED
+    if cond:
+        PASSED += 1
+        print(f"PASS {name}", flush=True)
+    else:
+        FAILED.append(name)
+        print(f"FAIL {name}: {msg}", flush=True)
+
+
+def run(args, cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([args.redwood] + cmd, capture_output=True, text=True, timeout=600)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--redwood", required=True)
+    ap.add_argument("--model", required=True)
+    args = ap.parse_args()
+    m = ["--model", args.model]
+    tmp = tempfile.mkdtemp(prefix="redwood_offload_cli_")
+
+    # plan-memory
+    p = run(args, ["plan-memory"] + m + ["--device-mem", "64MiB", "--ctx", "256", "--tokens", "16", "--json"])
+    ok = p.returncode == 0
+    plan = json.loads(p.stdout) if ok else {}
+    check("plan-memory json", ok and "layers" in plan and plan.get("device_used", 1 << 60) <= 64 << 20,
+          p.stderr + p.stdout[:300])
+    tiers = [layer["tier"] for layer in plan.get("layers", [])]
+    check("plan-memory streams some layers at 64MiB", "storage" in tiers and "device" in tiers, str(tiers))
+    p = run(args, ["plan-memory"] + m + ["--device-mem", "64MiB", "--ctx", "256", "--tokens", "16"])
+    check("plan-memory table", p.returncode == 0 and "storage" in p.stdout, p.stderr)
+    p = run(args, ["plan-memory"] + m + ["--device-mem", "4MiB"])
+    check("plan-memory below minimum", p.returncode == 1 and "at least" in p.stderr
+          and len(p.stderr.strip().splitlines()) == 1, p.stderr)
+
+    # generate: budgets give the same greedy tokens
+    prompts = ["1,4093,198,1780,314,260,3575,282,4649,47,2,198,1,520,9531,198",
+               "11865,2464,253,655,28,665,436,253,1165,2902,567"]
+    base = ["generate"] + m + ["--max-tokens", "40", "--temperature", "0", "--json"]
+    draft = os.path.join(tmp, "draft.gguf")
+    p = run(args, ["make-draft", "--from", args.model, "--layers", "8", "--out", draft])
+    check("make-draft", p.returncode == 0, p.stderr)
+    trace = os.path.join(tmp, "trace.json")
+    variants = {
+        "device-mem 48MiB": ["--device-mem", "48MiB"],
+        "device-mem 48MiB ring 3 verify-io": ["--device-mem", "48MiB", "--ring", "3", "--verify-io"],
+        "device-mem 48MiB host-mem 16MiB": ["--device-mem", "48MiB", "--host-mem", "16MiB"],
+        "device-mem 48MiB trace": ["--device-mem", "48MiB", "--trace", trace],
+    }
+    for i, pt in enumerate(prompts):
+        ref = run(args, base + ["--prompt-tokens", pt])
+        if ref.returncode != 0:
+            check(f"generate reference {i}", False, ref.stderr)
+            continue
+        want = json.loads(ref.stdout)["tokens"]
+        for name, extra in variants.items():
+            p = run(args, base + ["--prompt-tokens", pt] + extra)
+            got = json.loads(p.stdout) if p.returncode == 0 else {}
+            check(f"generate {name} prompt {i}", got.get("tokens") == want and got.get("offload", {}).get(
+                "storage_bytes", 0) > 0, p.stderr[-500:])
+        p = run(args, base + ["--prompt-tokens", pt, "--device-mem", "80MiB", "--draft", draft, "--tree", "chain:3"])
+        got = json.loads(p.stdout) if p.returncode == 0 else {}
+        check(f"generate --draft --device-mem prompt {i}", got.get("tokens") == want, p.stderr[-500:])
+
+    # trace
+    try:
+        ev = json.load(open(trace))["traceEvents"]
+        tids = {e["tid"] for e in ev if e.get("ph") == "X"}
+        check("trace has I/O and compute tracks", {1, 2} <= tids, str(tids))
+    except (OSError, ValueError, KeyError) as e:
+        check("trace has I/O and compute tracks", False, repr(e))
+
+    # bench offload, small configuration
+    p = run(args, ["bench", "offload"] + m + ["--device-mem", "64MiB", "--tokens", "1,4", "--repeat", "1",
+                                                "--prefix", "8", "--json"])
+    try:
+        b = json.loads(p.stdout)
+        check("bench offload", p.returncode == 0 and len(b["passes"]) == 2 and all(
+            r["ratio"] > 0 and r["storage_bytes"] > 0 for r in b["passes"]) and b["storage_bandwidth"] > 0
+              and b["peak_rss"] > 0, p.stdout)
+    except (ValueError, KeyError) as e:
+        check("bench offload", False, repr(e) + p.stderr[-500:])
+
+    # bad input
+    p = run(args, base + ["--prompt-tokens", "1,2", "--device-mem", "12XB"])
+    check("malformed size", p.returncode == 1 and "invalid size" in p.stderr
+          and len(p.stderr.strip().splitlines()) == 1, p.stderr)
+
+    print(f"{PASSED} passed, {len(FAILED)} failed" + (f": {', '.join(FAILED)}" if FAILED else ""))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
