@@ -86,7 +86,7 @@ def main() -> int:
             got = json.loads(p.stdout) if p.returncode == 0 else {}
             check(f"generate {name} prompt {i}", got.get("tokens") == want and got.get("offload", {}).get(
                 "storage_bytes", 0) > 0, p.stderr[-500:])
-        p = run(args, base + ["--prompt-tokens", pt, "--device-mem", "80MiB", "--draft", draft, "--tree", "chain:3"])
+        p = run(args, base + ["--prompt-tokens", pt, "--device-mem", "110MiB", "--draft", draft, "--tree", "chain:3"])
         got = json.loads(p.stdout) if p.returncode == 0 else {}
         check(f"generate --draft --device-mem prompt {i}", got.get("tokens") == want, p.stderr[-500:])
 
