@@ -53,7 +53,8 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
   if (static_cast<int>(plan.layer_tier.size()) != n) throw Error("memory plan does not match the model's layers");
   stream_index_.assign(n, -1);
   layout_.resize(n);
-  host_copy_.resize(n);
+  host_copy_.assign(n, nullptr);
+  link_ = opts.link ? opts.link : std::shared_ptr<SlotLink>(make_cpu_link());
   uint64_t slot_bytes = 0;
   for (int i = 0; i < n; ++i) {
     if (plan.layer_tier[i] == Tier::kDevice) continue;
@@ -70,16 +71,17 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
   slots_.resize(k);
   bound_.resize(k);
   std::vector<std::pair<void*, size_t>> regs;
+  link_->init(k, slot_bytes);
   for (Slot& s : slots_) {
-    s.buf = AlignedBuffer(slot_bytes, kIoAlign);
-    regs.emplace_back(s.buf.data(), s.buf.size());
+    (void)s;
+    regs.emplace_back(link_->landing(static_cast<int>(regs.size())), slot_bytes);
   }
   reader_->register_buffers(regs);
 
   for (int l : stream_) {
     if (plan.layer_tier[l] != Tier::kHost) continue;
-    host_copy_[l] = AlignedBuffer(layout_[l].slot_bytes, kIoAlign);
-    const auto reqs = requests(layout_[l], host_copy_[l].data());
+    host_copy_[l] = link_->alloc_host(layout_[l].slot_bytes);
+    const auto reqs = requests(layout_[l], host_copy_[l]);
     reader_->read(reqs);
   }
 
@@ -131,28 +133,32 @@ uint64_t StreamedWeights::checksum(int layer, const uint8_t* slot) const {
   return hash_matrices(layers_[layer], [&](size_t i) { return slot + layout_[layer].tensor_offset[i]; });
 }
 
-void StreamedWeights::load(uint64_t seq, Slot& s) {
+void StreamedWeights::load(uint64_t seq, Slot& s, int k) {
   const int layer = stream_[seq % stream_.size()];
   const LayerLayout& lay = layout_[layer];
   const auto t0 = Clock::now();
   s.storage = s.host = 0;
-  if (host_copy_[layer].data()) {
-    std::memcpy(s.buf.data(), host_copy_[layer].data(), lay.slot_bytes);
+  link_->wait_released(k);
+  const uint8_t* src = host_copy_[layer];
+  if (src) {
     s.host = lay.slot_bytes;
   } else {
-    const auto reqs = requests(lay, s.buf.data());
+    uint8_t* dst = link_->landing(k);
+    const auto reqs = requests(lay, dst);
     reader_->read(reqs);
     s.storage = read_bytes(lay);
+    src = dst;
   }
+  // Checked on the host side, before the (possibly asynchronous) upload.
+  if (opts_.verify_io && checksum(layer, src) != reference_sum_[layer])
+    throw Error("--verify-io: layer " + std::to_string(layer) +
+                " streamed bytes differ from the first read (storage or transfer corruption)");
+  link_->upload(k, src, lay.slot_bytes);
+  const auto t1 = Clock::now();
+  s.seconds = seconds(t0, t1);
   if (opts_.trace)
-    opts_.trace->add(Trace::kIo, (s.host ? "copy layer " : "read layer ") + std::to_string(layer), t0, Clock::now(),
+    opts_.trace->add(Trace::kIo, (s.host ? "copy layer " : "read layer ") + std::to_string(layer), t0, t1,
                      s.host + s.storage);
-  if (opts_.verify_io) {
-    const uint64_t got = checksum(layer, s.buf.data());
-    if (got != reference_sum_[layer])
-      throw Error("--verify-io: layer " + std::to_string(layer) +
-                  " streamed bytes differ from the first read (storage or transfer corruption)");
-  }
 }
 
 void StreamedWeights::io_loop() {
@@ -167,7 +173,7 @@ void StreamedWeights::io_loop() {
     s.seq = seq;
     lock.unlock();
     try {
-      load(seq, s);
+      load(seq, s, static_cast<int>(seq % k));
     } catch (...) {
       lock.lock();
       io_error_ = std::current_exception();
@@ -206,21 +212,16 @@ void StreamedWeights::begin_pass() {
   if (stream_.empty()) return;
   // A pass that failed half-way (an exception in a kernel) leaves the stream
   // mid-sequence: give back what it held and skip to the next pass's start.
+  bool held;
   {
     std::lock_guard lock(mu_);
-    Slot& s = slots_[next_consume_ % slots_.size()];
-    if (s.state == SlotState::kInUse && s.seq == next_consume_) {
-      s.state = SlotState::kFree;
-      ++next_consume_;
-    }
+    const Slot& s = slots_[next_consume_ % slots_.size()];
+    held = s.state == SlotState::kInUse && s.seq == next_consume_;
   }
-  cv_.notify_all();
+  if (held) free_current();
   while (next_consume_ % stream_.size() != 0) {
     wait_ready(next_consume_, -1);
-    std::lock_guard lock(mu_);
-    slots_[next_consume_ % slots_.size()].state = SlotState::kFree;
-    ++next_consume_;
-    cv_.notify_all();
+    free_current();
   }
   cur_ = {};
 }
@@ -236,9 +237,11 @@ const LayerWeights& StreamedWeights::acquire(int layer) {
     throw Error("offload: layer " + std::to_string(layer) + " acquired out of order");
   wait_ready(seq, layer);
   const size_t si = seq % slots_.size();
+  link_->compute_acquire(static_cast<int>(si));
   Slot& s = slots_[si];
   cur_.storage_bytes += s.storage;
   cur_.host_bytes += s.host;
+  cur_.io_seconds += s.seconds;
   const LayerWeights& r = resident_.acquire(layer);  // norms
   const LayerLayout& lay = layout_[layer];
   const auto mats = layer_matrices(layers_[layer]);
@@ -247,7 +250,8 @@ const LayerWeights& StreamedWeights::acquire(int layer) {
   w.ffn_norm = r.ffn_norm;
   WeightView* views[7] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
   for (size_t i = 0; i < 7; ++i)
-    *views[i] = WeightView{mats[i]->type, mats[i]->rows, mats[i]->cols, s.buf.data() + lay.tensor_offset[i]};
+    *views[i] = WeightView{mats[i]->type, mats[i]->rows, mats[i]->cols,
+                           link_->slot(static_cast<int>(si)) + lay.tensor_offset[i]};
   layer_start_ = Clock::now();
   return w;
 }
@@ -258,10 +262,16 @@ void StreamedWeights::release(int layer) {
   if (opts_.trace)
     opts_.trace->add(Trace::kCompute, "layer " + std::to_string(layer) + (streamed ? "" : " (resident)"), layer_start_,
                      t);
-  if (!streamed) return;
+  if (streamed) free_current();
+}
+
+// Hands the slot of stream element next_consume_ back to the I/O thread.
+void StreamedWeights::free_current() {
+  const size_t k = next_consume_ % slots_.size();
+  link_->compute_release(static_cast<int>(k));
   {
     std::lock_guard lock(mu_);
-    slots_[next_consume_ % slots_.size()].state = SlotState::kFree;
+    slots_[k].state = SlotState::kFree;
     ++next_consume_;
   }
   cv_.notify_all();
@@ -273,6 +283,7 @@ void StreamedWeights::end_pass() {
   last_ = cur_;
   total_.storage_bytes += cur_.storage_bytes;
   total_.host_bytes += cur_.host_bytes;
+  total_.io_seconds += cur_.io_seconds;
   total_.stall_seconds += cur_.stall_seconds;
   total_.compute_seconds += cur_.compute_seconds;
   total_.wall_seconds += cur_.wall_seconds;

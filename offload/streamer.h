@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "offload/layer_layout.h"
+#include "offload/link.h"
 #include "offload/plan.h"
 #include "offload/storage_reader.h"
 #include "offload/trace.h"
@@ -34,14 +35,16 @@ namespace redwood::offload {
 
 struct StreamOptions {
   ReaderOptions reader;
-  bool verify_io = false;  // checksum every streamed layer against a first, separate read
-  Trace* trace = nullptr;  // optional; must outlive the streamer
+  bool verify_io = false;          // checksum every streamed layer against a first, separate read
+  Trace* trace = nullptr;          // optional; must outlive the streamer
+  std::shared_ptr<SlotLink> link;  // where slots live (null: the CPU backend's RAM)
 };
 
 // What one forward pass cost.
 struct PassIo {
   uint64_t storage_bytes = 0;  // read from storage for this pass's layers
   uint64_t host_bytes = 0;     // copied host -> device for this pass's layers
+  double io_seconds = 0;       // time the I/O thread spent loading this pass's layers
   double stall_seconds = 0;    // the pass waiting for a slot to be ready
   double compute_seconds = 0;  // wall - stall
   double wall_seconds = 0;     // begin_pass .. end_pass
@@ -72,27 +75,29 @@ class StreamedWeights final : public WeightSource {
  private:
   enum class SlotState { kFree, kLoading, kReady, kInUse };
   struct Slot {
-    AlignedBuffer buf;
     SlotState state = SlotState::kFree;
     uint64_t seq = 0;                // stream element held
     uint64_t storage = 0, host = 0;  // bytes it took to fill
+    double seconds = 0;              // and how long
   };
 
   void io_loop();
-  void load(uint64_t seq, Slot& s);
+  void load(uint64_t seq, Slot& s, int k);
   uint64_t checksum(int layer, const uint8_t* slot) const;
   void wait_ready(uint64_t seq, int layer);
+  void free_current();
   void rethrow_io_error();
 
   std::vector<LayerDesc> layers_;  // copies: the streamer outlives no one's ModelDesc
   StreamOptions opts_;
-  ResidentWeights resident_;              // globals, norms, device-resident layers
-  std::vector<int> stream_;               // non-resident layers in order
-  std::vector<int> stream_index_;         // layer -> index in stream_, or -1
-  std::vector<LayerLayout> layout_;       // per layer (streamed ones)
-  std::vector<AlignedBuffer> host_copy_;  // per layer: slot image of host-staged layers
-  std::vector<uint64_t> reference_sum_;   // verify_io: per layer
-  std::vector<LayerWeights> bound_;       // per slot: views into it
+  ResidentWeights resident_;         // globals, norms, device-resident layers
+  std::vector<int> stream_;          // non-resident layers in order
+  std::vector<int> stream_index_;    // layer -> index in stream_, or -1
+  std::vector<LayerLayout> layout_;  // per layer (streamed ones)
+  std::vector<uint8_t*> host_copy_;  // per layer: slot image of host-staged layers (link-owned)
+  std::shared_ptr<SlotLink> link_;
+  std::vector<uint64_t> reference_sum_;  // verify_io: per layer
+  std::vector<LayerWeights> bound_;      // per slot: views into it
   std::unique_ptr<StorageReader> reader_;
 
   std::mutex mu_;

@@ -77,6 +77,7 @@ nlohmann::json offload_stats(const LoadedModel& m) {
           {"storage_bytes", t.storage_bytes},
           {"host_bytes", t.host_bytes},
           {"stall_seconds", t.stall_seconds},
+          {"io_seconds", t.io_seconds},
           {"compute_seconds", t.compute_seconds},
           {"wall_seconds", t.wall_seconds},
           {"layers_streamed", m.streamed->streamed_layers()},

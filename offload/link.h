@@ -1,0 +1,47 @@
+// Where the ring slots live and how a layer's bytes get into one: the only
+// part of the streaming pipeline that differs between backends.
+//
+// CPU backend (CpuLink): "device" memory is RAM, so storage reads land directly
+// in the slot and a host-staged layer is one memcpy into it.
+// CUDA backend (make_cuda_link): slots in VRAM; storage reads land in pinned
+// staging (cudaHostAlloc, registered with io_uring), then cudaMemcpyAsync on a
+// copy stream; the compute stream waits on the slot's "copied" event and
+// records a "released" event the I/O thread waits on before refilling the slot:
+// event ordering only, never a device-wide synchronisation inside a pass.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace redwood::offload {
+
+class SlotLink {
+ public:
+  virtual ~SlotLink() = default;
+  // Allocates K slots of `bytes` each (kIoAlign-aligned).
+  virtual void init(int slots, size_t bytes) = 0;
+  // What the kernels read (a device address on CUDA).
+  virtual const uint8_t* slot(int k) const = 0;
+  // Host memory that storage reads for slot k land in (the slot itself on the CPU).
+  virtual uint8_t* landing(int k) = 0;
+  // Host memory for a host-staged layer (pinned on CUDA). Owned by the link.
+  virtual uint8_t* alloc_host(size_t bytes) = 0;
+  // I/O thread, before refilling slot k: until the compute that used it is done.
+  virtual void wait_released(int k) { (void)k; }
+  // I/O thread: bytes [0, n) of slot k from host memory src (landing(k) or a
+  // host-staged copy). May be asynchronous; ordered before compute_acquire(k).
+  virtual void upload(int k, const uint8_t* src, size_t n) = 0;
+  // Compute side: make the compute stream wait for slot k's upload; mark the
+  // end of the compute that reads it.
+  virtual void compute_acquire(int k) { (void)k; }
+  virtual void compute_release(int k) { (void)k; }
+};
+
+std::unique_ptr<SlotLink> make_cpu_link();
+
+#ifdef REDWOOD_HAVE_CUDA
+// compute_stream: the CUDA backend's stream (cudaStream_t), or null for the default stream.
+std::unique_ptr<SlotLink> make_cuda_link(void* compute_stream);
+#endif
+
+}  // namespace redwood::offload
