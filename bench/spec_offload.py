@@ -47,11 +47,18 @@ def main():
         questions = [json.loads(line)["question"] for line in f][args.first:args.first + args.prompts]
 
     # Budget: minimum (with the draft, ctx and tree of this run) + a third of the layers.
-    ctx, tokens = 512, 64
-    plan = json.loads(redwood(args, ["plan-memory", "--model", args.model, "--draft", draft, "--ctx", str(ctx),
-                                     "--tokens", str(tokens), "--json"]))
-    layer = max(layer["bytes"] for layer in plan["layers"])
-    budget = plan["device_min"] + len(plan["layers"]) // 3 * layer
+    ctx, tokens = 512, 64  # tokens per pass: prompts are prefilled in chunks of 64 (--prefill-chunk)
+    # Each mode gets the budget that leaves the SAME target layers resident (a
+    # third), so every mode streams the same bytes per target pass; with a
+    # draft the budget also holds the draft, its KV cache and activations.
+    def budget_for(with_draft: bool) -> int:
+        extra = ["--draft", draft] if with_draft else []
+        plan = json.loads(redwood(args, ["plan-memory", "--model", args.model, "--ctx", str(ctx),
+                                         "--tokens", str(tokens), "--json"] + extra))
+        layer = max(layer["bytes"] for layer in plan["layers"])
+        return plan["device_min"] + len(plan["layers"]) // 3 * layer
+
+    budget_ar, budget = budget_for(False), budget_for(True)
     modes = {
         "autoregressive": [],
         "chain:4": ["--draft", draft, "--tree", "chain:4"],
@@ -59,7 +66,8 @@ def main():
         "sequoia 16/6": ["--draft", draft, "--tree", "sequoia", "--budget", "16", "--depth", "6"],
         "sequoia 32/8": ["--draft", draft, "--tree", "sequoia", "--budget", "32", "--depth", "8"],
     }
-    print(f"target {os.path.basename(args.model)}, --device-mem {budget} bytes ({budget / 2**20:.1f} MiB), "
+    print(f"target {os.path.basename(args.model)}, --device-mem {budget_ar / 2**20:.1f} MiB (autoregressive) / "
+          f"{budget / 2**20:.1f} MiB (with the draft): 10 of 30 target layers resident, 20 streamed; "
           f"self-draft {args.draft_layers} of 30 blocks, {len(questions)} GSM8K prompts x {args.tokens} tokens\n")
     print("| T | mode | s/token | tokens/target pass | speedup vs autoregressive | stall s/pass |")
     print("|---|---|---|---|---|---|")
@@ -70,7 +78,8 @@ def main():
             for i, q in enumerate(questions):
                 out = json.loads(redwood(args, [
                     "generate", "--model", args.model, "--prompt", q, "--chat", "-n", str(args.tokens),
-                    "--temperature", temp, "--seed", str(i), "--ctx", str(ctx), "--device-mem", str(budget),
+                    "--temperature", temp, "--seed", str(i), "--ctx", str(ctx), "--prefill-chunk", str(tokens),
+                    "--device-mem", str(budget if extra else budget_ar),
                     "--json"] + extra))
                 secs += out["seconds"]
                 toks += out["n_tokens"]

@@ -24,6 +24,7 @@ struct GenerateOptions {
   bool json = false;
   bool chat = false;
   int ctx = 0;
+  int prefill_chunk = 512;
   // speculative decoding
   std::string draft, tree = "sequoia", verify, acceptance;
   int budget = 64, depth = 8;
@@ -58,11 +59,12 @@ int run_generate(GenerateOptions& o) {
   std::optional<spec::SpecConfig> cfg;
   offload::RunShape shape;
   shape.ctx = capacity;
-  shape.max_tokens = static_cast<int>(prompt.size());
+  shape.max_tokens = std::min(static_cast<int>(prompt.size()), o.prefill_chunk);
   if (!o.draft.empty()) {
     d = load_model(o.draft);
     cfg.emplace();
     cfg->sampling = o.sampling;
+    cfg->prefill_chunk = o.prefill_chunk;
     cfg->verifier = o.verify.empty() ? (o.sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia)
                                      : spec::parse_verifier(o.verify);
     cfg->shape = spec::make_tree_shape(o.tree, o.budget, o.depth, o.acceptance);
@@ -99,9 +101,7 @@ int run_generate(GenerateOptions& o) {
     Sampler sampler(o.sampling);
     std::vector<float> logits(m.desc.hp.vocab);
     const double t0 = now();
-    ChainBatch pre(prompt, 0);
-    m.transformer->forward(pre.view(), kv, logits, LogitsRows::kLast);
-    kv.commit_prefix(static_cast<int>(prompt.size()));
+    prefill(*m.transformer, kv, prompt, o.prefill_chunk, logits);
     t_prefill = now() - t0;
     t1 = now();
     while (true) {
@@ -183,6 +183,8 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)");
   c->add_option("--seed", o->sampling.seed, "Random seed");
   c->add_option("--ctx", o->ctx, "KV cache capacity (default: prompt + max tokens)")->check(CLI::Range(1, 1 << 24));
+  c->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per pass (bounds activation memory)")
+      ->check(CLI::Range(1, 1 << 20));
   c->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   c->add_option("--draft", o->draft, "Draft model (same vocabulary): enables speculative decoding");
   c->add_option("--tree", o->tree, "Tree: chain:K | kary:WxD | sequoia | sequoia:FILE (default sequoia)");

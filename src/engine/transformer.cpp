@@ -1,5 +1,6 @@
 #include "src/engine/transformer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -127,6 +128,16 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   s.n_tokens = n;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
+}
+
+void prefill(Transformer& tf, KvCache& kv, std::span<const int32_t> tokens, int chunk, std::span<float> logits) {
+  const size_t step = chunk > 0 ? static_cast<size_t>(chunk) : tokens.size();
+  for (size_t i = 0; i < tokens.size(); i += step) {
+    const auto part = tokens.subspan(i, std::min(step, tokens.size() - i));
+    ChainBatch b(part, kv.committed());
+    tf.forward(b.view(), kv, logits, LogitsRows::kLast);
+    kv.commit_prefix(static_cast<int>(part.size()));
+  }
 }
 
 }  // namespace redwood

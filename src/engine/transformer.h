@@ -64,4 +64,9 @@ class Transformer {
   std::vector<int32_t> anc_off_, anc_, block_parents_;
 };
 
+// Runs a prompt chain through the model in passes of at most `chunk` tokens
+// (0 = one pass), committing each; `logits` receives the last token's row.
+// Bounds the activations of long prompts (the planner's tokens per pass).
+void prefill(Transformer& tf, KvCache& kv, std::span<const int32_t> tokens, int chunk, std::span<float> logits);
+
 }  // namespace redwood

@@ -117,13 +117,10 @@ void SpecDecoder::dist(std::span<const float> logits, std::vector<float>& out) c
 void SpecDecoder::start(std::span<const int32_t> prompt) {
   if (prompt.empty()) throw Error("empty prompt");
   if (prompt.size() > 1) {
-    std::vector<int32_t> head(prompt.begin(), prompt.end() - 1);
+    const auto head = prompt.first(prompt.size() - 1);
     std::vector<float> lg(vocab_);
-    ChainBatch b(head, 0);
-    target_.forward(b.view(), tkv_, lg, LogitsRows::kLast);
-    tkv_.commit_prefix(static_cast<int>(head.size()));
-    draft_.forward(b.view(), dkv_, lg, LogitsRows::kLast);
-    dkv_.commit_prefix(static_cast<int>(head.size()));
+    prefill(target_, tkv_, head, cfg_.prefill_chunk, lg);
+    prefill(draft_, dkv_, head, cfg_.prefill_chunk, lg);
   }
   root_ = prompt.back();
   draft_todo_ = {root_};

@@ -29,6 +29,7 @@ struct SpecConfig {
   StaticTree shape;
   Verifier verifier = Verifier::kGreedy;
   SamplingParams sampling;
+  int prefill_chunk = 0;  // prompt passes of at most this many tokens (0 = one pass)
 };
 
 struct SpecStats {
