@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <string_view>
 
 #include "src/util/error.h"
 
@@ -10,35 +12,17 @@ namespace redwood::offload {
 
 namespace {
 
-// Multiplier for a unit (already lower-cased); 0 = unknown unit.
+// Multiplier for a unit (already lower-cased); 0 = unknown unit. k/m/g/t,
+// ki/mi/gi/ti and kib/mib/gib/tib are binary; kb/mb/gb/tb decimal; "" and "b" bytes.
 uint64_t unit_multiplier(const std::string& u) {
-  struct Unit {
-    const char* name;
-    uint64_t mult;
-  };
-  static const Unit kUnits[] = {
-      {"", 1},
-      {"b", 1},
-      {"k", 1ull << 10},
-      {"ki", 1ull << 10},
-      {"kib", 1ull << 10},
-      {"m", 1ull << 20},
-      {"mi", 1ull << 20},
-      {"mib", 1ull << 20},
-      {"g", 1ull << 30},
-      {"gi", 1ull << 30},
-      {"gib", 1ull << 30},
-      {"t", 1ull << 40},
-      {"ti", 1ull << 40},
-      {"tib", 1ull << 40},
-      {"kb", 1000ull},
-      {"mb", 1000ull * 1000},
-      {"gb", 1000ull * 1000 * 1000},
-      {"tb", 1000ull * 1000 * 1000 * 1000},
-  };
-  for (const Unit& x : kUnits)
-    if (u == x.name) return x.mult;
-  return 0;
+  if (u.empty() || u == "b") return 1;
+  const size_t power = std::string_view("kmgt").find(u[0]);
+  if (power == std::string_view::npos) return 0;
+  uint64_t binary = 1, decimal = 1;
+  for (size_t i = 0; i <= power; ++i) binary <<= 10, decimal *= 1000;
+  const std::string rest = u.substr(1);
+  if (rest.empty() || rest == "i" || rest == "ib") return binary;
+  return rest == "b" ? decimal : 0;
 }
 
 }  // namespace
