@@ -11,7 +11,7 @@ namespace {
 
 class CpuLink final : public SlotLink {
  public:
-  void init(int slots, size_t bytes) override {
+  void init(int slots, size_t bytes, bool /*storage_reads*/) override {
     slots_.clear();
     for (int k = 0; k < slots; ++k) slots_.emplace_back(bytes, kIoAlign);
   }

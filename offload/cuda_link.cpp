@@ -32,13 +32,14 @@ class CudaLink final : public SlotLink {
     cudaStreamDestroy(copy_);
   }
 
-  void init(int slots, size_t bytes) override {
+  void init(int slots, size_t bytes, bool storage_reads) override {
     release_slots();
     slots_.resize(slots);
     for (Slot& s : slots_) {
       check(cudaMalloc(&s.device, bytes), "cudaMalloc (ring slot)");
-      check(cudaHostAlloc(reinterpret_cast<void**>(&s.staging), bytes, cudaHostAllocDefault),
-            "cudaHostAlloc (staging)");
+      if (storage_reads)
+        check(cudaHostAlloc(reinterpret_cast<void**>(&s.staging), bytes, cudaHostAllocDefault),
+              "cudaHostAlloc (staging)");
       check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate");
       check(cudaEventCreateWithFlags(&s.released, cudaEventDisableTiming), "cudaEventCreate");
     }

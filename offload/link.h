@@ -18,8 +18,9 @@ namespace redwood::offload {
 class SlotLink {
  public:
   virtual ~SlotLink() = default;
-  // Allocates K slots of `bytes` each (kIoAlign-aligned).
-  virtual void init(int slots, size_t bytes) = 0;
+  // Allocates K slots of `bytes` each (kIoAlign-aligned); storage_reads: some
+  // layer is read from storage (CUDA: allocate pinned staging for the slots).
+  virtual void init(int slots, size_t bytes, bool storage_reads) = 0;
   // What the kernels read (a device address on CUDA).
   virtual const uint8_t* slot(int k) const = 0;
   // Host memory that storage reads for slot k land in (the slot itself on the CPU).

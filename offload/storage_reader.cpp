@@ -66,17 +66,24 @@ class FileSet {
  public:
   FileSet(const std::vector<std::string>& paths, bool want_direct) {
     files_.reserve(paths.size());
-    for (const std::string& p : paths) {
-      files_.push_back(OpenFile{p});
-      open_file(files_.back(), want_direct);
+    try {
+      for (const std::string& p : paths) {
+        files_.push_back(OpenFile{p});
+        open_file(files_.back(), want_direct);
+      }
+    } catch (...) {
+      close_all();  // a throwing constructor runs no destructor
+      throw;
     }
   }
   FileSet(const FileSet&) = delete;
   FileSet& operator=(const FileSet&) = delete;
-  ~FileSet() {
-    for (const OpenFile& f : files_) {
+  ~FileSet() { close_all(); }
+  void close_all() {
+    for (OpenFile& f : files_) {
       if (f.buffered_fd >= 0 && f.buffered_fd != f.fd) ::close(f.buffered_fd);
       if (f.fd >= 0) ::close(f.fd);
+      f.fd = f.buffered_fd = -1;
     }
   }
   const OpenFile& operator[](int i) const { return files_[static_cast<size_t>(i)]; }

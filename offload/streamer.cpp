@@ -48,7 +48,9 @@ uint64_t hash_matrices(const LayerDesc& L, Ptr&& ptr) {
 }  // namespace
 
 StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, const StreamOptions& opts)
-    : layers_(m.layers), opts_(opts), resident_(m, [&plan](int i) { return plan.layer_tier.at(i) == Tier::kDevice; }) {
+    : layers_(m.layers), opts_(opts), resident_(m, [&plan](int i) {
+        return static_cast<size_t>(i) < plan.layer_tier.size() && plan.layer_tier[i] == Tier::kDevice;
+      }) {
   const int n = static_cast<int>(m.layers.size());
   if (static_cast<int>(plan.layer_tier.size()) != n) throw Error("memory plan does not match the model's layers");
   stream_index_.assign(n, -1);
@@ -70,13 +72,14 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
   reader_ = open_storage_reader(m.files, opts.reader);
   slots_.resize(k);
   bound_.resize(k);
-  std::vector<std::pair<void*, size_t>> regs;
-  link_->init(k, slot_bytes);
-  for (Slot& s : slots_) {
-    (void)s;
-    regs.emplace_back(link_->landing(static_cast<int>(regs.size())), slot_bytes);
+  const bool storage_reads =
+      std::any_of(stream_.begin(), stream_.end(), [&](int l) { return plan.layer_tier[l] == Tier::kStorage; });
+  link_->init(k, slot_bytes, storage_reads);
+  if (storage_reads) {  // storage reads land in these: register them with io_uring
+    std::vector<std::pair<void*, size_t>> regs;
+    for (int i = 0; i < k; ++i) regs.emplace_back(link_->landing(i), slot_bytes);
+    reader_->register_buffers(regs);
   }
-  reader_->register_buffers(regs);
 
   for (int l : stream_) {
     if (plan.layer_tier[l] != Tier::kHost) continue;
@@ -136,9 +139,9 @@ uint64_t StreamedWeights::checksum(int layer, const uint8_t* slot) const {
 void StreamedWeights::load(uint64_t seq, Slot& s, int k) {
   const int layer = stream_[seq % stream_.size()];
   const LayerLayout& lay = layout_[layer];
-  const auto t0 = Clock::now();
   s.storage = s.host = 0;
   link_->wait_released(k);
+  const auto t0 = Clock::now();
   const uint8_t* src = host_copy_[layer];
   if (src) {
     s.host = lay.slot_bytes;
@@ -196,8 +199,9 @@ void StreamedWeights::wait_ready(uint64_t seq, int layer) {
   const auto t0 = Clock::now();
   {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return io_error_ || (s.state == SlotState::kReady && s.seq == seq); });
-    rethrow_io_error();
+    const auto ready = [&] { return s.state == SlotState::kReady && s.seq == seq; };
+    cv_.wait(lock, [&] { return io_error_ || ready(); });
+    if (!ready()) rethrow_io_error();  // a failed prefetch of a later layer does not fail this one
     s.state = SlotState::kInUse;
   }
   const auto t1 = Clock::now();

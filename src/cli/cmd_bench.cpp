@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "kernels/cpu/threads.h"
 #include "offload/size.h"
 #include "offload/streamer.h"
 #include "src/cli/commands.h"
@@ -151,6 +152,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
   offload::RunShape shape;
   shape.ctx = o.prefix + max_n + 1;
   shape.max_tokens = std::max(max_n, o.prefix);
+  shape.threads = cpu_threads();
   const offload::Budgets budgets = budgets_from(o.run);
   const offload::MemoryPlan plan = offload::plan_memory(d, nullptr, budgets, shape);
   std::fprintf(stderr, "model %s: %s; %d layers resident, %d host-staged, %d streamed from storage\n", d.name.c_str(),

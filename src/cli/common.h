@@ -22,13 +22,13 @@ namespace redwood::cli {
 struct LoadedModel {
   ModelDesc desc;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<offload::Trace> trace;  // --trace; declared first: it outlives the streamer's I/O thread
   std::unique_ptr<WeightSource> weights;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Transformer> transformer;
   // Set when memory budgets were given (load_model with RunOptions).
   std::optional<offload::MemoryPlan> plan;
   offload::StreamedWeights* streamed = nullptr;  // == weights when layers stream
-  std::unique_ptr<offload::Trace> trace;         // --trace
 };
 
 // The default model: $REDWOOD_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -17,14 +17,19 @@
 namespace redwood {
 
 AlignedBuffer::AlignedBuffer(size_t bytes, size_t min_align) : n_(bytes) {
-  // Large buffers are 2 MiB aligned and advised to use transparent huge pages:
-  // kernels stream through gigabytes of weights and 4 KiB pages cost TLB misses.
+  // Large buffers are 2 MiB aligned and their whole 2 MiB pages advised to use
+  // transparent huge pages (kernels stream through gigabytes of weights and
+  // 4 KiB pages cost TLB misses). The size is NOT rounded up to 2 MiB: the tail
+  // stays in small pages, so memory use is what the planner counts.
   constexpr size_t kHuge = 2u << 20;
-  const size_t align = bytes >= kHuge ? kHuge : std::max<size_t>(min_align, 64);
-  const size_t rounded = (bytes + align - 1) / align * align;
-  p_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded == 0 ? align : rounded));
-  if (!p_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
-  if (align == kHuge) (void)madvise(p_, rounded, MADV_HUGEPAGE);  // advisory; failure is harmless
+  const size_t small = std::max<size_t>(min_align, 64);
+  const size_t align = bytes >= kHuge ? kHuge : small;
+  const size_t rounded = std::max<size_t>((bytes + small - 1) / small * small, small);
+  void* p = nullptr;
+  if (posix_memalign(&p, align, rounded) != 0 || !p)
+    throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+  p_ = static_cast<uint8_t*>(p);
+  if (align == kHuge) (void)madvise(p_, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // advisory; failure is harmless
 }
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
