@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "src/util/align.h"
+
 namespace redwood::offload {
 
 std::array<const TensorExtent*, 7> layer_matrices(const LayerDesc& L) {
@@ -9,8 +11,6 @@ std::array<const TensorExtent*, 7> layer_matrices(const LayerDesc& L) {
 }
 
 LayerLayout layout_layer(const LayerDesc& L, uint64_t max_gap) {
-  auto down = [](uint64_t x) { return x / kIoAlign * kIoAlign; };
-  auto up = [](uint64_t x) { return (x + kIoAlign - 1) / kIoAlign * kIoAlign; };
   const auto mats = layer_matrices(L);
   std::array<int, 7> order{0, 1, 2, 3, 4, 5, 6};
   std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -38,8 +38,8 @@ LayerLayout layout_layer(const LayerDesc& L, uint64_t max_gap) {
   for (const Group& g : groups) {
     SlotRead r;
     r.file = g.file;
-    r.file_offset = down(g.begin);
-    r.bytes = up(g.end) - r.file_offset;
+    r.file_offset = align_down(g.begin, kIoAlign);
+    r.bytes = align_up(g.end, kIoAlign) - r.file_offset;
     r.required = g.end - r.file_offset;
     r.slot_offset = slot;
     for (int i : g.members) out.tensor_offset[i] = slot + (mats[i]->offset - r.file_offset);

@@ -7,6 +7,7 @@
 #include "kernels/cpu/matmul.h"
 #include "offload/layer_layout.h"
 #include "offload/size.h"
+#include "src/engine/weights.h"
 #include "src/util/error.h"
 
 namespace redwood::offload {
@@ -29,15 +30,12 @@ int MemoryPlan::count(Tier t) const {
 
 namespace {
 
-uint64_t align64(uint64_t x) {
-  return (x + 63) / 64 * 64;
-}
 constexpr uint64_t kF32 = sizeof(float);
 
 // One layer's seven matrices held resident: 64-byte aligned pieces, as ResidentWeights lays them out.
 uint64_t layer_matrix_bytes(const LayerDesc& L) {
   uint64_t b = 0;
-  for (const TensorExtent* t : layer_matrices(L)) b += align64(t->bytes);
+  for (const TensorExtent* t : layer_matrices(L)) b += resident_tensor_bytes(t->bytes);
   return b;
 }
 
@@ -46,15 +44,17 @@ uint64_t layer_matrix_bytes(const LayerDesc& L) {
 uint64_t layer_norm_bytes(const ModelDesc& m) {
   uint64_t b = 0;
   for (const LayerDesc& L : m.layers)
-    b += align64(L.attn_norm.bytes) + align64(L.ffn_norm.bytes) + 2 * static_cast<uint64_t>(m.hp.dim) * kF32;
+    b += resident_tensor_bytes(L.attn_norm.bytes) + resident_tensor_bytes(L.ffn_norm.bytes) +
+         2 * static_cast<uint64_t>(m.hp.dim) * kF32;
   return b;
 }
 
 // Globals as ResidentWeights holds them: one buffer of token embedding, final norm (as
 // stored) and untied LM head in 64-byte aligned pieces, plus the final norm as float.
 uint64_t global_bytes(const ModelDesc& m) {
-  uint64_t b = align64(m.tok_embd.bytes) + align64(m.output_norm.bytes) + static_cast<uint64_t>(m.hp.dim) * kF32;
-  if (!m.hp.tied_lm_head) b += align64(m.lm_head.bytes);
+  uint64_t b = resident_tensor_bytes(m.tok_embd.bytes) + resident_tensor_bytes(m.output_norm.bytes) +
+               static_cast<uint64_t>(m.hp.dim) * kF32;
+  if (!m.hp.tied_lm_head) b += resident_tensor_bytes(m.lm_head.bytes);
   return b;
 }
 
@@ -231,7 +231,7 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
 
   // Host tier for the layers that are not resident; with CUDA, storage reads land in
   // pinned host staging slots first (on the CPU backend straight in the device slot).
-  // The host keeps a layer as its slot image (aligned, as read); a pass copies the matrices.
+  // The host keeps a layer as its slot image (aligned, as read); a pass copies that image.
   uint64_t nonresident_image = 0;
   for (int i = 0; i < n; ++i)
     if (!chosen->is_resident[i]) nonresident_image += costs.layout[i].slot_bytes;

@@ -24,7 +24,7 @@ AlignedBuffer::AlignedBuffer(size_t bytes, size_t min_align) : n_(bytes) {
   constexpr size_t kHuge = 2u << 20;
   const size_t small = std::max<size_t>(min_align, 64);
   const size_t align = bytes >= kHuge ? kHuge : small;
-  const size_t rounded = std::max<size_t>((bytes + small - 1) / small * small, small);
+  const size_t rounded = std::max<size_t>(align_up(bytes, small), small);
   void* p = nullptr;
   if (posix_memalign(&p, align, rounded) != 0 || !p)
     throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
@@ -66,7 +66,6 @@ struct Files {
   }
 };
 
-uint64_t align64(uint64_t x) { return (x + 63) / 64 * 64; }
 
 }  // namespace
 
@@ -80,14 +79,14 @@ ResidentWeights::ResidentWeights(const ModelDesc& m, const std::function<bool(in
   // Loads a list of extents into one buffer; returns views in the same order.
   auto load_group = [&](const std::vector<const TensorExtent*>& ts) {
     uint64_t total = 0;
-    for (const auto* t : ts) total += align64(t->bytes);
+    for (const auto* t : ts) total += resident_tensor_bytes(t->bytes);
     AlignedBuffer buf(total);
     std::vector<const uint8_t*> ptrs;
     uint64_t off = 0;
     for (const auto* t : ts) {
       read_exact(files.fds.at(t->file), m.files[t->file], buf.data() + off, t->bytes, t->offset);
       ptrs.push_back(buf.data() + off);
-      off += align64(t->bytes);
+      off += resident_tensor_bytes(t->bytes);
     }
     bytes_ += total;
     buffers_.push_back(std::move(buf));

@@ -11,6 +11,7 @@
 
 #include "kernels/backend.h"
 #include "src/model/model_desc.h"
+#include "src/util/align.h"
 
 namespace redwood {
 
@@ -51,6 +52,10 @@ class AlignedBuffer {
   uint8_t* p_ = nullptr;
   size_t n_ = 0;
 };
+
+// Bytes a tensor of `bytes` takes in ResidentWeights' buffers (64-byte aligned
+// pieces); the memory planner counts with the same rule.
+inline constexpr uint64_t resident_tensor_bytes(uint64_t bytes) { return align_up(bytes, 64); }
 
 // Converts a norm vector (F32/F16/BF16 bytes) to float.
 void norm_to_f32(DType t, const void* src, int64_t n, float* dst);
