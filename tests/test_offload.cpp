@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -62,7 +66,11 @@ MemoryPlan manual_plan(const std::vector<Tier>& tiers, int ring) {
 class OffloadTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-    path_ = ::testing::TempDir() + "offload_tiny_" + std::string(dtype_name(GetParam())) + ".gguf";
+    // One file per test and process: ctest runs tests in parallel processes, and
+    // one test rewrites bytes of its file on purpose.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    path_ = ::testing::TempDir() + "offload_" + name + "_" + std::to_string(getpid()) + ".gguf";
     testutil::TinyShape s;
     s.layers = 6;
     s.dim = 128;
@@ -73,6 +81,7 @@ class OffloadTest : public ::testing::TestWithParam<DType> {
     ResidentWeights w(desc_);
     reference_ = run_passes(desc_, w);
   }
+  void TearDown() override { std::remove(path_.c_str()); }
   std::string path_;
   ModelDesc desc_;
   std::vector<float> reference_;

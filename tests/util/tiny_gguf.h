@@ -1,6 +1,9 @@
 // Test helper: writes small random Llama-family GGUF files (any dtype), plus
 // float quantizers for the ggml block formats. Test-only code.
 #pragma once
+#include <unistd.h>
+
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -149,7 +152,11 @@ class GgufWriter {
     out += kv_, out += tinfo_;
     while (out.size() % 32) out.push_back(0);
     out.append((const char*)data_.data(), data_.size());
-    std::ofstream(path, std::ios::binary).write(out.data(), out.size());
+    // Temp file + rename: tests in parallel processes may rewrite the same path
+    // while another reads it, and must never see a half-written file.
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    std::ofstream(tmp, std::ios::binary).write(out.data(), out.size());
+    std::rename(tmp.c_str(), path.c_str());
   }
 
  private:
