@@ -257,6 +257,9 @@ const char* verifier_name(Verifier v) {
     case Verifier::kGreedy: return "greedy";
     case Verifier::kSpecInfer: return "specinfer";
     case Verifier::kSequoia: return "sequoia";
+    case Verifier::kTargetSample: return "target-sample";
+    case Verifier::kSpecTr: return "spectr";
+    case Verifier::kMultiDraftIS: return "multidraft-is";
   }
   return "?";
 }
@@ -265,7 +268,11 @@ Verifier parse_verifier(const std::string& s) {
   if (s == "greedy") return Verifier::kGreedy;
   if (s == "specinfer") return Verifier::kSpecInfer;
   if (s == "sequoia") return Verifier::kSequoia;
-  throw Error("unknown verifier '" + s + "' (expected greedy, specinfer or sequoia)");
+  if (s == "target-sample") return Verifier::kTargetSample;
+  if (s == "spectr") return Verifier::kSpecTr;
+  if (s == "multidraft-is") return Verifier::kMultiDraftIS;
+  throw Error("unknown verifier '" + s +
+              "' (expected greedy, specinfer, sequoia, target-sample, spectr or multidraft-is)");
 }
 
 std::vector<int32_t> sample_children(Verifier v, std::span<const float> q, int k, Rng& rng) {
@@ -418,6 +425,8 @@ struct WalkScratch {
 }  // namespace
 
 VerifyResult verify_tree(Verifier v, const TreeView& tree, const DistFn& target, const DistFn& draft, Rng& rng) {
+  if (v == Verifier::kTargetSample || v == Verifier::kSpecTr || v == Verifier::kMultiDraftIS)
+    throw Error(std::string("verifier ") + verifier_name(v) + " is not implemented yet");
   if (tree.parent.size() != tree.token.size())
     throw Error("tree has " + std::to_string(tree.parent.size()) + " parents but " +
                 std::to_string(tree.token.size()) + " tokens");

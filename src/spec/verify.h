@@ -16,6 +16,9 @@ enum class Verifier {
   kGreedy,     // temperature 0: accept the child equal to the target argmax
   kSpecInfer,  // children i.i.d. WITH replacement from the draft; multi-round rejection
   kSequoia,    // children WITHOUT replacement from the draft (Gumbel top-k); residual R and D updated
+  kTargetSample,  // any children; one token sampled from the target per node, accept the child equal to it
+  kSpecTr,        // children i.i.d. from the draft; SpecTr k-sequential selection (rho* solved per node)
+  kMultiDraftIS,  // children i.i.d. from the draft; importance-weighted selection, then single-draft test vs pI
 };
 const char* verifier_name(Verifier v);
 Verifier parse_verifier(const std::string& s);  // throws redwood::Error
