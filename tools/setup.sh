@@ -13,7 +13,7 @@ JOBS="$(nproc)"
 APT_PACKAGES=(cmake ninja-build g++ pkg-config python3-pip
   libtbb-dev liburing-dev libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   libtomlplusplus-dev libfmt-dev libxxhash-dev libopenblas-dev libpcre2-dev
-  clang-14 libclang-rt-14-dev)
+  clang-14 libclang-rt-14-dev gnuplot-nox)
 PY_PACKAGES=("numpy==2.4.6" "gguf==0.19.0" "tokenizers==0.23.3")
 
 log() { echo "setup: $*" >&2; }
@@ -50,6 +50,13 @@ configure_build() {  # dir, extra cmake args...
   cmake --build "$dir" -j "$JOBS"
 }
 
+# The 10-layer self-draft of the default model that the example jobs use.
+make_draft() {
+  [[ -f models/smollm2-draft-10L.gguf ]] ||
+    ./build/redwood make-draft --from models/SmolLM2-135M-Instruct.Q4_1.gguf --layers 10 \
+      --out models/smollm2-draft-10L.gguf >/dev/null
+}
+
 install_apt
 install_python
 tools/fetch-models.sh
@@ -60,11 +67,13 @@ case "$MODE" in
     ;;
   run)
     configure_build build
-    log "running the default job: generate on the default model"
-    ./build/redwood generate --chat --prompt "Write one sentence about redwood trees." --max-tokens 64
+    make_draft
+    log "running the default job: configs/jobs/smoke.toml (24 prompts; re-running resumes)"
+    ./build/redwood batch configs/jobs/smoke.toml
     ;;
   test)
     configure_build build
+    make_draft
     log "test suite (Release build, all labels)"
     ctest --test-dir build --output-on-failure -j "$JOBS" --timeout 900
     log "unit tests under AddressSanitizer + UBSan"

@@ -14,4 +14,5 @@ Runner add_logits(CLI::App& app);
 Runner add_make_draft(CLI::App& app);
 Runner add_plan_memory(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_batch(CLI::App& app);
 }  // namespace redwood::cli

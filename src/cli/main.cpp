@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_make_draft(app), "make-draft");
   reg(redwood::cli::add_plan_memory(app), "plan-memory");
   reg(redwood::cli::add_bench(app), "bench");
+  reg(redwood::cli::add_batch(app), "batch");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,336 @@
+// redwood batch JOB.toml: config-driven generation over a JSONL prompt file,
+// resumable and crash-safe (see src/jobs/results.h).
+#include "src/cli/batch.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+
+#include "kernels/cpu/threads.h"
+#include "src/cli/commands.h"
+#include "src/cli/common.h"
+#include "src/jobs/progress.h"
+#include "src/jobs/prompts.h"
+#include "src/jobs/results.h"
+#include "src/model/chat_template.h"
+#include "src/spec/generation.h"
+#include "src/util/error.h"
+
+namespace redwood::cli {
+
+using nlohmann::json;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Per-prompt seed: the job's seed mixed with the id, so a prompt's sample does
+// not depend on which prompts ran before it (resumed == uninterrupted).
+uint64_t prompt_seed(uint64_t seed, const std::string& key) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  uint64_t z = seed ^ h;  // splitmix64 finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::vector<int32_t> encode_prompt(const jobs::PromptItem& it, const jobs::JobConfig& job, const LoadedModel& m) {
+  std::string text = it.prompt;
+  if (!it.messages.empty())
+    text = apply_chat_template(m.desc.chat_template, it.messages);
+  else if (job.chat)
+    text = apply_chat_template(m.desc.chat_template, {{"user", it.prompt}});
+  return m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+}  // namespace
+
+JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
+  // ---- everything that can be wrong is found before the weights load ----
+  jobs::PromptFile pf = jobs::read_prompts(job.prompts, job.skip_bad_lines);
+  LoadedModel m = load_model(job.target, /*with_weights=*/false);
+  std::optional<LoadedModel> d;
+  std::optional<spec::DraftSetup> ds;
+  if (!job.draft.empty()) {
+    d = load_model(job.draft, /*with_weights=*/false);
+    if (d->desc.hp.vocab != m.desc.hp.vocab || d->desc.tokenizer.tokens != m.desc.tokenizer.tokens)
+      throw Error(job.where("model.draft") + ": the draft's vocabulary differs from the target's");
+    ds.emplace();
+    ds->target_desc = &m.desc;
+    ds->draft_desc = &d->desc;
+    try {
+      ds->config.verifier = job.verify.empty()
+                                ? (job.sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia)
+                                : spec::parse_verifier(job.verify);
+      ds->config.shape = spec::make_tree_shape(job.tree, job.budget, job.depth, job.acceptance);
+    } catch (const Error& e) {
+      throw Error(job.where("speculation.tree") + ": " + e.what());
+    }
+    if (job.sampling.greedy() != (ds->config.verifier == spec::Verifier::kGreedy))
+      throw Error(job.where("speculation.verify") + ": " +
+                  (job.sampling.greedy() ? "temperature 0 needs verify = \"greedy\""
+                                         : "verify = \"greedy\" needs temperature 0"));
+  }
+  bool chat_needed = job.chat;
+  for (const auto& it : pf.items) chat_needed |= !it.messages.empty();
+  if (chat_needed) {
+    try {
+      (void)apply_chat_template(m.desc.chat_template, {{"user", "x"}});
+    } catch (const Error& e) {
+      throw Error(job.prompts + ": prompts need a chat template, but " + m.desc.path + " has none usable (" +
+                  e.what() + ")");
+    }
+  }
+  // Tokenize every prompt: too long for memory.ctx is a bad line.
+  const int tree_nodes = ds ? ds->config.shape.size() : 0;
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<jobs::PromptItem> items;
+  for (auto& it : pf.items) {
+    std::vector<int32_t> t = encode_prompt(it, job, m);
+    std::string err;
+    if (t.empty())
+      err = "the prompt encodes to no tokens";
+    else if (static_cast<int>(t.size()) + job.max_tokens + tree_nodes + 2 > job.ctx)
+      err = "the prompt has " + std::to_string(t.size()) + " tokens; with max_tokens " +
+            std::to_string(job.max_tokens) + (tree_nodes ? " and a tree of " + std::to_string(tree_nodes) : "") +
+            " it exceeds memory.ctx = " + std::to_string(job.ctx);
+    if (!err.empty()) {
+      err = job.prompts + ":" + std::to_string(it.line) + ": " + err;
+      if (!job.skip_bad_lines) throw Error(err + " (raise memory.ctx, or set input.on_bad_line = \"skip\")");
+      pf.bad.push_back(err);
+      continue;
+    }
+    tokens.push_back(std::move(t));
+    items.push_back(std::move(it));
+  }
+  RunOptions run;
+  run.model = job.target;
+  run.threads = job.threads;
+  run.device_mem = job.device_mem;
+  run.host_mem = job.host_mem;
+  run.ring = job.ring;
+  offload::RunShape shape;
+  shape.ctx = job.ctx;
+  shape.max_tokens = std::max(std::min(job.ctx, job.prefill_chunk), tree_nodes + 1);
+  apply_run_options(run);
+  if (!job.device_mem.empty() || !job.host_mem.empty()) {
+    offload::RunShape s = shape;
+    s.threads = cpu_threads();
+    try {
+      (void)offload::plan_memory(m.desc, d ? &d->desc : nullptr, budgets_from(run), s);
+    } catch (const Error& e) {
+      throw Error(job.where(job.device_mem.empty() ? "memory.host" : "memory.device") + ": " + e.what());
+    }
+  }
+  for (const auto& b : pf.bad) std::fprintf(hooks.log, "redwood: skipped %s\n", b.c_str());
+
+  // ---- resume: what the output already holds ----
+  const jobs::ResumeState rs = jobs::prepare_output(job.output);
+  if (rs.torn_bytes > 0 && !hooks.quiet)
+    std::fprintf(hooks.log, "redwood: %s: dropped a torn last line (%lld bytes) left by an interrupted run\n",
+                 job.output.c_str(), static_cast<long long>(rs.torn_bytes));
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!rs.done.count(items[i].key)) todo.push_back(i);
+  const int64_t already = static_cast<int64_t>(items.size() - todo.size());
+  if (already > 0 && !hooks.quiet)
+    std::fprintf(hooks.log, "redwood: resuming %s: %lld of %zu prompts already done\n", job.output.c_str(),
+                 static_cast<long long>(already), items.size());
+
+  // ---- load and run ----
+  if (!todo.empty()) {
+    if (d) {
+      load_weights(*d, RunOptions{}, offload::RunShape{});
+      ds->draft = d->transformer.get();
+    }
+    load_weights(m, run, shape, d ? &d->desc : nullptr);
+  }
+  jobs::ResultWriter writer(job.output, job.fsync_every);
+  jobs::Progress progress(hooks.log, hooks.tty, job.progress_every);
+  jobs::ProgressState ps;
+  ps.total = static_cast<int64_t>(items.size());
+  ps.done = already;
+  int64_t passes = 0, pass_tokens = 0;
+  bool interrupted = false;
+  const double t_start = now();
+  auto refresh = [&](bool force) {
+    if (hooks.quiet) return;
+    ps.seconds = now() - t_start;
+    ps.accepted_per_pass = passes ? static_cast<double>(pass_tokens) / static_cast<double>(passes) : 0.0;
+    progress.update(ps, force);
+  };
+  refresh(true);
+  for (size_t i : todo) {
+    const jobs::PromptItem& it = items[i];
+    spec::GenerationRequest req;
+    req.prompt = tokens[i];
+    req.sampling = job.sampling;
+    req.sampling.seed = prompt_seed(job.sampling.seed, it.key);
+    req.max_tokens = job.max_tokens;
+    req.prefill_chunk = job.prefill_chunk;
+    req.stop = job.stop;
+    const spec::Generation g = spec::generate(*m.transformer, *m.tokenizer, req, ds ? &*ds : nullptr, {}, [&] {
+      refresh(false);
+      return hooks.cancelled && hooks.cancelled();
+    });
+    if (g.finish == "cancelled") {  // abandoned: nothing of it is written
+      interrupted = true;
+      break;
+    }
+    nlohmann::ordered_json metrics = {{"prompt_tokens", tokens[i].size()},
+                    {"prefill_seconds", g.prefill_seconds},
+                    {"seconds", g.decode_seconds},
+                    {"s_per_token", g.s_per_token()}};
+    if (g.spec) {
+      metrics["target_passes"] = g.spec->target_passes;
+      metrics["mean_accepted"] =
+          g.spec->target_passes ? static_cast<double>(g.spec->emitted) / g.spec->target_passes : 0.0;
+      metrics["draft_seconds"] = g.spec->draft_seconds;
+      metrics["verify_seconds"] = g.spec->verify_seconds;
+      passes += g.spec->target_passes;
+      pass_tokens += g.spec->emitted;
+    }
+    writer.append(nlohmann::ordered_json{{"id", it.id},
+                   {"text", g.text},
+                   {"tokens", g.tokens},
+                   {"n_tokens", g.tokens.size()},
+                   {"finish_reason", g.finish},
+                   {"metrics", std::move(metrics)}});
+    ps.done++;
+    ps.done_this_run++;
+    ps.tokens += static_cast<int64_t>(g.tokens.size());
+    refresh(false);
+    if (hooks.cancelled && hooks.cancelled()) {
+      interrupted = ps.done < ps.total;
+      break;
+    }
+  }
+  writer.close();
+  if (!hooks.quiet) {
+    ps.seconds = now() - t_start;
+    progress.finish(ps);
+  }
+
+  // ---- summary over everything in the output that belongs to this prompt set ----
+  std::unordered_set<std::string> wanted;
+  for (const auto& it : items) wanted.insert(it.key);
+  std::vector<double> spt;
+  std::map<std::string, int64_t> reasons;
+  int64_t n_done = 0, n_tokens = 0, all_passes = 0, all_emitted = 0;
+  for (const json& r : jobs::read_results(job.output)) {
+    if (!wanted.count(r["id"].dump())) continue;
+    ++n_done;
+    reasons[r["finish_reason"].get<std::string>()]++;
+    if (r.contains("n_tokens") && r["n_tokens"].is_number_integer()) n_tokens += r["n_tokens"].get<int64_t>();
+    const json& mt = r.value("metrics", json::object());
+    if (mt.contains("s_per_token") && mt["s_per_token"].is_number() && r.value("n_tokens", 0) > 0)
+      spt.push_back(mt["s_per_token"].get<double>());
+    if (mt.contains("target_passes") && mt["target_passes"].is_number_integer()) {
+      all_passes += mt["target_passes"].get<int64_t>();
+      all_emitted += r.value("n_tokens", int64_t{0});
+    }
+  }
+  const jobs::Percentiles pc = jobs::percentiles(spt);
+  const double wall = now() - t_start;
+  json s = {{"job", job.name.empty() ? job.file : job.name},
+            {"output", job.output},
+            {"complete", n_done == static_cast<int64_t>(items.size())},
+            {"interrupted", interrupted},
+            {"prompts",
+             {{"total", items.size()},
+              {"bad_lines", pf.bad.size()},
+              {"done", n_done},
+              {"done_this_run", ps.done_this_run},
+              {"already_done", already},
+              {"remaining", static_cast<int64_t>(items.size()) - n_done}}},
+            {"tokens", n_tokens},
+            {"tokens_this_run", ps.tokens},
+            {"wall_seconds_this_run", wall},
+            {"tokens_per_second_this_run", wall > 0 ? static_cast<double>(ps.tokens) / wall : 0.0},
+            {"s_per_token", {{"p50", pc.p50}, {"p90", pc.p90}, {"p99", pc.p99}, {"mean", pc.mean}}},
+            {"mean_accepted", all_passes ? json(static_cast<double>(all_emitted) / all_passes) : json(nullptr)},
+            {"finish_reasons", reasons},
+            {"config",
+             {{"target", job.target},
+              {"draft", job.draft},
+              {"tree", job.draft.empty() ? "" : job.tree},
+              {"verify", ds ? spec::verifier_name(ds->config.verifier) : ""},
+              {"budget", job.budget},
+              {"temperature", job.sampling.temperature},
+              {"top_p", job.sampling.top_p},
+              {"top_k", job.sampling.top_k},
+              {"seed", job.sampling.seed},
+              {"max_tokens", job.max_tokens},
+              {"device_mem", job.device_mem},
+              {"host_mem", job.host_mem}}}};
+  if (m.streamed) s["offload"] = offload_stats(m);
+  write_file_atomic(job.summary, s.dump(2) + "\n");
+  return {std::move(s), interrupted};
+}
+
+// ---- the subcommand ----------------------------------------------------------
+
+namespace {
+
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
+
+struct BatchOptions {
+  std::string job;
+  jobs::JobOverrides over;
+  bool quiet = false;
+};
+
+int run_batch(BatchOptions& o) {
+  jobs::JobConfig job = jobs::parse_job_file(o.job);
+  jobs::apply_overrides(job, o.over);
+  jobs::check_job(job);
+  JobHooks hooks;
+  hooks.quiet = o.quiet;
+  hooks.tty = ::isatty(STDERR_FILENO) == 1;
+  hooks.cancelled = [] { return g_signal.load() != 0; };
+  // The first SIGINT/SIGTERM finishes cleanly (the line in flight is
+  // abandoned, everything written stays); a second one kills at once.
+  struct sigaction sa{};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const JobOutcome out = run_job(job, hooks);
+  const json& p = out.summary["prompts"];
+  if (out.interrupted) {
+    const int sig = g_signal.load();
+    std::fprintf(stderr,
+                 "redwood: interrupted by %s: %lld of %lld prompts done in %s; run the same command again to resume\n",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", p["done"].get<long long>(), p["total"].get<long long>(),
+                 job.output.c_str());
+    return 128 + (sig ? sig : SIGINT);
+  }
+  std::fprintf(stderr, "redwood: %lld prompts done (%lld this run, %lld bad lines skipped) -> %s; summary %s\n",
+               p["done"].get<long long>(), p["done_this_run"].get<long long>(), p["bad_lines"].get<long long>(),
+               job.output.c_str(), job.summary.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_batch(CLI::App& app) {
+  auto o = std::make_shared<BatchOptions>();
+  auto* c = app.add_subcommand("batch", "Run a TOML job over a JSONL prompt file (resumable; see configs/jobs/)");
+  c->add_option("job", o->job, "Job file (TOML)")->required();
+  c->add_option("--prompts", o->over.prompts, "Prompt file (JSONL), overriding the job's input.prompts");
+  c->add_option("--output,-o", o->over.output, "Output file (JSONL), overriding the job's output.path");
+  c->add_option("--threads,-t", o->over.threads, "CPU threads (default: the job's, else all cores)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_flag("--quiet,-q", o->quiet, "No progress output");
+  return [o] { return run_batch(*o); };
+}
+
+}  // namespace redwood::cli

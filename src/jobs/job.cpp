@@ -1,0 +1,314 @@
+#include "src/jobs/job.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "offload/size.h"
+#include "src/util/error.h"
+
+namespace redwood::jobs {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+// One [section] of the job: typed getters that record the key's line and
+// reject everything the schema does not name.
+class Section {
+ public:
+  Section(JobConfig& job, const toml::table* t, std::string name) : job_(job), t_(t), name_(std::move(name)) {}
+
+  // Every key in the section must be one of `known`.
+  void only(std::initializer_list<const char*> known) const {
+    if (!t_) return;
+    const std::set<std::string> ok(known.begin(), known.end());
+    for (auto&& [k, v] : *t_) {
+      if (ok.count(std::string(k.str()))) continue;
+      std::string list;
+      for (const char* s : known) list += (list.empty() ? "" : ", ") + std::string(s);
+      throw Error(job_.file + ":" + std::to_string(k.source().begin.line) + ": unknown key '" + dotted(k.str()) +
+                  "' (known in " + (name_.empty() ? "the top level" : "[" + name_ + "]") + ": " + list + ")");
+    }
+  }
+
+  bool has(const char* key) const { return t_ && t_->contains(key); }
+
+  void str(const char* key, std::string& out) const {
+    if (const toml::node* n = node(key)) {
+      if (!n->is_string()) wrong_type(key, *n, "a string");
+      out = *n->value<std::string>();
+    }
+  }
+  template <class Int>
+  void integer(const char* key, Int& out, int64_t lo, int64_t hi) const {
+    if (const toml::node* n = node(key)) {
+      if (!n->is_integer()) wrong_type(key, *n, "an integer");
+      const int64_t v = n->as_integer()->get();
+      if (v < lo || v > hi)
+        fail(key, *n, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+      out = static_cast<Int>(v);
+    }
+  }
+  template <class Int>
+  void integer(const char* key, std::optional<Int>& out, int64_t lo, int64_t hi) const {
+    if (!has(key)) return;
+    Int v{};
+    integer(key, v, lo, hi);
+    out = v;
+  }
+  // A number (integer or float); `lo_open` excludes lo itself.
+  void number(const char* key, double& out, double lo, double hi, bool lo_open = false) const {
+    if (const toml::node* n = node(key)) {
+      double v = 0;
+      if (n->is_integer())
+        v = static_cast<double>(n->as_integer()->get());
+      else if (n->is_floating_point())
+        v = n->as_floating_point()->get();
+      else
+        wrong_type(key, *n, "a number");
+      if (!std::isfinite(v) || v < lo || v > hi || (lo_open && v == lo)) {
+        std::ostringstream m;
+        m << "must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << "], got " << v;
+        fail(key, *n, m.str());
+      }
+      out = v;
+    }
+  }
+  void number(const char* key, std::optional<double>& out, double lo, double hi, bool lo_open = false) const {
+    if (!has(key)) return;
+    double v = 0;
+    number(key, v, lo, hi, lo_open);
+    out = v;
+  }
+  void boolean(const char* key, bool& out) const {
+    if (const toml::node* n = node(key)) {
+      if (!n->is_boolean()) wrong_type(key, *n, "true or false");
+      out = n->as_boolean()->get();
+    }
+  }
+  void strings(const char* key, std::vector<std::string>& out) const {
+    if (const toml::node* n = node(key)) {
+      const toml::array* a = n->as_array();
+      if (!a) wrong_type(key, *n, "an array of strings");
+      out.clear();
+      for (const toml::node& e : *a) {
+        if (!e.is_string()) wrong_type(key, e, "an array of strings");
+        out.push_back(*e.value<std::string>());
+      }
+    }
+  }
+  // A string from a fixed set.
+  void choice(const char* key, std::string& out, std::initializer_list<const char*> allowed) const {
+    str(key, out);
+    if (!has(key)) return;
+    for (const char* a : allowed)
+      if (out == a) return;
+    std::string list;
+    for (const char* a : allowed) list += (list.empty() ? "" : " | ") + std::string(a);
+    fail(key, *node(key), "expected " + list + ", got '" + out + "'");
+  }
+
+  [[noreturn]] void fail(const char* key, const toml::node& n, const std::string& msg) const {
+    throw Error(job_.file + ":" + std::to_string(n.source().begin.line) + ": " + dotted(key) + ": " + msg);
+  }
+  [[noreturn]] void wrong_type(const char* key, const toml::node& n, const char* expected) const {
+    fail(key, n, std::string("expected ") + expected + ", got " + type_name(n));
+  }
+
+ private:
+  std::string dotted(std::string_view key) const {
+    return name_.empty() ? std::string(key) : name_ + "." + std::string(key);
+  }
+  const toml::node* node(const char* key) const {
+    if (!t_) return nullptr;
+    const toml::node* n = t_->get(key);
+    if (n) job_.lines[dotted(key)] = static_cast<int>(n->source().begin.line);
+    return n;
+  }
+
+  JobConfig& job_;
+  const toml::table* t_;
+  std::string name_;
+};
+
+void check_size(const JobConfig& job, const std::string& key, const std::string& v) {
+  if (v.empty()) return;
+  try {
+    (void)offload::parse_size(v);
+  } catch (const Error& e) {
+    throw Error(job.where(key) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::string JobConfig::where(const std::string& key) const {
+  const auto it = lines.find(key);
+  std::string out = file;
+  if (it != lines.end()) out.append(":").append(std::to_string(it->second));
+  out.append(": ").append(key);
+  return out;
+}
+
+JobConfig parse_job_text(std::string_view text, const std::string& name) {
+  JobConfig job;
+  job.file = name;
+  toml::table root;
+  try {
+    root = toml::parse(text, name);
+  } catch (const toml::parse_error& e) {
+    std::string d(e.description());
+    throw Error(name + ":" + std::to_string(e.source().begin.line) + ": " + d);
+  }
+  Section top(job, &root, "");
+  top.only({"name", "model", "memory", "speculation", "sampling", "input", "output"});
+  top.str("name", job.name);
+  auto section = [&](const char* key) -> Section {
+    const toml::node* n = root.get(key);
+    if (n && !n->is_table()) top.wrong_type(key, *n, "a table");
+    if (n) job.lines[key] = static_cast<int>(n->source().begin.line);
+    return Section(job, n ? n->as_table() : nullptr, key);
+  };
+
+  const Section model = section("model");
+  model.only({"target", "draft"});
+  model.str("target", job.target);
+  model.str("draft", job.draft);
+
+  const Section mem = section("memory");
+  mem.only({"device", "host", "ring", "ctx", "threads"});
+  mem.str("device", job.device_mem);
+  mem.str("host", job.host_mem);
+  mem.integer("ring", job.ring, 2, 64);
+  mem.integer("ctx", job.ctx, 16, 1 << 24);
+  mem.integer("threads", job.threads, 0, 1024);
+  check_size(job, "memory.device", job.device_mem);
+  check_size(job, "memory.host", job.host_mem);
+
+  const Section sp = section("speculation");
+  sp.only({"tree", "verify", "budget", "depth", "threshold", "delta", "width", "acceptance", "prefill_chunk"});
+  sp.str("tree", job.tree);
+  sp.choice("verify", job.verify,
+            {"greedy", "specinfer", "sequoia", "target-sample", "spectr", "multidraft-is"});
+  sp.integer("budget", job.budget, 1, 8192);
+  sp.integer("depth", job.depth, 1, 1024);
+  sp.number("threshold", job.threshold, 0.0, 1.0, /*lo_open=*/true);
+  sp.number("delta", job.delta, 0.0, 1e9);
+  sp.integer("width", job.width, 1, 1024);
+  sp.str("acceptance", job.acceptance);
+  sp.integer("prefill_chunk", job.prefill_chunk, 1, 1 << 20);
+  if (job.tree.empty()) throw Error(job.where("speculation.tree") + ": must not be empty");
+
+  const Section sa = section("sampling");
+  sa.only({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop"});
+  double temp = job.sampling.temperature, top_p = job.sampling.top_p;
+  sa.number("temperature", temp, 0.0, 100.0);
+  sa.number("top_p", top_p, 0.0, 1.0, /*lo_open=*/true);
+  job.sampling.temperature = static_cast<float>(temp);
+  job.sampling.top_p = static_cast<float>(top_p);
+  sa.integer("top_k", job.sampling.top_k, 0, 1 << 24);
+  sa.integer("seed", job.sampling.seed, 0, INT64_MAX);
+  sa.integer("max_tokens", job.max_tokens, 1, 1 << 20);
+  sa.strings("stop", job.stop);
+  for (const auto& s : job.stop)
+    if (s.empty()) throw Error(job.where("sampling.stop") + ": stop strings must not be empty");
+
+  const Section in = section("input");
+  in.only({"prompts", "chat", "on_bad_line"});
+  in.str("prompts", job.prompts);
+  in.boolean("chat", job.chat);
+  std::string bad = "fail";
+  in.choice("on_bad_line", bad, {"skip", "fail"});
+  job.skip_bad_lines = bad == "skip";
+
+  const Section out = section("output");
+  out.only({"path", "summary", "fsync_every", "progress_every"});
+  out.str("path", job.output);
+  out.str("summary", job.summary);
+  out.integer("fsync_every", job.fsync_every, 1, 1 << 20);
+  out.number("progress_every", job.progress_every, 0.0, 86400.0, /*lo_open=*/true);
+
+  if (job.target.empty())
+    throw Error(job.file + ": model.target: missing (the target model's path, e.g. target = \"models/x.gguf\")");
+  if (!job.draft.empty() && job.draft == job.target)
+    throw Error(job.where("model.draft") + ": the draft must be a different (smaller) model than the target");
+  if (job.draft.empty() && root.contains("speculation"))
+    throw Error(job.where("speculation") + ": [speculation] needs model.draft (a draft model to speculate with)");
+  if (job.max_tokens + 2 > job.ctx)
+    throw Error(job.where("sampling.max_tokens") + ": " + std::to_string(job.max_tokens) +
+                " tokens do not fit in memory.ctx = " + std::to_string(job.ctx) + " with a prompt");
+  return job;
+}
+
+JobConfig parse_job_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the job file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(path + ": read error");
+  return parse_job_text(ss.str(), path);
+}
+
+void apply_overrides(JobConfig& job, const JobOverrides& o) {
+  if (!o.prompts.empty()) {
+    job.prompts = o.prompts;
+    job.lines.erase("input.prompts");
+  }
+  if (!o.output.empty()) {
+    job.output = o.output;
+    job.lines.erase("output.path");
+    if (!job.lines.count("output.summary")) job.summary.clear();  // follows the new output
+  }
+  if (o.threads >= 0) job.threads = o.threads;
+}
+
+void check_job(JobConfig& job) {
+  auto readable = [&](const std::string& key, const std::string& path, const char* what) {
+    std::error_code ec;
+    const auto st = fs::status(path, ec);
+    if (ec || !fs::exists(st)) throw Error(job.where(key) + ": no such file '" + path + "' (" + what + ")");
+    if (!fs::is_regular_file(st)) throw Error(job.where(key) + ": '" + path + "' is not a regular file");
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(job.where(key) + ": cannot open '" + path + "'");
+  };
+  readable("model.target", job.target, "the target model");
+  if (!job.draft.empty()) readable("model.draft", job.draft, "the draft model");
+  if (!job.acceptance.empty()) readable("speculation.acceptance", job.acceptance, "an acceptance vector JSON");
+  if (job.prompts.empty())
+    throw Error(job.file + ": input.prompts: missing (a JSONL file of {\"id\", \"prompt\"|\"messages\"}; or --prompts)");
+  readable("input.prompts", job.prompts, "the prompt file");
+  if (job.output.empty()) throw Error(job.file + ": output.path: missing (where results go; or --output)");
+  if (job.summary.empty()) job.summary = job.output + ".summary.json";
+  std::error_code ec;
+  if (fs::exists(job.output, ec) && fs::equivalent(job.output, job.prompts, ec))
+    throw Error(job.where("output.path") + ": is the prompt file itself; refusing to write into it");
+  if (job.summary == job.output) throw Error(job.where("output.summary") + ": must differ from output.path");
+  if (fs::exists(job.output, ec) && !fs::is_regular_file(job.output, ec))
+    throw Error(job.where("output.path") + ": '" + job.output + "' exists and is not a regular file");
+  for (const std::string* p : {&job.output, &job.summary}) {
+    const fs::path dir = fs::path(*p).parent_path();
+    if (dir.empty()) continue;
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir))
+      throw Error(job.where(p == &job.output ? "output.path" : "output.summary") + ": cannot create directory '" +
+                  dir.string() + "'");
+  }
+}
+
+}  // namespace redwood::jobs

@@ -1,0 +1,88 @@
+// A batch job: one TOML file names the models, memory budgets, the tree policy
+// and verifier, sampling, the prompt file and the output. Everything is
+// checked here, before any model loads; each error names the file, the line
+// and the key ("job.toml:12: sampling.temperature: expected a number").
+//
+//   name = "smoke"                       # optional
+//   [model]       target = "models/x.gguf"   draft = "models/d.gguf"
+//   [memory]      device = "1GiB"  host = "4GiB"  ring = 2  ctx = 2048  threads = 0
+//   [speculation] tree = "sequoia"  verify = "greedy"  budget = 64  depth = 8
+//                 threshold = 0.001  delta = 0.5  width = 8  acceptance = "acc.json"
+//                 prefill_chunk = 512
+//   [sampling]    temperature = 0.0  top_p = 1.0  top_k = 0  seed = 0
+//                 max_tokens = 128  stop = ["\n\n"]
+//   [input]       prompts = "prompts.jsonl"  chat = false  on_bad_line = "fail"
+//   [output]      path = "out.jsonl"  summary = "out.summary.json"
+//                 fsync_every = 16  progress_every = 10.0
+//
+// Relative paths are relative to the current directory (where redwood runs),
+// so the same job works from the repository root as in the examples.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/engine/sampler.h"
+
+namespace redwood::jobs {
+
+struct JobConfig {
+  std::string file;  // the job file (for messages)
+  std::string name;
+  // [model]
+  std::string target, draft;
+  // [memory] (empty: no budget)
+  std::string device_mem, host_mem;
+  int ring = 2;
+  int ctx = 2048;  // KV capacity per prompt: prompt + max_tokens must fit
+  int threads = 0;
+  // [speculation] (used when draft is set)
+  std::string tree = "sequoia", verify;  // verify empty: greedy at T = 0, else the tree's default
+  int budget = 64, depth = 8;
+  std::optional<double> threshold, delta;
+  std::optional<int> width;
+  std::string acceptance;
+  int prefill_chunk = 512;
+  // [sampling]
+  SamplingParams sampling;
+  int max_tokens = 128;
+  std::vector<std::string> stop;
+  // [input]
+  std::string prompts;
+  bool chat = false;         // wrap "prompt" strings in the model's chat template
+  bool skip_bad_lines = false;
+  // [output]
+  std::string output, summary;
+  int fsync_every = 16;         // lines between fsyncs (and always at the end)
+  double progress_every = 10;   // seconds between progress lines when not on a terminal
+
+  // "file:line: key" for messages about a key's value (line 0 when the key
+  // was not in the file, e.g. a default or a command-line override).
+  std::string where(const std::string& key) const;
+  std::map<std::string, int> lines;  // dotted key -> line in the file
+};
+
+// Parses and type-checks TOML text (no file system access). Throws
+// redwood::Error "name:line: key: message" on syntax errors, unknown sections
+// or keys, wrong types and values out of range.
+JobConfig parse_job_text(std::string_view text, const std::string& name);
+
+// Reads the file and parses it.
+JobConfig parse_job_file(const std::string& path);
+
+// Command-line overrides, applied before check_job.
+struct JobOverrides {
+  std::string prompts, output;
+  int threads = -1;  // < 0: keep the job's
+};
+void apply_overrides(JobConfig& job, const JobOverrides& o);
+
+// The checks that need the file system: required keys present, model, draft,
+// acceptance and prompt files readable, the output not the prompt file, and
+// the output's directory creatable. Fills in the summary path default
+// (<output>.summary.json). Throws redwood::Error with file:line: key.
+void check_job(JobConfig& job);
+
+}  // namespace redwood::jobs

@@ -1,0 +1,74 @@
+#include "src/jobs/prompts.h"
+
+#include <fstream>
+#include <unordered_map>
+
+#include "src/util/error.h"
+
+namespace redwood::jobs {
+
+using nlohmann::json;
+
+PromptItem parse_prompt_line(std::string_view line) {
+  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw Error("not valid JSON");
+  if (!j.is_object()) throw Error("expected a JSON object {\"id\": ..., \"prompt\": ...}");
+  PromptItem it;
+  const auto id = j.find("id");
+  if (id == j.end()) throw Error("missing \"id\"");
+  if (!id->is_string() && !id->is_number_integer()) throw Error("\"id\" must be a string or an integer");
+  if (id->is_string() && id->get_ref<const std::string&>().empty()) throw Error("\"id\" must not be empty");
+  it.id = *id;
+  it.key = id->dump();
+  const auto p = j.find("prompt"), m = j.find("messages");
+  if ((p == j.end()) == (m == j.end())) throw Error("give exactly one of \"prompt\" and \"messages\"");
+  if (p != j.end()) {
+    if (!p->is_string()) throw Error("\"prompt\" must be a string");
+    it.prompt = p->get<std::string>();
+    if (it.prompt.empty()) throw Error("\"prompt\" is empty");
+    return it;
+  }
+  if (!m->is_array() || m->empty()) throw Error("\"messages\" must be a non-empty array");
+  for (const json& msg : *m) {
+    if (!msg.is_object()) throw Error("each message must be an object {\"role\", \"content\"}");
+    const auto r = msg.find("role"), c = msg.find("content");
+    if (r == msg.end() || !r->is_string()) throw Error("a message needs a string \"role\"");
+    if (c == msg.end() || !c->is_string()) throw Error("a message needs a string \"content\"");
+    const std::string& role = r->get_ref<const std::string&>();
+    if (role != "system" && role != "user" && role != "assistant")
+      throw Error("message role '" + role + "' (expected system, user or assistant)");
+    it.messages.push_back({role, c->get<std::string>()});
+  }
+  return it;
+}
+
+PromptFile read_prompts(const std::string& path, bool skip_bad) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the prompt file");
+  PromptFile out;
+  std::unordered_map<std::string, int> first_line;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    std::string err;
+    try {
+      PromptItem it = parse_prompt_line(line);
+      it.line = n;
+      const auto [pos, fresh] = first_line.emplace(it.key, n);
+      if (!fresh) throw Error("duplicate id " + it.key + " (first on line " + std::to_string(pos->second) + ")");
+      out.items.push_back(std::move(it));
+      continue;
+    } catch (const Error& e) {
+      err = path + ":" + std::to_string(n) + ": " + e.what();
+    }
+    if (!skip_bad) throw Error(err + " (set input.on_bad_line = \"skip\" to skip bad lines)");
+    out.bad.push_back(err);
+  }
+  if (in.bad()) throw Error(path + ": read error");
+  return out;
+}
+
+}  // namespace redwood::jobs

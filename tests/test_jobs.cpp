@@ -1,0 +1,316 @@
+// Batch jobs without a model: the TOML job parser's errors (file, line, key),
+// the prompt file reader, resuming an output with a torn last line, the
+// writer, percentiles and progress text.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "src/jobs/job.h"
+#include "src/jobs/progress.h"
+#include "src/jobs/prompts.h"
+#include "src/jobs/results.h"
+#include "src/util/error.h"
+
+namespace redwood::jobs {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const char* kMinimal = "[model]\ntarget = \"m.gguf\"\n";
+
+TEST(JobConfig, MinimalJobGetsDefaults) {
+  const JobConfig j = parse_job_text(kMinimal, "job.toml");
+  EXPECT_EQ(j.target, "m.gguf");
+  EXPECT_EQ(j.max_tokens, 128);
+  EXPECT_EQ(j.ctx, 2048);
+  EXPECT_FALSE(j.skip_bad_lines);
+  EXPECT_EQ(j.lines.at("model.target"), 2);
+}
+
+TEST(JobConfig, FullJobParses) {
+  const JobConfig j = parse_job_text(R"(name = "x"
+[model]
+target = "t.gguf"
+draft = "d.gguf"
+[memory]
+device = "1.5GiB"
+host = "4GiB"
+ring = 3
+ctx = 4096
+threads = 2
+[speculation]
+tree = "kary:4x8"
+verify = "spectr"
+budget = 128
+depth = 12
+threshold = 0.001
+delta = 0.5
+width = 8
+[sampling]
+temperature = 0.6
+top_p = 0.9
+top_k = 40
+seed = 7
+max_tokens = 64
+stop = ["\n\n", "###"]
+[input]
+prompts = "p.jsonl"
+chat = true
+on_bad_line = "skip"
+[output]
+path = "o.jsonl"
+summary = "s.json"
+fsync_every = 4
+progress_every = 2.5
+)", "job.toml");
+  EXPECT_EQ(j.draft, "d.gguf");
+  EXPECT_EQ(j.device_mem, "1.5GiB");
+  EXPECT_EQ(j.ring, 3);
+  EXPECT_EQ(j.tree, "kary:4x8");
+  EXPECT_EQ(j.verify, "spectr");
+  EXPECT_EQ(*j.width, 8);
+  EXPECT_DOUBLE_EQ(*j.threshold, 0.001);
+  EXPECT_FLOAT_EQ(j.sampling.temperature, 0.6f);
+  EXPECT_EQ(j.sampling.top_k, 40);
+  EXPECT_EQ(j.sampling.seed, 7u);
+  ASSERT_EQ(j.stop.size(), 2u);
+  EXPECT_EQ(j.stop[0], "\n\n");
+  EXPECT_TRUE(j.chat);
+  EXPECT_TRUE(j.skip_bad_lines);
+  EXPECT_EQ(j.fsync_every, 4);
+  EXPECT_DOUBLE_EQ(j.progress_every, 2.5);
+}
+
+// A table of bad configs, each with the message it must produce.
+TEST(JobConfig, BadConfigsNameFileLineAndKey) {
+  const std::string m = kMinimal;
+  const struct {
+    std::string text, expected;
+  } cases[] = {
+      {"[model\ntarget = 1", "job.toml:1: "},  // TOML syntax
+      {"[model]\ntarget = \"a\"\ntarget = \"b\"\n", "job.toml:3: "},  // duplicate key
+      {"", "job.toml: model.target: missing"},
+      {"[model]\ntarget = 5\n", "job.toml:2: model.target: expected a string, got an integer"},
+      {"[model]\ntarget = \"m\"\ndraft = \"m\"\n", "job.toml:3: model.draft: the draft must be a different"},
+      {"[modle]\ntarget = \"m\"\n", "job.toml:1: unknown key 'modle' (known in the top level: name, model"},
+      {m + "[sampling]\ntemprature = 0.5\n", "job.toml:4: unknown key 'sampling.temprature' (known in [sampling]: "},
+      {m + "[sampling]\ntemperature = \"hot\"\n", "job.toml:4: sampling.temperature: expected a number, got a string"},
+      {m + "[sampling]\ntemperature = -1\n", "job.toml:4: sampling.temperature: must be in [0, 100], got -1"},
+      {m + "[sampling]\ntop_p = 0\n", "job.toml:4: sampling.top_p: must be in (0, 1], got 0"},
+      {m + "[sampling]\ntop_k = 1.5\n", "job.toml:4: sampling.top_k: expected an integer, got a number"},
+      {m + "[sampling]\nmax_tokens = 0\n", "job.toml:4: sampling.max_tokens: must be in [1, 1048576], got 0"},
+      {m + "[sampling]\nstop = \"x\"\n", "job.toml:4: sampling.stop: expected an array of strings, got a string"},
+      {m + "[sampling]\nstop = [\"a\", 3]\n", "job.toml:4: sampling.stop: expected an array of strings, got an integer"},
+      {m + "[sampling]\nstop = [\"\"]\n", "job.toml:4: sampling.stop: stop strings must not be empty"},
+      {m + "[sampling]\nmax_tokens = 5000\n", "job.toml:4: sampling.max_tokens: 5000 tokens do not fit in memory.ctx = 2048"},
+      {m + "[sampling]\nseed = -3\n", "job.toml:4: sampling.seed: must be in [0, "},
+      {m + "[memory]\ndevice = \"lots\"\n", "job.toml:4: memory.device: "},
+      {m + "[memory]\nring = 1\n", "job.toml:4: memory.ring: must be in [2, 64], got 1"},
+      {"memory = 3\n" + m, "job.toml:1: memory: expected a table, got an integer"},
+      {m + "[speculation]\ntree = \"sequoia\"\n", "job.toml:3: speculation: [speculation] needs model.draft"},
+      {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\nverify = \"magic\"\n",
+       "job.toml:5: speculation.verify: expected greedy | specinfer | sequoia | target-sample | spectr | multidraft-is, got 'magic'"},
+      {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\nbudget = 0\n",
+       "job.toml:5: speculation.budget: must be in [1, 8192], got 0"},
+      {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\nthreshold = 0\n",
+       "job.toml:5: speculation.threshold: must be in (0, 1], got 0"},
+      {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\ntree = \"\"\n", "job.toml:5: speculation.tree: must not be empty"},
+      {m + "[input]\non_bad_line = \"ignore\"\n", "job.toml:4: input.on_bad_line: expected skip | fail, got 'ignore'"},
+      {m + "[input]\nchat = \"yes\"\n", "job.toml:4: input.chat: expected true or false, got a string"},
+      {m + "[output]\nfsync_every = 0\n", "job.toml:4: output.fsync_every: must be in [1, 1048576], got 0"},
+      {m + "[output]\nprogress_every = 0\n", "job.toml:4: output.progress_every: must be in (0, 86400], got 0"},
+      {m + "[output]\npath = [\"a\"]\n", "job.toml:4: output.path: expected a string, got an array"},
+  };
+  for (const auto& c : cases) {
+    const std::string e = error_of([&] { (void)parse_job_text(c.text, "job.toml"); });
+    EXPECT_EQ(e.rfind(c.expected, 0), 0u) << "config:\n" << c.text << "\nexpected prefix: " << c.expected
+                                          << "\ngot: " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << "one line: " << e;
+  }
+}
+
+class JobFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("redwood-jobs-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary) << text;
+    return path(name);
+  }
+  static std::string slurp(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  fs::path dir_;
+};
+
+TEST_F(JobFiles, CheckJobFindsMissingFilesAndDefaultsTheSummary) {
+  const std::string model = write("m.gguf", "x");
+  const std::string prompts = write("p.jsonl", "{\"id\": 1, \"prompt\": \"hi\"}\n");
+  JobConfig j = parse_job_text("[model]\ntarget = \"" + model + "\"\ndraft = \"" + path("nope.gguf") +
+                                   "\"\n[input]\nprompts = \"" + prompts + "\"\n[output]\npath = \"" +
+                                   path("sub/out.jsonl") + "\"\n",
+                               "job.toml");
+  EXPECT_EQ(error_of([&] { check_job(j); }).rfind("job.toml:3: model.draft: no such file '" + path("nope.gguf"), 0), 0u);
+  j.draft.clear();
+  check_job(j);
+  EXPECT_EQ(j.summary, path("sub/out.jsonl") + ".summary.json");
+  EXPECT_TRUE(fs::is_directory(path("sub")));
+  // --output pointing at the prompt file is refused; overrides replace the job's paths.
+  JobOverrides o;
+  o.output = prompts;
+  apply_overrides(j, o);
+  j.summary.clear();
+  EXPECT_NE(error_of([&] { check_job(j); }).find("is the prompt file itself"), std::string::npos);
+  o.output = path("o2.jsonl");
+  o.prompts = path("missing.jsonl");
+  apply_overrides(j, o);
+  EXPECT_EQ(error_of([&] { check_job(j); }), "job.toml: input.prompts: no such file '" + path("missing.jsonl") +
+                                                 "' (the prompt file)");
+  JobConfig k = parse_job_text(kMinimal, "job.toml");
+  k.target = model;
+  EXPECT_EQ(error_of([&] { check_job(k); }).rfind("job.toml: input.prompts: missing", 0), 0u);
+}
+
+TEST(Prompts, LinesParseOrSayWhatIsWrong) {
+  const PromptItem a = parse_prompt_line(R"({"id": "a", "prompt": "hello", "extra": [1]})");
+  EXPECT_EQ(a.key, "\"a\"");
+  EXPECT_EQ(a.prompt, "hello");
+  const PromptItem b = parse_prompt_line(R"({"id": 7, "messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_EQ(b.key, "7");
+  ASSERT_EQ(b.messages.size(), 1u);
+  EXPECT_EQ(b.messages[0].content, "hi");
+  const struct {
+    const char* line;
+    const char* expected;
+  } bad[] = {
+      {"{\"id\": 1, \"prompt\": \"x\"", "not valid JSON"},
+      {"[1, 2]", "expected a JSON object"},
+      {"{\"prompt\": \"x\"}", "missing \"id\""},
+      {"{\"id\": 1.5, \"prompt\": \"x\"}", "\"id\" must be a string or an integer"},
+      {"{\"id\": \"\", \"prompt\": \"x\"}", "\"id\" must not be empty"},
+      {"{\"id\": 1}", "give exactly one of \"prompt\" and \"messages\""},
+      {"{\"id\": 1, \"prompt\": \"x\", \"messages\": []}", "give exactly one of"},
+      {"{\"id\": 1, \"prompt\": 3}", "\"prompt\" must be a string"},
+      {"{\"id\": 1, \"prompt\": \"\"}", "\"prompt\" is empty"},
+      {"{\"id\": 1, \"messages\": []}", "\"messages\" must be a non-empty array"},
+      {"{\"id\": 1, \"messages\": [3]}", "each message must be an object"},
+      {"{\"id\": 1, \"messages\": [{\"content\": \"x\"}]}", "a message needs a string \"role\""},
+      {"{\"id\": 1, \"messages\": [{\"role\": \"user\"}]}", "a message needs a string \"content\""},
+      {"{\"id\": 1, \"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "message role 'robot'"},
+      {"{\"id\": 1, \"prompt\": \"\xff\"}", "not valid JSON"},
+  };
+  for (const auto& c : bad) EXPECT_EQ(error_of([&] { (void)parse_prompt_line(c.line); }).rfind(c.expected, 0), 0u) << c.line;
+}
+
+TEST_F(JobFiles, PromptFileFailsOrSkipsBadLinesWithLineNumbers) {
+  const std::string p = write("p.jsonl",
+                              "{\"id\": 1, \"prompt\": \"a\"}\n"
+                              "\n"
+                              "not json\n"
+                              "{\"id\": 1, \"prompt\": \"b\"}\r\n"
+                              "{\"id\": \"1\", \"prompt\": \"c\"}\n");
+  EXPECT_EQ(error_of([&] { (void)read_prompts(p, false); }),
+            p + ":3: not valid JSON (set input.on_bad_line = \"skip\" to skip bad lines)");
+  const PromptFile f = read_prompts(p, true);
+  ASSERT_EQ(f.items.size(), 2u);  // id 1 and id "1" are different ids
+  EXPECT_EQ(f.items[1].line, 5);
+  ASSERT_EQ(f.bad.size(), 2u);
+  EXPECT_EQ(f.bad[0], p + ":3: not valid JSON");
+  EXPECT_EQ(f.bad[1], p + ":4: duplicate id 1 (first on line 1)");
+}
+
+TEST_F(JobFiles, ResumeDropsATornLastLineAndNothingElse) {
+  const std::string good = "{\"id\":\"a\",\"text\":\"x\",\"finish_reason\":\"stop\"}\n"
+                           "{\"id\":2,\"text\":\"y\",\"finish_reason\":\"length\"}\n";
+  // Missing file: nothing done.
+  EXPECT_TRUE(prepare_output(path("none.jsonl")).done.empty());
+  // A kill in the middle of a line: no newline at the end.
+  const std::string o = write("o.jsonl", good + "{\"id\":\"c\",\"te");
+  const ResumeState s = prepare_output(o);
+  EXPECT_EQ(s.lines, 2);
+  EXPECT_EQ(s.torn_bytes, 13);
+  EXPECT_TRUE(s.done.count("\"a\"") && s.done.count("2"));
+  EXPECT_FALSE(s.done.count("\"c\""));
+  EXPECT_EQ(slurp(o), good);
+  // A last line with a newline that is not a result (e.g. cut mid-record by a
+  // filesystem) is dropped too.
+  write("o.jsonl", good + "{\"id\":\"c\"}\n");
+  EXPECT_EQ(prepare_output(o).torn_bytes, 11);
+  EXPECT_EQ(slurp(o), good);
+  // Complete file: untouched.
+  EXPECT_EQ(prepare_output(o).torn_bytes, 0);
+  // Damage before the last line: refuse, never silently drop results.
+  write("o.jsonl", "garbage\n" + good);
+  EXPECT_EQ(error_of([&] { (void)prepare_output(o); }).rfind(o + ":1: not a result line, and not the last line", 0), 0u);
+}
+
+TEST_F(JobFiles, WriterAppendsWholeLines) {
+  const std::string o = path("w.jsonl");
+  {
+    ResultWriter w(o, 2);
+    w.append({{"id", 1}, {"text", "a\nb"}, {"finish_reason", "stop"}});
+    w.append({{"id", "x"}, {"text", "\xff"}, {"finish_reason", "length"}});  // invalid UTF-8 is replaced
+    w.close();
+  }
+  const std::string text = slurp(o);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  const auto rows = read_results(o);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["text"], "a\nb");
+  EXPECT_EQ(rows[1]["text"], "\xef\xbf\xbd");
+  EXPECT_EQ(prepare_output(o).lines, 2);
+}
+
+TEST(Summary, NearestRankPercentiles) {
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);
+  const Percentiles p = percentiles(v);
+  EXPECT_EQ(p.p50, 50);
+  EXPECT_EQ(p.p90, 90);
+  EXPECT_EQ(p.p99, 99);
+  EXPECT_DOUBLE_EQ(p.mean, 50.5);
+  const Percentiles one = percentiles({3.0});
+  EXPECT_EQ(one.p50, 3.0);
+  EXPECT_EQ(one.p99, 3.0);
+  EXPECT_EQ(percentiles({}).p90, 0.0);
+}
+
+TEST(Progress, TextShowsCountsRateAcceptanceAndEta) {
+  ProgressState s;
+  s.total = 40;
+  s.done = 12;
+  s.done_this_run = 10;
+  s.tokens = 352;
+  s.seconds = 10;
+  s.accepted_per_pass = 2.314;
+  EXPECT_EQ(progress_text(s, false), "12/40 prompts | 35.2 tok/s | 2.31 tok/pass | ETA 28s");
+  EXPECT_EQ(progress_text(s, true), "[#######-----------------] 12/40 prompts | 35.2 tok/s | 2.31 tok/pass | ETA 28s");
+  s.done = 40;
+  s.accepted_per_pass = 0;
+  s.seconds = 3725;
+  EXPECT_EQ(progress_text(s, false), "40/40 prompts | 0.1 tok/s | done in 1h02m");
+}
+
+}  // namespace
+}  // namespace redwood::jobs
