@@ -6,12 +6,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "src/jobs/job.h"
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
+#include "src/jobs/suite.h"
 #include "src/util/error.h"
 
 namespace redwood::jobs {
@@ -310,6 +312,45 @@ TEST(Progress, TextShowsCountsRateAcceptanceAndEta) {
   s.accepted_per_pass = 0;
   s.seconds = 3725;
   EXPECT_EQ(progress_text(s, false), "40/40 prompts | 0.1 tok/s | done in 1h02m");
+}
+
+TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
+  const std::string t = write("t.gguf", "x"), d = write("d.gguf", "x"), p = write("p.jsonl", "");
+  const SuiteConfig s = parse_suite_text("[suite]\nmax_tokens = 8\nlimit = 3\n[[model]]\nname = \"m\"\ntarget = \"" + t +
+                                             "\"\ndraft = \"" + d + "\"\n[[model]]\ntarget = \"" + t +
+                                             "\"\nname = \"ar-only\"\n[matrix]\ndevice_mem = [\"\", \"1GiB\"]\n"
+                                             "trees = [\"chain\", \"sequoia\"]\nbudgets = [4, 16]\n"
+                                             "temperatures = [0, 0.6]\nprompts = [\"" + p + "\"]\n",
+                                         "s.toml");
+  const auto cells = suite_cells(s);
+  // m: 2 memories x 2 temperatures x (1 baseline + 2 trees x 2 budgets); ar-only: baselines only.
+  ASSERT_EQ(cells.size(), 2u * 2 * 5 + 2 * 2);
+  std::set<std::string> ids;
+  for (const auto& c : cells) ids.insert(c.id());
+  EXPECT_EQ(ids.size(), cells.size());
+  EXPECT_EQ(cells[0].id(), "m_resident_T0_p_ar");
+  EXPECT_EQ(cells[1].id(), "m_resident_T0_p_chain_b4");
+  const JobConfig j = cell_job(s, cells[1], "/out", "/out/prompts/p.jsonl");
+  EXPECT_EQ(j.tree, "chain:3");
+  EXPECT_EQ(j.draft, d);
+  EXPECT_EQ(j.max_tokens, 8);
+  EXPECT_EQ(j.output, "/out/cells/m_resident_T0_p_chain_b4.jsonl");
+  EXPECT_TRUE(cell_job(s, cells[0], "/out", p).draft.empty());  // the baseline runs without the draft
+  EXPECT_EQ(tree_for_budget("sequoia", 16), "sequoia");
+  const std::string bad[][2] = {
+      {"[matrix]\nprompts = [\"" + p + "\"]\n", "s.toml: model: missing"},
+      {"[[model]]\ntarget = \"" + t + "\"\n[matrix]\ntrees = [\"chain\"]\nbudgets = [4]\nprompts = [\"" + p + "\"]\n",
+       "s.toml:4: matrix.trees: no [[model]] has a draft"},
+      {"[[model]]\ntarget = \"" + t + "\"\ndraft = \"" + d + "\"\n[matrix]\ntrees = [\"chain\"]\nbudgets = [1]\n",
+       "s.toml:6: matrix.budgets: values must be in [2, 8192], got 1"},
+      {"[[model]]\ntarget = \"/no/such\"\n[matrix]\nprompts = [\"" + p + "\"]\n",
+       "s.toml:1: model.target: no such file '/no/such'"},
+      {"[[model]]\ntarget = \"" + t + "\"\n[matrix]\nprompts = [\"" + p + "\"]\nsizes = [1]\n",
+       "s.toml:5: unknown key 'matrix.sizes'"},
+  };
+  for (const auto& b : bad)
+    EXPECT_EQ(error_of([&] { (void)parse_suite_text(b[0], "s.toml"); }).rfind(b[1], 0), 0u)
+        << b[0] << "\n-> " << error_of([&] { (void)parse_suite_text(b[0], "s.toml"); });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <map>
 
@@ -221,6 +222,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   std::vector<double> spt;
   std::map<std::string, int64_t> reasons;
   int64_t n_done = 0, n_tokens = 0, all_passes = 0, all_emitted = 0;
+  double decode_s = 0, draft_s = 0, verify_s = 0;
   for (const json& r : jobs::read_results(job.output)) {
     if (!wanted.count(r["id"].dump())) continue;
     ++n_done;
@@ -229,9 +231,13 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     const json& mt = r.value("metrics", json::object());
     if (mt.contains("s_per_token") && mt["s_per_token"].is_number() && r.value("n_tokens", 0) > 0)
       spt.push_back(mt["s_per_token"].get<double>());
+    decode_s += mt.value("seconds", 0.0);
+    draft_s += mt.value("draft_seconds", 0.0);
+    verify_s += mt.value("verify_seconds", 0.0);
     if (mt.contains("target_passes") && mt["target_passes"].is_number_integer()) {
       all_passes += mt["target_passes"].get<int64_t>();
-      all_emitted += r.value("n_tokens", int64_t{0});
+      // emitted = accepted + bonus per step, as in the line's mean_accepted
+      all_emitted += std::llround(mt.value("mean_accepted", 0.0) * mt["target_passes"].get<double>());
     }
   }
   const jobs::Percentiles pc = jobs::percentiles(spt);
@@ -253,6 +259,11 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
             {"tokens_per_second_this_run", wall > 0 ? static_cast<double>(ps.tokens) / wall : 0.0},
             {"s_per_token", {{"p50", pc.p50}, {"p90", pc.p90}, {"p99", pc.p99}, {"mean", pc.mean}}},
             {"mean_accepted", all_passes ? json(static_cast<double>(all_emitted) / all_passes) : json(nullptr)},
+            {"decode_seconds", decode_s},
+            {"s_per_token_overall", n_tokens ? decode_s / static_cast<double>(n_tokens) : 0.0},
+            {"target_passes", all_passes},
+            {"draft_seconds", draft_s},
+            {"verify_seconds", verify_s},
             {"finish_reasons", reasons},
             {"config",
              {{"target", job.target},
@@ -281,6 +292,23 @@ static_assert(std::atomic<int>::is_always_lock_free);
 
 extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
 
+}  // namespace
+
+void install_stop_signals() {
+  // The first SIGINT/SIGTERM finishes cleanly (the line in flight is
+  // abandoned, everything written stays); a second one kills at once.
+  struct sigaction sa{};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int stop_signal() { return g_signal.load(); }
+
+namespace {
+
 struct BatchOptions {
   std::string job;
   jobs::JobOverrides over;
@@ -295,14 +323,7 @@ int run_batch(BatchOptions& o) {
   hooks.quiet = o.quiet;
   hooks.tty = ::isatty(STDERR_FILENO) == 1;
   hooks.cancelled = [] { return g_signal.load() != 0; };
-  // The first SIGINT/SIGTERM finishes cleanly (the line in flight is
-  // abandoned, everything written stays); a second one kills at once.
-  struct sigaction sa{};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  install_stop_signals();
   const JobOutcome out = run_job(job, hooks);
   const json& p = out.summary["prompts"];
   if (out.interrupted) {

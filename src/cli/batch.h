@@ -25,6 +25,11 @@ struct JobOutcome {
   bool interrupted = false;
 };
 
+// SIGINT/SIGTERM handlers for long runs: the first signal asks to stop (see
+// stop_signal), a second one kills at once.
+void install_stop_signals();
+int stop_signal();  // 0 while none arrived, else the signal number
+
 // job must have passed check_job. Throws redwood::Error on invalid input
 // (with file:line: key), before any model weights load.
 JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks);

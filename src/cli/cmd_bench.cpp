@@ -265,7 +265,8 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16));
   c->add_flag("--skip-resident", o->skip_resident, "Do not time the all-resident passes (model bigger than RAM)");
   c->add_flag("--json", o->json, "Print one JSON object");
-  return [o, c] { return c->parsed() ? run_bench_offload(*o) : 0; };
+  Runner suite = add_bench_suite(b);
+  return [o, c, suite] { return c->parsed() ? run_bench_offload(*o) : suite(); };
 }
 
 }  // namespace redwood::cli

@@ -1,0 +1,206 @@
+#include "src/jobs/suite.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "offload/size.h"
+#include "src/jobs/toml_section.h"
+#include "src/util/error.h"
+
+namespace redwood::jobs {
+
+using detail::Section;
+
+namespace {
+
+std::string safe(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
+  return out;
+}
+
+std::string fmt_temp(double t) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", t);
+  return b;
+}
+
+}  // namespace
+
+SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
+  SuiteConfig s;
+  s.file = name;
+  const toml::table root = detail::parse_toml(text, name);
+  Section top(s.file, s.lines, &root, "");
+  top.only({"name", "suite", "model", "matrix"});
+  top.str("name", s.name);
+  auto table = [&](const char* key) -> const toml::table* {
+    const toml::node* n = root.get(key);
+    if (n && !n->is_table()) top.wrong_type(key, *n, "a table");
+    return n ? n->as_table() : nullptr;
+  };
+  const Section su(s.file, s.lines, table("suite"), "suite");
+  su.only({"max_tokens", "ctx", "limit", "seed", "top_p", "chat"});
+  su.boolean("chat", s.chat);
+  su.integer("max_tokens", s.max_tokens, 1, 1 << 20);
+  su.integer("ctx", s.ctx, 16, 1 << 24);
+  su.integer("limit", s.limit, 0, 1 << 30);
+  su.integer("seed", s.seed, 0, INT64_MAX);
+  su.number("top_p", s.top_p, 0.0, 1.0, /*lo_open=*/true);
+
+  const toml::node* models = root.get("model");
+  if (!models) throw Error(name + ": model: missing (at least one [[model]] with name, target and draft)");
+  const toml::array* ma = models->as_array();
+  if (!ma || ma->empty()) top.wrong_type("model", *models, "an array of tables [[model]]");
+  for (const toml::node& n : *ma) {
+    if (!n.is_table()) top.wrong_type("model", n, "an array of tables [[model]]");
+    const Section m(s.file, s.lines, n.as_table(), "model");
+    m.only({"name", "target", "draft"});
+    SuiteModel sm;
+    m.str("name", sm.name);
+    m.str("target", sm.target);
+    m.str("draft", sm.draft);
+    const int line = static_cast<int>(n.source().begin.line);
+    if (sm.target.empty()) throw Error(name + ":" + std::to_string(line) + ": model.target: missing");
+    if (sm.name.empty()) sm.name = std::filesystem::path(sm.target).stem().string();
+    for (const auto& o : s.models)
+      if (o.name == sm.name)
+        throw Error(name + ":" + std::to_string(line) + ": model.name: '" + sm.name + "' is used twice");
+    for (const std::string* p : {&sm.target, &sm.draft})
+      if (!p->empty() && !std::filesystem::is_regular_file(*p))
+        throw Error(name + ":" + std::to_string(line) + ": model." + (p == &sm.target ? "target" : "draft") +
+                    ": no such file '" + *p + "'");
+    s.models.push_back(std::move(sm));
+  }
+
+  const Section mx(s.file, s.lines, table("matrix"), "matrix");
+  mx.only({"device_mem", "trees", "budgets", "temperatures", "prompts"});
+  mx.strings("device_mem", s.device_mem);
+  mx.strings("trees", s.trees);
+  mx.strings("prompts", s.prompts);
+  auto numbers = [&](const char* key, auto& out, double lo, double hi) {
+    const toml::table* t = table("matrix");
+    const toml::node* n = t ? t->get(key) : nullptr;
+    if (!n) return;
+    const toml::array* a = n->as_array();
+    if (!a || a->empty()) mx.wrong_type(key, *n, "a non-empty array of numbers");
+    out.clear();
+    for (const toml::node& e : *a) {
+      double v = 0;
+      if (e.is_integer())
+        v = static_cast<double>(e.as_integer()->get());
+      else if (e.is_floating_point())
+        v = e.as_floating_point()->get();
+      else
+        mx.wrong_type(key, e, "an array of numbers");
+      if (!(v >= lo && v <= hi)) {
+        std::ostringstream m;
+        m << "values must be in [" << lo << ", " << hi << "], got " << v;
+        mx.fail(key, e, m.str());
+      }
+      if constexpr (std::is_same_v<std::decay_t<decltype(out)>, std::vector<int>>) {
+        if (v != static_cast<double>(static_cast<int>(v))) mx.wrong_type(key, e, "an array of integers");
+        out.push_back(static_cast<int>(v));
+      } else {
+        out.push_back(v);
+      }
+    }
+  };
+  numbers("budgets", s.budgets, 2, 8192);
+  numbers("temperatures", s.temperatures, 0, 100);
+  for (const auto& d : s.device_mem)
+    if (!d.empty()) try {
+        (void)offload::parse_size(d);
+      } catch (const Error& e) {
+        throw Error(s.file + ":" + std::to_string(s.lines["matrix.device_mem"]) + ": matrix.device_mem: " + e.what());
+      }
+  bool any_draft = false;
+  for (const auto& m : s.models) any_draft |= !m.draft.empty();
+  if (!s.trees.empty() && !any_draft)
+    throw Error(s.file + ":" + std::to_string(s.lines["matrix.trees"]) + ": matrix.trees: no [[model]] has a draft");
+  if (!s.trees.empty() && s.budgets.empty())
+    throw Error(s.file + ":" + std::to_string(s.lines["matrix.trees"]) + ": matrix.budgets: missing (tree sizes to sweep)");
+  if (s.prompts.empty()) throw Error(s.file + ": matrix.prompts: missing (one or more JSONL prompt files)");
+  for (const auto& p : s.prompts)
+    if (!std::filesystem::is_regular_file(p))
+      throw Error(s.file + ":" + std::to_string(s.lines["matrix.prompts"]) + ": matrix.prompts: no such file '" + p +
+                  "'");
+  if (s.max_tokens + 2 > s.ctx)
+    throw Error(s.file + ": suite.max_tokens: " + std::to_string(s.max_tokens) + " does not fit in suite.ctx");
+  return s;
+}
+
+SuiteConfig parse_suite_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the suite file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_suite_text(ss.str(), path);
+}
+
+std::string SuiteCell::group() const {
+  std::string g = safe(model);
+  g.append("_").append(device_mem.empty() ? std::string("resident") : safe(device_mem));
+  g.append("_T").append(fmt_temp(temperature));
+  g.append("_").append(safe(std::filesystem::path(prompts).stem().string()));
+  return g;
+}
+
+std::string SuiteCell::id() const {
+  std::string s = group();
+  if (tree.empty())
+    s.append("_ar");
+  else
+    s.append("_").append(safe(tree)).append("_b").append(std::to_string(budget));
+  return s;
+}
+
+std::vector<SuiteCell> suite_cells(const SuiteConfig& s) {
+  std::vector<SuiteCell> out;
+  for (const auto& m : s.models)
+    for (const auto& d : s.device_mem)
+      for (const auto& p : s.prompts)
+        for (double t : s.temperatures) {
+          out.push_back({m.name, d, "", p, 0, t});
+          if (m.draft.empty()) continue;
+          for (const auto& tr : s.trees)
+            for (int b : s.budgets) out.push_back({m.name, d, tr, p, b, t});
+        }
+  return out;
+}
+
+std::string tree_for_budget(const std::string& policy, int budget) {
+  if (policy == "chain") return "chain:" + std::to_string(budget - 1);
+  return policy;
+}
+
+JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& dir, const std::string& prompts) {
+  JobConfig j;
+  j.file = s.file;
+  j.name = c.id();
+  for (const auto& m : s.models)
+    if (m.name == c.model) {
+      j.target = m.target;
+      if (!c.tree.empty()) j.draft = m.draft;
+    }
+  j.device_mem = c.device_mem;
+  j.ctx = s.ctx;
+  if (!c.tree.empty()) {
+    j.tree = tree_for_budget(c.tree, c.budget);
+    j.budget = c.budget;
+  }
+  j.sampling.temperature = static_cast<float>(c.temperature);
+  j.sampling.top_p = static_cast<float>(s.top_p);
+  j.sampling.seed = s.seed;
+  j.max_tokens = s.max_tokens;
+  j.prompts = prompts;
+  j.chat = s.chat;
+  j.output = dir + "/cells/" + c.id() + ".jsonl";
+  j.summary = j.output + ".summary.json";
+  j.progress_every = 30;
+  return j;
+}
+
+}  // namespace redwood::jobs

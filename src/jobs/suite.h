@@ -1,0 +1,67 @@
+// A bench suite: a matrix of models x memory budgets x tree policies x tree
+// budgets x temperatures x prompt sets. Each cell runs as a batch job (so a
+// suite resumes cell by cell), plus one autoregressive baseline per model,
+// budget, temperature and prompt set.
+//
+//   name = "smoke"
+//   [suite]   max_tokens = 32  ctx = 1024  seed = 1  top_p = 1.0  limit = 4  chat = true
+//   [[model]] name = "smollm2"  target = "models/x.gguf"  draft = "models/d.gguf"
+//   [matrix]  device_mem = ["", "360MiB"]   # "" = no budget
+//             trees = ["chain", "sequoia"]  # chain: K = budget - 1
+//             budgets = [4, 8, 16]          # nodes per target pass, root included
+//             temperatures = [0.0, 0.6]
+//             prompts = ["configs/jobs/prompts-smoke.jsonl"]
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/jobs/job.h"
+
+namespace redwood::jobs {
+
+struct SuiteModel {
+  std::string name, target, draft;
+};
+
+struct SuiteConfig {
+  std::string file, name;
+  int max_tokens = 32, ctx = 1024, limit = 0;  // limit: first N prompts of each set (0 = all)
+  uint64_t seed = 0;
+  double top_p = 1.0;
+  bool chat = true;  // "prompt" strings go through the model's chat template
+  std::vector<SuiteModel> models;
+  std::vector<std::string> device_mem = {""};
+  std::vector<std::string> trees;
+  std::vector<int> budgets;
+  std::vector<double> temperatures = {0.0};
+  std::vector<std::string> prompts;
+  std::map<std::string, int> lines;
+};
+
+// Parses and validates (types, ranges, unknown keys, files exist). Throws
+// redwood::Error "file:line: key: message".
+SuiteConfig parse_suite_text(std::string_view text, const std::string& name);
+SuiteConfig parse_suite_file(const std::string& path);
+
+// One matrix cell (tree empty: the autoregressive baseline).
+struct SuiteCell {
+  std::string model, device_mem, tree, prompts;
+  int budget = 0;
+  double temperature = 0;
+  std::string id() const;     // file-name safe, unique within a suite
+  std::string group() const;  // cells that share a plot: model, memory, temperature, prompt set
+};
+
+// Baselines first, then every combination, in a stable order.
+std::vector<SuiteCell> suite_cells(const SuiteConfig& s);
+
+// The batch job for a cell: output under dir/cells/<id>.jsonl; the prompt
+// set is `prompts` (the caller writes the first `limit` lines there).
+JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& dir, const std::string& prompts);
+
+// The tree option for a policy at a budget: "chain" -> "chain:<budget - 1>",
+// anything else unchanged (it takes the budget as speculation.budget).
+std::string tree_for_budget(const std::string& policy, int budget);
+
+}  // namespace redwood::jobs

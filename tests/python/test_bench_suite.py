@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""`redwood bench run` on a tiny suite (labels "python;model"; well under a minute).
+
+    python3 tests/python/test_bench_suite.py --redwood build/redwood --model models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+Checks: the suite writes results.csv / .json / .md with one row per cell (autoregressive
+baseline + policies x budgets); the PNG is a valid image (decoded here with zlib: signature,
+IHDR, CRCs, filters) that contains pixels of each series' colour (one per tree policy plus
+the baseline); re-running resumes (no cell re-runs, identical tables); a bad suite -> exit 1,
+one line with file:line: key.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+FAILED: list[str] = []
+PASSED = 0
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Must match src/cli/bench_suite.cpp (kColours, kBaselineColour).
+COLOURS = {"chain": (0x1F, 0x77, 0xB4), "sequoia": (0xD6, 0x27, 0x28), "autoregressive": (0x44, 0x44, 0x44)}
+
+
+def check(name: str, cond: bool, msg: str = "") -> None:
+    global PASSED
+    if cond:
+        PASSED += 1
+        print(f"PASS {name}", flush=True)
+    else:
+        FAILED.append(name)
+        print(f"FAIL {name}: {msg}", flush=True)
+
+
+def decode_png(path: str) -> tuple[int, int, list[bytes]]:
+    """Returns width, height and RGB rows of an 8-bit RGB/RGBA/palette PNG; raises on any defect."""
+    data = open(path, "rb").read()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("bad signature")
+    pos, idat, ihdr, plte = 8, b"", None, None
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+        if zlib.crc32(kind + body) != crc:
+            raise ValueError(f"bad CRC in {kind!r}")
+        if kind == b"IHDR":
+            ihdr = struct.unpack(">IIBBBBB", body)
+        elif kind == b"PLTE":
+            plte = body
+        elif kind == b"IDAT":
+            idat += body
+        elif kind == b"IEND":
+            break
+        pos += 12 + n
+    w, h, depth, ctype, _, _, interlace = ihdr
+    if depth != 8 or interlace != 0 or ctype not in (2, 3, 6):
+        raise ValueError(f"unsupported PNG: depth {depth} type {ctype} interlace {interlace}")
+    bpp = {2: 3, 6: 4, 3: 1}[ctype]
+    raw = zlib.decompress(idat)
+    stride = w * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(h):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+            elif f != 0:
+                raise ValueError(f"bad filter {f}")
+        prev = line
+        if ctype == 3:
+            rows.append(b"".join(plte[3 * k:3 * k + 3] for k in line))
+        elif ctype == 6:
+            rows.append(bytes(v for i, v in enumerate(line) if i % 4 != 3))
+        else:
+            rows.append(bytes(line))
+    return w, h, rows
+
+
+def colour_count(rows: list[bytes], rgb: tuple[int, int, int]) -> int:
+    needle = bytes(rgb)
+    n = 0
+    for r in rows:
+        for i in range(0, len(r), 3):
+            if r[i:i + 3] == needle:
+                n += 1
+    return n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--redwood", required=True)
+    ap.add_argument("--model", required=True)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="redwood_bench_suite_")
+    draft = os.path.join(tmp, "draft.gguf")
+    p = subprocess.run([args.redwood, "make-draft", "--from", args.model, "--layers", "10", "--out", draft],
+                       capture_output=True, text=True, timeout=300)
+    check("make-draft", p.returncode == 0, p.stderr)
+    prompts = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
+    suite = os.path.join(tmp, "suite.toml")
+    with open(suite, "w") as f:
+        f.write(f'name = "test"\n[suite]\nmax_tokens = 6\nctx = 256\nlimit = 2\n'
+                f'[[model]]\nname = "m"\ntarget = "{args.model}"\ndraft = "{draft}"\n'
+                f'[matrix]\ntrees = ["chain", "sequoia"]\nbudgets = [2, 4]\ntemperatures = [0.0]\n'
+                f'prompts = ["{prompts}"]\n')
+    out = os.path.join(tmp, "out")
+    p = subprocess.run([args.redwood, "bench", "run", suite, "--out", out], capture_output=True, text=True, timeout=600)
+    check("bench run", p.returncode == 0, p.stderr[-1500:])
+    if p.returncode != 0:
+        print(f"{PASSED} passed, {len(FAILED)} failed")
+        return 1
+    rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
+    trees = sorted((r["tree"], r["budget"]) for r in rows)
+    check("csv: baseline + 2 policies x 2 budgets", trees == sorted(
+        [("autoregressive", "0"), ("chain", "2"), ("chain", "4"), ("sequoia", "2"), ("sequoia", "4")]), str(trees))
+    check("csv: metrics are numbers", all(float(r["s_per_token"]) > 0 and float(r["tokens_per_pass"]) >= 1.0
+                                          and int(r["n_prompts"]) == 2 for r in rows), str(rows[:2]))
+    doc = json.load(open(os.path.join(out, "results.json")))
+    check("json: cells and plots", len(doc["cells"]) == 5 and len(doc["plots"]) == 1, json.dumps(doc)[:300])
+    md = open(os.path.join(out, "results.md")).read()
+    check("markdown table", md.count("\n| m |") == 5 and "| autoregressive |" in md, md)
+    png = doc["plots"][0] if doc["plots"] else ""
+    try:
+        w, h, px = decode_png(png)
+        check("png decodes", w >= 600 and h >= 300, f"{w}x{h}")
+        for series, rgb in COLOURS.items():
+            n = colour_count(px, rgb)
+            check(f"png has the {series} series", n >= 40, f"{n} pixels of {rgb}")
+        # Negative control: a colour no series uses is absent.
+        check("png colour check has power", colour_count(px, (0x12, 0x34, 0x56)) == 0)
+    except Exception as e:  # noqa: BLE001 - any decode failure is a test failure
+        check("png decodes", False, repr(e))
+    before = open(os.path.join(out, "results.csv")).read()
+    p = subprocess.run([args.redwood, "bench", "run", suite, "--out", out], capture_output=True, text=True, timeout=600)
+    check("re-run resumes: same table", p.returncode == 0 and open(os.path.join(out, "results.csv")).read() == before,
+          p.stderr[-800:])
+    bad = os.path.join(tmp, "bad.toml")
+    with open(bad, "w") as f:
+        f.write(f'[[model]]\ntarget = "{args.model}"\n[matrix]\nbudgets = [2, "x"]\nprompts = ["{prompts}"]\n')
+    p = subprocess.run([args.redwood, "bench", "run", bad, "--out", os.path.join(tmp, "bad")],
+                       capture_output=True, text=True, timeout=60)
+    check("bad suite: one line with file:line: key", p.returncode == 1 and p.stderr.count("\n") == 1 and
+          "bad.toml:4: matrix.budgets: expected an array of numbers, got a string" in p.stderr, p.stderr)
+    print(f"{PASSED} passed, {len(FAILED)} failed" + (f": {', '.join(FAILED)}" if FAILED else ""))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
