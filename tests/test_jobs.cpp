@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <random>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -15,6 +17,7 @@
 #include "src/jobs/results.h"
 #include "src/jobs/suite.h"
 #include "src/util/error.h"
+#include "tests/fuzz/jobs_harness.h"
 
 namespace redwood::jobs {
 namespace {
@@ -351,6 +354,72 @@ TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
   for (const auto& b : bad)
     EXPECT_EQ(error_of([&] { (void)parse_suite_text(b[0], "s.toml"); }).rfind(b[1], 0), 0u)
         << b[0] << "\n-> " << error_of([&] { (void)parse_suite_text(b[0], "s.toml"); });
+}
+
+// Mutation fuzzing of the three text parsers (job TOML, suite TOML, prompt
+// lines): whatever the bytes, the result is a config or redwood::Error, never
+// another exception or a crash (the ASan/UBSan build runs this too). The
+// libFuzzer target tests/fuzz/fuzz_jobs.cpp explores further; its corpus is
+// replayed below.
+TEST(JobParsers, SurviveMutatedInput) {
+  const std::string seeds[] = {
+      "name = \"x\"\n[model]\ntarget = \"t\"\ndraft = \"d\"\n[memory]\ndevice = \"1GiB\"\nring = 3\n"
+      "[speculation]\ntree = \"sequoia\"\nbudget = 64\nthreshold = 0.01\n[sampling]\ntemperature = 0.6\n"
+      "stop = [\"\\n\\n\"]\n[input]\nprompts = \"p\"\non_bad_line = \"skip\"\n[output]\npath = \"o\"\n",
+      "[suite]\nmax_tokens = 8\n[[model]]\nname = \"m\"\ntarget = \"/nonexistent\"\n[matrix]\n"
+      "trees = [\"chain\", \"kary:4/spectr\"]\nbudgets = [4, 8]\ntemperatures = [0, 0.6]\nprompts = [\"p\"]\n",
+      "{\"id\": 7, \"messages\": [{\"role\": \"user\", \"content\": \"hi \\u00e9\"}], \"prompt\": \"x\"}",
+  };
+  const std::string alphabet = "[]{}\"'=.,:#\\\n \t0123456789-+eEinfnatruefalsxyz_\x00\xff\xc3\xa9";
+  std::mt19937_64 rng(12345);
+  int errors = 0, parsed = 0;
+  for (int which = 0; which < 3; ++which) {
+    for (int iter = 0; iter < 4000; ++iter) {
+      std::string t = seeds[which];
+      const int edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits && !t.empty(); ++e) {
+        const size_t at = rng() % t.size();
+        const char c = alphabet[rng() % alphabet.size()];
+        switch (rng() % 4) {
+          case 0: t[at] = c; break;
+          case 1: t.insert(t.begin() + static_cast<std::ptrdiff_t>(at), c); break;
+          case 2: t.erase(at, 1 + rng() % 8); break;
+          default: t.resize(at); break;
+        }
+      }
+      try {
+        if (which == 0) (void)parse_job_text(t, "job.toml");
+        if (which == 1) (void)parse_suite_text(t, "s.toml");
+        if (which == 2) (void)parse_prompt_line(t);
+        ++parsed;
+      } catch (const Error& e) {
+        ++errors;
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "non-redwood exception " << e.what() << " for input:\n" << t;
+      }
+    }
+  }
+  EXPECT_GT(errors, 1000);  // the mutations do hit the error paths
+  EXPECT_GT(parsed, 100);   // and some still parse
+}
+
+// The libFuzzer corpus (seeds and fixed crashers) through the same harness.
+TEST(JobParsers, FuzzCorpusReplays) {
+  const std::filesystem::path dir = std::filesystem::path(REDWOOD_SOURCE_DIR) / "tests/fuzz/corpus/jobs";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream f(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    try {
+      EXPECT_TRUE(redwood::fuzz::run_jobs(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()))
+          << e.path();
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << e.path() << ": non-redwood exception " << ex.what();
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 6);
 }
 
 }  // namespace
