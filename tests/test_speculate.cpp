@@ -1,8 +1,10 @@
 // Speculative decoding on SmolLM2 with a self-draft: greedy identity for every
-// tree shape (also under a tree file), and KV compaction equal to fresh runs.
+// tree shape and every dynamic tree (DySpec, OPT-Tree, SpecExec), and KV
+// compaction equal to fresh runs (also with pruned draft rows).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/backend.h"
@@ -58,14 +60,28 @@ class Spec : public ::testing::Test {
                                           Transformer* target = nullptr) {
     spec::SpecConfig cfg;
     cfg.shape = shape;
+    return speculative(prompt, n, cfg, target);
+  }
+  static std::vector<int32_t> speculative(const std::vector<int32_t>& prompt, int n, const spec::SpecConfig& cfg,
+                                          Transformer* target = nullptr, spec::SpecStats* stats = nullptr) {
     spec::SpecDecoder dec(target ? *target : *target_->tf, *draft_->tf, target_->desc, draft_->desc, cfg,
-                          static_cast<int>(prompt.size()) + n + shape.size() + 8);
+                          static_cast<int>(prompt.size()) + n + cfg.max_tree_nodes() + 8);
     dec.start(prompt);
     std::vector<int32_t> out;
     while (static_cast<int>(out.size()) < n)
       for (int32_t t : dec.step()) out.push_back(t);
     out.resize(n);
+    if (stats) *stats = dec.stats();
     return out;
+  }
+  static spec::SpecConfig dynamic(const std::string& tree, int budget, int depth, float temperature = 0) {
+    spec::TreeOptions o;
+    o.tree = tree;
+    o.budget = budget;
+    o.depth = depth;
+    SamplingParams sp;
+    sp.temperature = temperature;
+    return spec::make_spec_config(o, sp);
   }
   static inline Model* target_ = nullptr;
   static inline Model* draft_ = nullptr;
@@ -119,14 +135,64 @@ TEST_F(Spec, GreedyIdentityWithTheTargetStreamedUnderABudget) {
   EXPECT_GT(w.totals().storage_bytes, 0u);
 }
 
-TEST_F(Spec, KvCompactionEqualsFreshRun) {
-  spec::SpecConfig cfg;
-  cfg.shape = spec::make_tree_shape("sequoia", 40, 6, "");
+TEST_F(Spec, GreedyIdentityDynamicTrees) {
+  const int n = 32;
+  // Small budgets keep the CPU's target passes cheap (two prompts: the
+  // static shapes above cover all five); depth 6 lets the dynamic trees go
+  // deeper than wide.
+  std::vector<std::pair<std::string, spec::SpecConfig>> cfgs = {
+      {"dyspec", dynamic("dyspec", 8, 6)},
+      {"dyspec threshold", dynamic("dyspec", 10, 6)},
+      {"opt-tree", dynamic("opt-tree", 8, 6)},
+      {"specexec", dynamic("specexec", 8, 6)},
+  };
+  cfgs[1].second.tree.threshold = 0.05;
+  cfgs[2].second.tree.delta = 0.1;
+  cfgs[3].second.tree.width = 3;
+  for (size_t p : {0, 2}) {
+    const auto want = greedy_reference(kPrompts[p], n);
+    for (const auto& [name, cfg] : cfgs) {
+      spec::SpecStats st;
+      EXPECT_EQ(speculative(kPrompts[p], n, cfg, nullptr, &st), want) << "prompt " << p << " tree " << name;
+      ASSERT_EQ(st.tree_nodes.size(), static_cast<size_t>(st.target_passes));
+      for (int32_t x : st.tree_nodes) {
+        EXPECT_GE(x, 1);
+        EXPECT_LE(x, cfg.tree.budget) << name;
+      }
+      // The 6-layer self-draft is weak, but its best guesses do get accepted
+      // (a tree built from the wrong distributions would sit at 1.0).
+      EXPECT_GT(double(st.emitted) / st.target_passes, 1.02) << name;
+      if (cfg.tree.threshold == 0 && cfg.tree.kind == spec::TreeKind::kDySpec) {  // the heap variant fills the budget
+        EXPECT_EQ(*std::min_element(st.tree_nodes.begin(), st.tree_nodes.end()), cfg.tree.budget);
+      }
+    }
+  }
+}
+
+TEST_F(Spec, DySpecSamplingRunsWithTheSequoiaVerifier) {
+  // T > 0: siblings without replacement, Sequoia residuals; the heap variant
+  // always verifies a full tree. (Losslessness itself: test_tree_policy.)
+  auto cfg = dynamic("dyspec", 12, 6, 0.8f);
+  ASSERT_EQ(cfg.verifier, spec::Verifier::kSequoia);
+  cfg.sampling.seed = 7;
+  spec::SpecStats st;
+  const auto out = speculative(kPrompts[0], 24, cfg, nullptr, &st);
+  EXPECT_EQ(out.size(), 24u);
+  for (int32_t x : st.tree_nodes) EXPECT_EQ(x, 12);
+  EXPECT_LE(st.draft_tokens, static_cast<int64_t>(st.target_passes) * 12);
+}
+
+// Both caches after each step hold exactly the committed sequence: compare the
+// next-token logits from the compacted caches with fresh runs. Opt-tree and
+// specexec leave draft rows of pruned nodes in the block; dyspec (heap) runs
+// nodes through the draft out of level order.
+static void check_kv_compaction(testutil::TestModel* target, testutil::TestModel* draft, const spec::SpecConfig& cfg,
+                                const std::string& name) {
   const auto& prompt = kPrompts[1];
-  spec::SpecDecoder dec(*target_->tf, *draft_->tf, target_->desc, draft_->desc, cfg, 256);
+  spec::SpecDecoder dec(*target->tf, *draft->tf, target->desc, draft->desc, cfg, 256);
   dec.start(prompt);
   std::vector<int32_t> seq = prompt;  // committed + root
-  const int V = target_->desc.hp.vocab;
+  const int V = target->desc.hp.vocab;
   auto rel = [&](const std::vector<float>& a, const std::vector<float>& b) {
     double num = 0, den = 0;
     for (int i = 0; i < V; ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
@@ -136,8 +202,8 @@ TEST_F(Spec, KvCompactionEqualsFreshRun) {
     for (int32_t t : dec.step()) seq.push_back(t);
     ASSERT_EQ(dec.root(), seq.back());
     // target: cached state + [root] vs a fresh run over the whole sequence
-    for (Model* m : {target_, draft_}) {
-      const bool is_t = m == target_;
+    for (testutil::TestModel* m : {target, draft}) {
+      const bool is_t = m == target;
       KvCache kv = is_t ? dec.target_cache() : dec.draft_cache();  // a copy
       const std::vector<int32_t> todo = is_t ? std::vector<int32_t>{dec.root()} : dec.draft_pending_tokens();
       ASSERT_EQ(kv.committed() + static_cast<int>(todo.size()), static_cast<int>(seq.size()));
@@ -147,9 +213,23 @@ TEST_F(Spec, KvCompactionEqualsFreshRun) {
       KvCache f = m->tf->make_cache(static_cast<int>(seq.size()));
       ChainBatch all(seq, 0);
       m->tf->forward(all.view(), f, fresh, LogitsRows::kLast);
-      EXPECT_LT(rel(got, fresh), 1e-4) << (is_t ? "target" : "draft") << " after step " << step;
+      EXPECT_LT(rel(got, fresh), 1e-4) << name << ": " << (is_t ? "target" : "draft") << " after step " << step;
     }
   }
+}
+
+TEST_F(Spec, KvCompactionEqualsFreshRun) {
+  spec::SpecConfig cfg;
+  cfg.shape = spec::make_tree_shape("sequoia", 40, 6, "");
+  check_kv_compaction(target_, draft_, cfg, "sequoia");
+}
+
+TEST_F(Spec, KvCompactionEqualsFreshRunDynamicTrees) {
+  auto opt = dynamic("opt-tree", 16, 6);
+  opt.tree.delta = 0.05;
+  check_kv_compaction(target_, draft_, opt, "opt-tree");
+  check_kv_compaction(target_, draft_, dynamic("specexec", 16, 6), "specexec");
+  check_kv_compaction(target_, draft_, dynamic("dyspec", 16, 6), "dyspec");
 }
 
 TEST_F(Spec, MismatchedVocabularyAndBadVerifierAreErrors) {
@@ -163,4 +243,11 @@ TEST_F(Spec, MismatchedVocabularyAndBadVerifierAreErrors) {
   EXPECT_THROW(spec::SpecDecoder(*target_->tf, *draft_->tf, target_->desc, other, cfg, 64), Error);
   EXPECT_THROW(spec::make_tree_shape("kary:3", 0, 0, ""), Error);
   EXPECT_THROW(spec::make_tree_shape("bogus", 0, 0, ""), Error);
+  // A dynamic tree with a verifier that assumes another child law.
+  auto dy = dynamic("dyspec", 8, 4, 0.7f);
+  dy.verifier = spec::Verifier::kSpecInfer;
+  EXPECT_THROW(spec::SpecDecoder(*target_->tf, *draft_->tf, target_->desc, draft_->desc, dy, 64), Error);
+  auto ot = dynamic("opt-tree", 8, 4, 0.7f);
+  ot.verifier = spec::Verifier::kSequoia;
+  EXPECT_THROW(spec::SpecDecoder(*target_->tf, *draft_->tf, target_->desc, draft_->desc, ot, 64), Error);
 }

@@ -774,13 +774,32 @@ TEST(VerifyTree, RejectsBadInput) {
   EXPECT_THROW(verify_tree(Verifier::kGreedy, {star, tok_neg}, ok, ok, rng), Error);
   EXPECT_THROW(verify_tree(Verifier::kSequoia, {par, tok}, ok, three, rng), Error);
   EXPECT_THROW(verify_tree(Verifier::kSpecInfer, {par, tok}, zf, ok, rng), Error);
+  // The path-class verifiers validate the same way.
+  for (Verifier v : {Verifier::kTargetSample, Verifier::kSpecTr, Verifier::kMultiDraftIS}) {
+    SCOPED_TRACE(verifier_name(v));
+    EXPECT_NO_THROW(verify_tree(v, {par, tok}, ok, ok, rng));
+    EXPECT_NO_THROW(verify_tree(v, {star, tok}, ok, ok, rng));
+    EXPECT_THROW(verify_tree(v, {par_short, tok}, ok, ok, rng), Error);
+    EXPECT_THROW(verify_tree(v, {par_fwd, tok}, ok, ok, rng), Error);
+    EXPECT_THROW(verify_tree(v, {star, tok_big}, ok, ok, rng), Error);
+    EXPECT_THROW(verify_tree(v, {star, tok_neg}, ok, ok, rng), Error);
+    EXPECT_THROW(verify_tree(v, {par, tok}, zf, ok, rng), Error);
+    if (v != Verifier::kTargetSample) {  // target-sample never reads the draft
+      EXPECT_THROW(verify_tree(v, {star, tok}, ok, three, rng), Error);
+      EXPECT_THROW(verify_tree(v, {star, tok}, ok, zf, rng), Error);
+    }
+  }
+  EXPECT_EQ(parse_verifier("target-sample"), Verifier::kTargetSample);
+  EXPECT_EQ(parse_verifier("spectr"), Verifier::kSpecTr);
+  EXPECT_EQ(parse_verifier("multidraft-is"), Verifier::kMultiDraftIS);
 }
 
 TEST(VerifyTree, DeterministicGivenSeed) {
   Toy P = logit_model(5, 11, 1.0, 1.0, 0.2), Q = logit_model(5, 12, 1.5, 1.0, 0.25);
   const StaticTree shape = sequoia_tree({0.55, 0.25, 0.1}, 20, 5);
   const auto kids = children_of(shape);
-  for (Verifier v : {Verifier::kSpecInfer, Verifier::kSequoia}) {
+  for (Verifier v : {Verifier::kSpecInfer, Verifier::kSequoia, Verifier::kTargetSample, Verifier::kSpecTr,
+                    Verifier::kMultiDraftIS}) {
     Rng a(77), b(77);
     for (int i = 0; i < 200; ++i)
       EXPECT_EQ(one_iteration(v, v, shape, kids, P, Q, 3, a), one_iteration(v, v, shape, kids, P, Q, 3, b));
@@ -838,6 +857,81 @@ TEST(VerifyTree, LargeVocabularyCost) {
   std::printf("[ cost ] V=128k, %d-node tree: sample_children (all nodes) %.2f ms, verify_tree %.2f ms per step; "
               "mean accepted %.2f\n",
               shape.size(), t_sample / reps, t_verify / reps, static_cast<double>(accepted) / reps);
+}
+
+// The path-class verifiers at a runtime-sized vocabulary: 4 sequences of 6
+// (SpecTr's sequence level) and a 4-ary root with binary children below.
+TEST(VerifyTree, LargeVocabularyCostMultiDraft) {
+  const int V = 128 * 1024;
+  Rng g(11);
+  auto make = [&](double noise) {
+    std::vector<float> d(V);
+    double s = 0;
+    for (int t = 0; t < V; ++t) s += d[static_cast<size_t>(t)] = static_cast<float>(std::exp(-8.0 * g.uniform()) * (1 + noise * g.uniform()));
+    for (auto& x : d) x = static_cast<float>(x / s);
+    return d;
+  };
+  // One target/draft pair per depth (the verifiers only need consistency per context).
+  std::vector<std::vector<float>> P, Q;
+  for (int d = 0; d < 8; ++d) {
+    P.push_back(make(0.5));
+    Q.push_back(make(0.5));
+  }
+  struct S {
+    const char* name;
+    std::vector<int32_t> parent;  // verify_tree parents (-1 = root)
+  };
+  std::vector<S> shapes(2);
+  shapes[0].name = "4 seqs x 6";
+  for (int b = 0; b < 4; ++b)
+    for (int l = 0; l < 6; ++l)
+      shapes[0].parent.push_back(l == 0 ? -1 : static_cast<int32_t>(shapes[0].parent.size()) - 1);
+  shapes[1].name = "4 x 2 x 2 tree";
+  for (int a = 0; a < 4; ++a) {
+    const int32_t u = static_cast<int32_t>(shapes[1].parent.size());
+    shapes[1].parent.push_back(-1);
+    for (int b = 0; b < 2; ++b) {
+      const int32_t w = static_cast<int32_t>(shapes[1].parent.size());
+      shapes[1].parent.push_back(u);
+      shapes[1].parent.push_back(w);
+      shapes[1].parent.push_back(w);
+    }
+  }
+  for (const S& sh : shapes) {
+    const int n = static_cast<int>(sh.parent.size());
+    std::vector<int32_t> depth(static_cast<size_t>(n)), token(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i)
+      depth[static_cast<size_t>(i)] = sh.parent[static_cast<size_t>(i)] < 0 ? 0 : depth[static_cast<size_t>(sh.parent[static_cast<size_t>(i)])] + 1;
+    DistFn target = [&](int32_t u) -> std::span<const float> {
+      return P[static_cast<size_t>(u < 0 ? 0 : depth[static_cast<size_t>(u)] + 1)];
+    };
+    DistFn draft = [&](int32_t u) -> std::span<const float> {
+      return Q[static_cast<size_t>(u < 0 ? 0 : depth[static_cast<size_t>(u)] + 1)];
+    };
+    for (Verifier v : {Verifier::kTargetSample, Verifier::kSpecTr, Verifier::kMultiDraftIS}) {
+      Rng rng(12);
+      using clk = std::chrono::steady_clock;
+      double t_verify = 0;
+      long accepted = 0;
+      const int reps = 5;
+      for (int rep = 0; rep < reps; ++rep) {
+        for (int i = 0; i < n; ++i) {  // every node's token i.i.d. from the draft at its depth
+          const auto c = sample_children(v, Q[static_cast<size_t>(depth[static_cast<size_t>(i)])], 1, rng);
+          token[static_cast<size_t>(i)] = c[0];
+        }
+        auto t0 = clk::now();
+        const VerifyResult r = verify_tree(v, TreeView{sh.parent, token}, target, draft, rng);
+        t_verify += std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+        accepted += static_cast<long>(r.accepted.size());
+        ASSERT_GE(r.bonus, 0);
+        ASSERT_LT(r.bonus, V);
+        for (size_t j = 0; j < r.accepted.size(); ++j)  // a real root-to-node path
+          ASSERT_EQ(sh.parent[static_cast<size_t>(r.accepted[j])], j == 0 ? -1 : r.accepted[j - 1]);
+      }
+      std::printf("[ cost ] V=128k, %s, %s: verify_tree %.2f ms per step; mean accepted %.2f\n", sh.name,
+                  verifier_name(v), t_verify / reps, static_cast<double>(accepted) / reps);
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // redwood generate: autoregressive decoding, or speculative decoding with a
 // draft model and a token tree (--draft), with streaming output.
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <cstdio>
@@ -27,8 +28,23 @@ struct GenerateOptions {
   int prefill_chunk = 512;
   // speculative decoding
   std::string draft, tree = "sequoia", verify, acceptance;
-  int budget = 64, depth = 8;
+  // Parsed by redwood (one-line errors, exit 1); empty = not given.
+  std::string budget = "64", depth = "8", threshold, delta, width;
 };
+
+// The tree/verifier flags as make_spec_config's plain values.
+spec::TreeOptions tree_options(const GenerateOptions& o) {
+  spec::TreeOptions t;
+  t.tree = o.tree;
+  t.budget = parse_int_arg(o.budget, "--budget", 1, 8192);
+  t.depth = parse_int_arg(o.depth, "--depth", 1, 1024);
+  if (!o.threshold.empty()) t.threshold = parse_double_arg(o.threshold, "--threshold");
+  if (!o.delta.empty()) t.delta = parse_double_arg(o.delta, "--delta");
+  if (!o.width.empty()) t.width = parse_int_arg(o.width, "--width", 1, 4096);
+  t.verifier = o.verify;
+  t.acceptance = o.acceptance;
+  return t;
+}
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -39,6 +55,12 @@ int run_generate(GenerateOptions& o) {
   validate(o.sampling);
   if (o.prompt.empty() == o.prompt_tokens.empty())
     throw Error("give exactly one of --prompt and --prompt-tokens");
+  // Speculation flags are checked before any model loads.
+  std::optional<spec::SpecConfig> cfg;
+  if (!o.draft.empty()) {
+    cfg = spec::make_spec_config(tree_options(o), o.sampling);
+    cfg->prefill_chunk = o.prefill_chunk;
+  }
   LoadedModel m = load_model(o.run.model, /*with_weights=*/false);
   std::vector<int32_t> prompt;
   if (!o.prompt_tokens.empty()) {
@@ -56,20 +78,13 @@ int run_generate(GenerateOptions& o) {
     throw Error("prompt + --max-tokens exceed --ctx " + std::to_string(capacity));
   // The draft is always resident; the target's plan counts it.
   std::optional<LoadedModel> d;
-  std::optional<spec::SpecConfig> cfg;
   offload::RunShape shape;
   shape.ctx = capacity;
   shape.max_tokens = std::min(static_cast<int>(prompt.size()), o.prefill_chunk);
   if (!o.draft.empty()) {
     d = load_model(o.draft);
-    cfg.emplace();
-    cfg->sampling = o.sampling;
-    cfg->prefill_chunk = o.prefill_chunk;
-    cfg->verifier = o.verify.empty() ? (o.sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia)
-                                     : spec::parse_verifier(o.verify);
-    cfg->shape = spec::make_tree_shape(o.tree, o.budget, o.depth, o.acceptance);
-    shape.ctx = capacity + cfg->shape.size() + 2;
-    shape.max_tokens = std::max(shape.max_tokens, cfg->shape.size() + 1);
+    shape.ctx = capacity + cfg->max_tree_nodes() + 2;
+    shape.max_tokens = std::max(shape.max_tokens, cfg->max_tree_nodes() + 1);
   }
   load_weights(m, o.run, shape, d ? &d->desc : nullptr);
   Utf8Stream utf8;
@@ -146,6 +161,30 @@ int run_generate(GenerateOptions& o) {
       j["accepted_by_depth"] = sstats->accepted_by_depth;
       j["draft_seconds"] = sstats->draft_seconds;
       j["verify_seconds"] = sstats->verify_seconds;
+      j["draft_tokens"] = sstats->draft_tokens;
+      // The tree settings in effect and the realised tree size per step (root included).
+      nlohmann::json t;
+      t["tree"] = o.tree;
+      t["kind"] = spec::tree_kind_name(cfg->tree.kind);
+      t["verify"] = spec::verifier_name(cfg->verifier);
+      if (cfg->tree.kind == spec::TreeKind::kStatic) {
+        t["nodes"] = cfg->shape.size();
+        t["depth"] = cfg->shape.max_depth();
+      } else {
+        t["budget"] = cfg->tree.budget;
+        t["depth"] = cfg->tree.depth;
+        if (cfg->tree.kind == spec::TreeKind::kDySpec) t["threshold"] = cfg->tree.threshold;
+        if (cfg->tree.kind == spec::TreeKind::kOptTree) t["delta"] = cfg->tree.delta;
+        if (cfg->tree.kind == spec::TreeKind::kSpecExec) t["width"] = cfg->tree.width;
+      }
+      j["tree"] = t;
+      const auto& ts = sstats->tree_nodes;
+      j["tree_nodes"] = ts;
+      int64_t sum = 0;
+      for (int32_t x : ts) sum += x;
+      j["tree_nodes_mean"] = ts.empty() ? 0.0 : double(sum) / double(ts.size());
+      j["tree_nodes_min"] = ts.empty() ? 0 : *std::min_element(ts.begin(), ts.end());
+      j["tree_nodes_max"] = ts.empty() ? 0 : *std::max_element(ts.begin(), ts.end());
     }
     if (m.streamed) j["offload"] = offload_stats(m);
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -187,10 +226,29 @@ Runner add_generate(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   c->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   c->add_option("--draft", o->draft, "Draft model (same vocabulary): enables speculative decoding");
-  c->add_option("--tree", o->tree, "Tree: chain:K | kary:WxD | sequoia | sequoia:FILE (default sequoia)");
-  c->add_option("--verify", o->verify, "Verifier: greedy | specinfer | sequoia (default: greedy at T=0, else sequoia)");
-  c->add_option("--budget", o->budget, "sequoia: nodes per target pass, root included")->check(CLI::Range(1, 8192));
-  c->add_option("--depth", o->depth, "sequoia: maximum depth in levels, root included (as in the Sequoia paper)")->check(CLI::Range(1, 1024));
+  c->add_option("--tree", o->tree,
+                "Tree: chain:K | kary:WxD | sequoia | sequoia:FILE (static shapes), dyspec | opt-tree | specexec "
+                "(built per step from the draft's probabilities) (default sequoia)");
+  c->add_option("--verify", o->verify,
+                "Verifier: greedy | specinfer | sequoia | spectr | multidraft-is | target-sample (default: greedy at "
+                "T=0; else sequoia, or target-sample for opt-tree/specexec). dyspec: sequoia|greedy; opt-tree, "
+                "specexec: target-sample|greedy");
+  c->add_option("--budget", o->budget,
+                "sequoia, dyspec, opt-tree, specexec: nodes per target pass, root included, 1..8192 (default 64; "
+                "dyspec --threshold: the node cap)")
+      ->type_name("INT");
+  c->add_option("--depth", o->depth,
+                "sequoia and dynamic trees: maximum depth in levels, root included (as in the Sequoia paper), "
+                "1..1024 (default 8)")
+      ->type_name("INT");
+  c->add_option("--threshold", o->threshold,
+                "dyspec: 0 = heap variant filling --budget (default); in (0, 1): layer-wise variant expanding "
+                "while value > threshold (e.g. 1/budget)")
+      ->type_name("NUM");
+  c->add_option("--delta", o->delta,
+                "opt-tree: stop growing when a layer adds <= delta to the best-n expected length (default 0.5)")
+      ->type_name("NUM");
+  c->add_option("--width", o->width, "specexec: children per expanded node, 1..4096 (default 4)")->type_name("INT");
   c->add_option("--acceptance", o->acceptance, "sequoia: acceptance vector JSON {\"acceptance\": [...]}");
   return [o] { return run_generate(*o); };
 }

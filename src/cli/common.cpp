@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -113,6 +114,25 @@ offload::Budgets budgets_from(const RunOptions& o) {
 }
 
 void apply_run_options(RunOptions& o) { set_cpu_threads(o.threads); }
+
+int parse_int_arg(const std::string& s, const char* what, int lo, int hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno != 0 || v < lo || v > hi)
+    throw Error(std::string(what) + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                "], got '" + s + "'");
+  return static_cast<int>(v);
+}
+
+double parse_double_arg(const std::string& s, const char* what) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || errno != 0 || !std::isfinite(v))
+    throw Error(std::string(what) + ": expected a number, got '" + s + "'");
+  return v;
+}
 
 std::vector<int32_t> parse_int_list(const std::string& s, const char* what) {
   std::vector<int32_t> out;

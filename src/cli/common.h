@@ -64,6 +64,12 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
 nlohmann::json offload_stats(const LoadedModel& m);
 void finish_run(const LoadedModel& m, const RunOptions& run);
 
+// Parses a whole option value as an integer in [lo, hi] / a finite number;
+// throws redwood::Error naming the option (e.g. "--budget: expected an
+// integer in [1, 8192], got 'x'").
+int parse_int_arg(const std::string& s, const char* what, int lo, int hi);
+double parse_double_arg(const std::string& s, const char* what);
+
 // Parses "1,2,3" into token ids.
 std::vector<int32_t> parse_int_list(const std::string& s, const char* what);
 

@@ -56,7 +56,7 @@ class TextSink {
 
 int generation_capacity(const GenerationRequest& req, const DraftSetup* draft) {
   int cap = static_cast<int>(req.prompt.size()) + req.max_tokens + 1;
-  if (draft) cap += draft->config.shape.size() + 2;
+  if (draft) cap += draft->config.max_tree_nodes() + 2;
   return cap;
 }
 

@@ -11,7 +11,9 @@ namespace redwood::spec {
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 int parse_positive(const std::string& s, const std::string& spec) {
   char* end = nullptr;
@@ -81,37 +83,96 @@ StaticTree make_tree_shape(const std::string& spec, int budget, int depth, const
   throw Error("unknown --tree '" + spec + "' (chain:K, kary:WxD, sequoia, sequoia:FILE)");
 }
 
+TreeKind parse_tree_kind(const std::string& spec) {
+  const std::string kind = spec.substr(0, spec.find(':'));
+  if (spec == "dyspec") return TreeKind::kDySpec;
+  if (spec == "opt-tree") return TreeKind::kOptTree;
+  if (spec == "specexec") return TreeKind::kSpecExec;
+  if (kind == "chain" || kind == "kary" || kind == "sequoia") return TreeKind::kStatic;
+  throw Error("unknown --tree '" + spec + "' (chain:K, kary:WxD, sequoia, sequoia:FILE, dyspec, opt-tree, specexec)");
+}
+
+SpecConfig make_spec_config(const TreeOptions& o, const SamplingParams& sampling) {
+  validate(sampling);
+  SpecConfig c;
+  c.sampling = sampling;
+  c.tree.kind = parse_tree_kind(o.tree);
+  const TreeKind k = c.tree.kind;
+  const std::string on = std::string(" (--tree ") + o.tree + ")";
+  if (o.threshold && k != TreeKind::kDySpec) throw Error("--threshold is only for --tree dyspec" + on);
+  if (o.delta && k != TreeKind::kOptTree) throw Error("--delta is only for --tree opt-tree" + on);
+  if (o.width && k != TreeKind::kSpecExec) throw Error("--width is only for --tree specexec" + on);
+  if (k == TreeKind::kStatic) {
+    c.shape = make_tree_shape(o.tree, o.budget, o.depth, o.acceptance);
+  } else {
+    if (!o.acceptance.empty()) throw Error("--acceptance is only for --tree sequoia" + on);
+    c.tree.budget = o.budget;
+    c.tree.depth = o.depth;
+    if (o.threshold) c.tree.threshold = *o.threshold;
+    if (o.delta) c.tree.delta = *o.delta;
+    if (o.width) c.tree.width = *o.width;
+    validate_tree_params(c.tree);
+  }
+  if (!o.verifier.empty())
+    c.verifier = parse_verifier(o.verifier);
+  else if (sampling.greedy())
+    c.verifier = Verifier::kGreedy;
+  else
+    c.verifier = k == TreeKind::kOptTree || k == TreeKind::kSpecExec ? Verifier::kTargetSample : Verifier::kSequoia;
+  check_verifier(c);
+  return c;
+}
+
+void check_verifier(const SpecConfig& c) {
+  if (const std::string e = check_pairing(c.tree.kind, c.verifier); !e.empty()) throw Error(e);
+  if (c.sampling.greedy() && c.verifier != Verifier::kGreedy)
+    throw Error(std::string("--verify ") + verifier_name(c.verifier) +
+                " samples: it needs --temperature > 0 (use --verify greedy at temperature 0)");
+  if (!c.sampling.greedy() && c.verifier == Verifier::kGreedy)
+    throw Error(std::string("--verify greedy is for --temperature 0 (use ") +
+                (c.tree.kind == TreeKind::kStatic   ? "sequoia or specinfer"
+                 : c.tree.kind == TreeKind::kDySpec ? "sequoia"
+                                                    : "target-sample") +
+                " when sampling)");
+}
+
+namespace {
+std::unique_ptr<TreePolicy> checked_policy(const SpecConfig& c) {
+  validate(c.sampling);
+  check_verifier(c);
+  return make_policy(c.tree, c.shape, c.verifier);
+}
+}  // namespace
+
 SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDesc& td, const ModelDesc& dd,
                          SpecConfig cfg, int capacity)
     : target_(target),
       draft_(draft),
       cfg_(std::move(cfg)),
       vocab_(td.hp.vocab),
+      policy_(checked_policy(cfg_)),
       tkv_(target.make_cache(capacity)),
-      dkv_(draft.make_cache(capacity)),
+      // The draft's pending block holds every node run through the draft,
+      // pruned ones included; callers size `capacity` for the verified tree.
+      dkv_(draft.make_cache(capacity + std::max(0, policy_->max_draft_rows() - policy_->max_nodes()))),
       rng_(cfg_.sampling.seed) {
   if (td.hp.vocab != dd.hp.vocab || td.tokenizer.tokens != dd.tokenizer.tokens)
     throw Error("the draft model's vocabulary differs from the target's (" + dd.path + " vs " + td.path + ")");
-  validate(cfg_.sampling);
-  if (cfg_.sampling.greedy() && cfg_.verifier != Verifier::kGreedy)
-    throw Error(std::string("--verify ") + verifier_name(cfg_.verifier) +
-                " samples: it needs --temperature > 0 (use --verify greedy at temperature 0)");
-  if (!cfg_.sampling.greedy() && cfg_.verifier == Verifier::kGreedy)
-    throw Error("--verify greedy is for --temperature 0 (use sequoia or specinfer when sampling)");
-  const auto& s = cfg_.shape;
-  if (s.size() < 1 || s.parent[0] != -1) throw Error("tree shape must start with its root");
-  children_.assign(s.size(), {});
-  for (int i = 1; i < s.size(); ++i) {
-    if (s.parent[i] < 0 || s.parent[i] >= i) throw Error("tree shape: parents must precede children");
-    children_[s.parent[i]].push_back(i);
-  }
-  for (auto& c : children_)
-    std::stable_sort(c.begin(), c.end(), [&](int a, int b) { return s.rank[a] < s.rank[b]; });
-  stats_.accepted_by_depth.assign(s.max_depth() + 1, 0);
+  stats_.accepted_by_depth.assign(static_cast<size_t>(policy_->max_levels()) + 1, 0);
 }
 
 void SpecDecoder::dist(std::span<const float> logits, std::vector<float>& out) const {
   probs(cfg_.sampling, logits, out);
+}
+
+void SpecDecoder::set_q(std::span<const float> logits, std::vector<float>& out) const {
+  if (cfg_.verifier == Verifier::kGreedy) {
+    SamplingParams t1;
+    t1.temperature = 1.0f;  // greedy drafts use the draft's top-k (and values) under its own softmax
+    probs(t1, logits, out);
+  } else {
+    dist(logits, out);
+  }
 }
 
 void SpecDecoder::start(std::span<const int32_t> prompt) {
@@ -127,11 +188,10 @@ void SpecDecoder::start(std::span<const int32_t> prompt) {
 }
 
 std::vector<int32_t> SpecDecoder::step() {
-  const auto& S = cfg_.shape;
   const int L = tkv_.committed();  // root position
   const double t0 = now();
 
-  // ---- draft: level 0 = the draft's unprocessed tokens, ending at the root ----
+  // ---- draft: first pass = the draft's unprocessed tokens, ending at the root ----
   const int m = static_cast<int>(draft_todo_.size());
   std::vector<float> dlog(vocab_);  // kLast: the root's row only
   {
@@ -139,69 +199,74 @@ std::vector<int32_t> SpecDecoder::step() {
     draft_.forward(b.view(), dkv_, dlog, LogitsRows::kLast);
     stats_.draft_passes++;
   }
-  // Runtime tree: node 0 = root; shape node -> runtime node (or -1 if pruned).
-  std::vector<int32_t> tok = {root_}, par = {-1}, dep = {0}, shape_of = {0};
-  std::vector<int32_t> rt_of(S.size(), -1);
-  rt_of[0] = 0;
-  std::vector<int32_t> draft_row = {m - 1};  // draft block row per runtime node (-1: not run)
-  std::vector<std::vector<float>> q;         // draft distribution per runtime node (empty: not expanded)
-  q.emplace_back();
-  std::vector<int32_t> frontier = {0};  // runtime nodes whose children are drawn next (all expanded)
-  auto set_q = [&](int node, std::span<const float> lg) {
-    if (cfg_.verifier == Verifier::kGreedy) {
-      SamplingParams t1;
-      t1.temperature = 1.0f;  // greedy drafts use the draft's top-k under its own softmax
-      probs(t1, lg, q[node]);
-    } else {
-      dist(lg, q[node]);
-    }
-  };
-  set_q(0, dlog);
+  // The verifier reads draft distributions of accepted nodes after the tree is
+  // built (greedy and target-sample never do).
+  const bool verifier_reads_q = cfg_.verifier != Verifier::kGreedy && cfg_.verifier != Verifier::kTargetSample;
+  DraftTree& T = tree_;
+  T.reset(root_, verifier_reads_q || policy_->needs_old_dists());
+  T.begin_batch();
+  set_q(dlog, T.set_dist(0));
+  std::vector<int32_t> draft_row = {m - 1};  // draft block row per node (-1: not run)
   int block_rows = m;
-  while (!frontier.empty()) {
-    std::vector<int32_t> next;  // new runtime nodes that expand further
-    for (int32_t u : frontier) {
-      const auto& kids = children_[shape_of[u]];
-      if (kids.empty()) continue;
-      auto drawn = sample_children(cfg_.verifier, q[u], static_cast<int>(kids.size()), rng_);
-      for (size_t c = 0; c < drawn.size() && c < kids.size(); ++c) {
-        const int32_t sn = kids[c];
-        rt_of[sn] = static_cast<int32_t>(tok.size());
-        tok.push_back(drawn[c]);
-        par.push_back(u);
-        dep.push_back(dep[u] + 1);
-        shape_of.push_back(sn);
-        draft_row.push_back(-1);
-        q.emplace_back();
-        if (!children_[sn].empty()) next.push_back(rt_of[sn]);
-      }
-    }
-    if (next.empty()) break;
-    // One batched draft pass over the level's expanding nodes.
+  std::vector<float> lg;
+  // One batched draft pass over the nodes the policy asks for; their parents
+  // ran in an earlier pass (or are the root), so they index the draft block.
+  auto forward = [&](std::span<const int32_t> nodes) {
     std::vector<int32_t> bt, bp, bpar;
-    for (int32_t v : next) {
-      bt.push_back(tok[v]);
-      bp.push_back(L + dep[v]);
-      bpar.push_back(draft_row[par[v]]);
+    for (int32_t v : nodes) {
+      bt.push_back(T.token[v]);
+      bp.push_back(L + T.depth[v]);
+      bpar.push_back(draft_row[T.parent[v]]);
     }
-    std::vector<float> lg(next.size() * static_cast<size_t>(vocab_));
+    lg.resize(nodes.size() * static_cast<size_t>(vocab_));
     draft_.forward(Batch{bt, bp, bpar}, dkv_, lg, LogitsRows::kAll);
     stats_.draft_passes++;
-    for (size_t i = 0; i < next.size(); ++i) {
-      draft_row[next[i]] = block_rows + static_cast<int32_t>(i);
-      set_q(next[i], std::span<const float>(lg).subspan(i * vocab_, vocab_));
+    stats_.draft_tokens += static_cast<int64_t>(nodes.size());
+    draft_row.resize(T.size(), -1);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      draft_row[nodes[i]] = block_rows + static_cast<int32_t>(i);
+      set_q(std::span<const float>(lg).subspan(i * vocab_, vocab_), T.set_dist(nodes[i]));
     }
-    block_rows += static_cast<int>(next.size());
-    frontier = std::move(next);
-  }
+    block_rows += static_cast<int>(nodes.size());
+  };
+  const std::vector<int32_t> keep = grow_tree(*policy_, T, forward, rng_);
+  draft_row.resize(T.size(), -1);
   const double t1 = now();
 
-  // ---- target: ONE pass over [root + tree], runtime order (ancestors first) ----
-  const int n = static_cast<int>(tok.size());
-  // Reorder depth-first by the shape's order so attention blocks stay dense.
-  std::vector<int32_t> order(n);
-  for (int i = 0; i < n; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return shape_of[a] < shape_of[b]; });
+  // ---- the verified tree: the kept nodes, renumbered in id order ----
+  const int n = static_cast<int>(keep.size());
+  if (n < 1 || keep[0] != 0) throw Error("tree policy: the final tree must start with the root");
+  std::vector<int32_t> new_id(T.size(), -1);
+  for (int i = 0; i < n; ++i) new_id[keep[i]] = i;
+  std::vector<int32_t> tok(n), par(n), dep(n), row(n);
+  std::vector<std::vector<int32_t>> kids(n);
+  for (int i = 0; i < n; ++i) {
+    const int32_t v = keep[i];
+    tok[i] = T.token[v];
+    dep[i] = T.depth[v];
+    row[i] = draft_row[v];
+    par[i] = i == 0 ? -1 : new_id[T.parent[v]];
+    if (i > 0) {
+      if (par[i] < 0 || par[i] >= i) throw Error("tree policy: the final tree must contain every kept node's parent");
+      kids[par[i]].push_back(i);
+    }
+  }
+  stats_.tree_nodes.push_back(n);
+
+  // ---- target: ONE pass over [root + tree], depth-first (children in id =
+  // sampling order) so attention blocks stay dense; for a static shape this is
+  // the shape's own (depth-first) order ----
+  std::vector<int32_t> order;
+  order.reserve(n);
+  {
+    std::vector<int32_t> stack = {0};
+    while (!stack.empty()) {
+      const int32_t v = stack.back();
+      stack.pop_back();
+      order.push_back(v);
+      for (auto it = kids[v].rbegin(); it != kids[v].rend(); ++it) stack.push_back(*it);
+    }
+  }
   std::vector<int32_t> pos_in(n);
   for (int i = 0; i < n; ++i) pos_in[order[i]] = i;
   std::vector<int32_t> tt(n), tp(n), tpar(n);
@@ -228,7 +293,7 @@ std::vector<int32_t> SpecDecoder::step() {
       dist(std::span<const float>(tlog).subspan(static_cast<size_t>(pos_in[v]) * vocab_, vocab_), pcache[v]);
     return pcache[v];
   };
-  DistFn draft_dist = [&](int32_t u) -> std::span<const float> { return q[u + 1]; };
+  DistFn draft_dist = [&](int32_t u) -> std::span<const float> { return T.dist(keep[u + 1]); };
   VerifyResult vr = verify_tree(cfg_.verifier, TreeView{vpar, vtok}, target_dist, draft_dist, rng_);
 
   // ---- keep the accepted path in both caches ----
@@ -241,8 +306,8 @@ std::vector<int32_t> SpecDecoder::step() {
     const int v = a + 1;
     out.push_back(tok[v]);
     trows.push_back(pos_in[v]);
-    if (draft_row[v] >= 0 && todo.empty())
-      drows.push_back(draft_row[v]);
+    if (row[v] >= 0 && todo.empty())
+      drows.push_back(row[v]);
     else
       todo.push_back(tok[v]);
   }

@@ -1,13 +1,18 @@
-// Token-tree verification (greedy, SpecInfer, Sequoia) and the matching
-// child-sampling schemes. See verify.h for the contract; the algorithms follow
-// Sequoia's Algorithm 1 (sampling without replacement) and SpecInfer's
-// Algorithm 3 (the same loop with the draft distribution never updated).
+// Token-tree verification (greedy, SpecInfer, Sequoia, target-sample, SpecTr,
+// multi-draft IS) and the matching child-sampling schemes. See verify.h for the
+// contract; the per-node algorithms follow Sequoia's Algorithm 1 (sampling
+// without replacement) and SpecInfer's Algorithm 3 (the same loop with the
+// draft distribution never updated); SpecTr and multi-draft IS live in
+// spectr.cpp / multidraft.cpp and are walked by path classes (verify_classes).
+// NAMING: here p = TARGET, q = DRAFT (the SpecTr/multi-draft notes swap them).
 #include "src/spec/verify.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "src/spec/multidraft.h"
+#include "src/spec/spectr.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {
@@ -420,13 +425,117 @@ struct WalkScratch {
   std::vector<int32_t> kids;
   std::vector<int32_t> fill;
   NodeVerifier nv;
+  // Path-class walk (target-sample, SpecTr, multi-draft IS).
+  std::vector<int32_t> cls, drafts, draft_tokens, next;
+  std::vector<double> pd, qd;  // normalised double copies of p and q
+  SpecTrNode spectr;
+  MultiDraftNode md;
 };
+
+// dst = src / sum(src) in double (src validated: non-negative, finite, positive sum).
+void normalise_into(std::span<const float> src, std::vector<double>& dst, const char* what) {
+  const double inv = 1.0 / checked_sum(src, what);
+  dst.resize(src.size());
+  for (size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<double>(src[i]) * inv;
+}
+
+// Target-sample, SpecTr and multi-draft IS, walked by path classes. The current
+// position is a set of tree nodes that all spell the same token path (initially
+// the root alone); its drafts are all children of all its nodes, in tree (id)
+// order. Given everything verified so far those children are i.i.d. from the
+// draft at that path (each was drawn given its parent's token only, and the
+// verification so far never looked at them), so any k-draft scheme can be run
+// on them with k = their number; the output token Y has exactly the target law.
+// The next class is every draft child with token Y (even if Y came from a
+// residual); none -> Y is the bonus. A static "kary:KxL" tree (K chains of L)
+// with i.i.d. first-level draws is then SpecTr's sequence-level Algorithm 3 (K
+// sequences), and a tree with distinct children the per-node variant; k = 1 is
+// plain speculative sampling.
+VerifyResult verify_classes(Verifier v, const TreeView& tree, int32_t n, WalkScratch& w, const DistFn& target,
+                            const DistFn& draft, Rng& rng) {
+  w.cls.assign(1, -1);
+  int32_t last = -1;
+  size_t tree_vocab = 0;
+  for (;;) {
+    const int32_t u = w.cls[0];
+    const std::span<const float> p = target(u);
+    if (p.empty()) throw Error("target distribution is empty");
+    if (p.size() > static_cast<size_t>(INT32_MAX)) throw Error("vocabulary too large");
+    if (u < 0) {  // every token must lie in the vocabulary, accepted or not
+      for (int32_t i = 0; i < n; ++i)
+        if (tree.token[i] >= static_cast<int32_t>(p.size()))
+          throw Error("tree node " + std::to_string(i) + " has token " + std::to_string(tree.token[i]) +
+                      " outside the vocabulary of " + std::to_string(p.size()));
+    } else if (p.size() != tree_vocab) {
+      throw Error("target distribution at tree node " + std::to_string(u) + " has " + std::to_string(p.size()) +
+                  " entries, at the root " + std::to_string(tree_vocab));
+    }
+    tree_vocab = p.size();
+    normalise_into(p, w.pd, "target");
+    w.drafts.clear();
+    for (const int32_t c : w.cls) {
+      const size_t b = static_cast<size_t>(c) + 1;
+      for (int32_t j = w.start[b]; j < w.start[b + 1]; ++j) w.drafts.push_back(w.kids[static_cast<size_t>(j)]);
+    }
+    std::sort(w.drafts.begin(), w.drafts.end());
+    const int k = static_cast<int>(w.drafts.size());
+    int32_t y = -1;
+    if (k == 0 || v == Verifier::kTargetSample) {
+      // No drafts: the bonus from p. Target-sample: Y ~ p, whatever the children.
+      y = inverse_cdf(std::span<const double>(w.pd), rng.uniform());
+    } else {
+      // The draft at this path, asked of a node that has children (a leaf's
+      // draft distribution may be absent); all nodes of the class share it.
+      int32_t du = u;
+      for (const int32_t c : w.cls)
+        if (w.start[static_cast<size_t>(c) + 1] < w.start[static_cast<size_t>(c) + 2]) {
+          du = c;
+          break;
+        }
+      const std::span<const float> q = draft(du);
+      if (q.size() != p.size())
+        throw Error("draft distribution has " + std::to_string(q.size()) + " entries, target has " +
+                    std::to_string(p.size()));
+      normalise_into(q, w.qd, "draft");
+      if (v == Verifier::kSpecTr) {
+        w.spectr.begin(w.pd, w.qd, k);
+        for (const int32_t c : w.drafts) {
+          const int32_t x = tree.token[c];
+          if (w.spectr.accepts(x, rng.uniform())) {
+            y = x;
+            break;
+          }
+        }
+        if (y < 0) y = w.spectr.sample_residual(rng.uniform());
+      } else {
+        w.md.begin(w.pd, w.qd, k);
+        w.draft_tokens.clear();
+        for (const int32_t c : w.drafts) w.draft_tokens.push_back(tree.token[c]);
+        const int32_t sel = w.md.select(w.draft_tokens, rng);
+        y = w.md.accepts(sel, rng.uniform()) ? sel : w.md.sample_residual(rng.uniform());
+      }
+    }
+    w.next.clear();
+    for (const int32_t c : w.drafts)
+      if (tree.token[c] == y) w.next.push_back(c);
+    if (w.next.empty()) {
+      // The accepted path: the ancestors of the last class's first node. Every
+      // node of a class spells the same path, so this chain carries exactly the
+      // accepted tokens, one node per depth, and is a real root-to-node path.
+      VerifyResult res;
+      for (int32_t a = last; a >= 0; a = tree.parent[a]) res.accepted.push_back(a);
+      std::reverse(res.accepted.begin(), res.accepted.end());
+      res.bonus = y;
+      return res;
+    }
+    last = w.next[0];
+    w.cls.swap(w.next);
+  }
+}
 
 }  // namespace
 
 VerifyResult verify_tree(Verifier v, const TreeView& tree, const DistFn& target, const DistFn& draft, Rng& rng) {
-  if (v == Verifier::kTargetSample || v == Verifier::kSpecTr || v == Verifier::kMultiDraftIS)
-    throw Error(std::string("verifier ") + verifier_name(v) + " is not implemented yet");
   if (tree.parent.size() != tree.token.size())
     throw Error("tree has " + std::to_string(tree.parent.size()) + " parents but " +
                 std::to_string(tree.token.size()) + " tokens");
@@ -446,6 +555,8 @@ VerifyResult verify_tree(Verifier v, const TreeView& tree, const DistFn& target,
   w.kids.resize(static_cast<size_t>(n));
   w.fill.assign(w.start.begin(), w.start.end() - 1);
   for (int32_t i = 0; i < n; ++i) w.kids[static_cast<size_t>(w.fill[static_cast<size_t>(tree.parent[i]) + 1]++)] = i;
+  if (v == Verifier::kTargetSample || v == Verifier::kSpecTr || v == Verifier::kMultiDraftIS)
+    return verify_classes(v, tree, n, w, target, draft, rng);
 
   VerifyResult res;
   int32_t u = -1;

@@ -26,7 +26,9 @@ Verifier parse_verifier(const std::string& s);  // throws redwood::Error
 // How children of one node are drawn at draft time, given the draft
 // distribution q at that node (already temperature/top-p filtered, normalised):
 //  kGreedy:    the k most likely tokens of q (ties: lower id), deterministic
-//  kSpecInfer: k i.i.d. samples from q (duplicates possible)
+//  kSpecInfer, kSpecTr, kMultiDraftIS, kTargetSample: k i.i.d. samples from q
+//              (duplicates possible; target-sample is lossless for any children,
+//              i.i.d. draws are just the default)
 //  kSequoia:   k samples without replacement (exponential keys E_t / q_t, the k
 //              smallest; zero-probability tokens only after all positive ones, in
 //              uniformly random order); fewer than k positive tokens is fine.
@@ -105,14 +107,31 @@ class NodeVerifier {
   int32_t argmax_ = 0;
 };
 
-// Walks the tree from the root: at each node runs the verifier's loop over its
+// Walks the tree from the root.
+// Greedy, SpecInfer, Sequoia: at each node runs the verifier's loop over its
 // children (in order); an accepted child -> descend; all rejected -> bonus from
 // the residual; at a leaf (or node without children) -> bonus from p.
 // Random draws: one rng.uniform() per tested child, one for the bonus (greedy:
-// none). Greedy never calls `draft`; the others call it only for nodes that
-// have children (a leaf's draft distribution may be absent/empty). The span returned by target(u) / draft(u)
-// must stay valid until the next call of the same function (each is called once
-// per node on the accepted path, the node finished before the next call).
+// none).
+// Target-sample, SpecTr, multi-draft IS walk PATH CLASSES: the current position
+// is the set of nodes spelling the accepted token path (initially the root); its
+// drafts are all children of all those nodes (tree order), k = their number.
+// One output token Y with exactly the target law is produced there
+// (target-sample: Y ~ p, one draw; SpecTr: k-Seq with rho* solved for this k, one
+// draw per tested draft + one for the residual; multi-draft IS: staged
+// selection (a draw only for LP-weighted pairs), one draw for the test against
+// pI, one for the residual). The next class = the drafts with token Y (even if
+// Y came from a residual); none -> Y is the bonus. target(u) is asked for the
+// first node u of each class, draft(u) for its first node that has children
+// (all nodes of a class share the context). The
+// accepted ids are the ancestors of the last class's first node: one per depth,
+// a real root-to-node path, their tokens the accepted tokens. For K chains of
+// length L (kary:KxL) this is SpecTr's sequence-level algorithm.
+// Greedy and target-sample never call `draft`; the others call it only for
+// nodes that have children (a leaf's draft distribution may be absent/empty).
+// The span returned by target(u) / draft(u) must stay valid until the next call
+// of the same function (each is called once per node or class on the accepted
+// path, finished before the next call).
 // Throws redwood::Error on a malformed tree, token ids outside the vocabulary or
 // bad distributions.
 VerifyResult verify_tree(Verifier v, const TreeView& tree, const DistFn& target, const DistFn& draft, Rng& rng);
