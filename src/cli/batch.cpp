@@ -64,17 +64,13 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     ds->target_desc = &m.desc;
     ds->draft_desc = &d->desc;
     try {
-      ds->config.verifier = job.verify.empty()
-                                ? (job.sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia)
-                                : spec::parse_verifier(job.verify);
-      ds->config.shape = spec::make_tree_shape(job.tree, job.budget, job.depth, job.acceptance);
+      ds->config = spec::make_spec_config(
+          spec::TreeOptions{job.tree, job.budget, job.depth, job.threshold, job.delta, job.width, job.verify,
+                            job.acceptance},
+          job.sampling);
     } catch (const Error& e) {
-      throw Error(job.where("speculation.tree") + ": " + e.what());
+      throw Error(job.where("speculation") + ": " + e.what());
     }
-    if (job.sampling.greedy() != (ds->config.verifier == spec::Verifier::kGreedy))
-      throw Error(job.where("speculation.verify") + ": " +
-                  (job.sampling.greedy() ? "temperature 0 needs verify = \"greedy\""
-                                         : "verify = \"greedy\" needs temperature 0"));
   }
   bool chat_needed = job.chat;
   for (const auto& it : pf.items) chat_needed |= !it.messages.empty();
@@ -87,7 +83,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     }
   }
   // Tokenize every prompt: too long for memory.ctx is a bad line.
-  const int tree_nodes = ds ? ds->config.shape.size() : 0;
+  const int tree_nodes = ds ? ds->config.max_tree_nodes() : 0;
   std::vector<std::vector<int32_t>> tokens;
   std::vector<jobs::PromptItem> items;
   for (auto& it : pf.items) {
@@ -190,6 +186,10 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
       metrics["target_passes"] = g.spec->target_passes;
       metrics["mean_accepted"] =
           g.spec->target_passes ? static_cast<double>(g.spec->emitted) / g.spec->target_passes : 0.0;
+      int64_t nodes = 0;
+      for (const int32_t n : g.spec->tree_nodes) nodes += n;
+      metrics["mean_tree_nodes"] =
+          g.spec->tree_nodes.empty() ? 0.0 : static_cast<double>(nodes) / static_cast<double>(g.spec->tree_nodes.size());
       metrics["draft_seconds"] = g.spec->draft_seconds;
       metrics["verify_seconds"] = g.spec->verify_seconds;
       passes += g.spec->target_passes;
@@ -222,7 +222,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   std::vector<double> spt;
   std::map<std::string, int64_t> reasons;
   int64_t n_done = 0, n_tokens = 0, all_passes = 0, all_emitted = 0;
-  double decode_s = 0, draft_s = 0, verify_s = 0;
+  double decode_s = 0, draft_s = 0, verify_s = 0, all_nodes = 0;
   for (const json& r : jobs::read_results(job.output)) {
     if (!wanted.count(r["id"].dump())) continue;
     ++n_done;
@@ -238,6 +238,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
       all_passes += mt["target_passes"].get<int64_t>();
       // emitted = accepted + bonus per step, as in the line's mean_accepted
       all_emitted += std::llround(mt.value("mean_accepted", 0.0) * mt["target_passes"].get<double>());
+      all_nodes += mt.value("mean_tree_nodes", 0.0) * mt["target_passes"].get<double>();
     }
   }
   const jobs::Percentiles pc = jobs::percentiles(spt);
@@ -262,6 +263,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
             {"decode_seconds", decode_s},
             {"s_per_token_overall", n_tokens ? decode_s / static_cast<double>(n_tokens) : 0.0},
             {"target_passes", all_passes},
+            {"mean_tree_nodes", all_passes ? json(all_nodes / static_cast<double>(all_passes)) : json(nullptr)},
             {"draft_seconds", draft_s},
             {"verify_seconds", verify_s},
             {"finish_reasons", reasons},

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/jobs/suite.h"
+#include "src/spec/speculate.h"
 #include "src/util/error.h"
 
 extern char** environ;
@@ -40,7 +42,7 @@ constexpr const char* kBaselineColour = "#444444";
 struct Row {
   jobs::SuiteCell cell;
   json summary;
-  double s_per_token = 0, tokens_per_pass = 0, draft_share = 0;
+  double s_per_token = 0, tokens_per_pass = 0, tree_nodes = 0, draft_share = 0;
   int64_t tokens = 0, prompts = 0;
 };
 
@@ -177,6 +179,17 @@ int run_suite(SuiteOptions& o) {
     jobs::JobConfig j = jobs::cell_job(s, c, o.out, prompt_file.at(c.prompts));
     if (o.threads >= 0) j.threads = o.threads;
     jobs::check_job(j);
+    if (!c.tree.empty()) {
+      try {
+        (void)spec::make_spec_config(spec::TreeOptions{j.tree, j.budget, j.depth, j.threshold, j.delta, j.width,
+                                                       j.verify, j.acceptance},
+                                     j.sampling);
+      } catch (const Error& e) {
+        const auto at = s.lines.find("matrix.trees");
+        throw Error(s.file + ":" + std::to_string(at == s.lines.end() ? 0 : at->second) + ": matrix.trees: cell " +
+                    c.id() + ": " + e.what());
+      }
+    }
     jobs_.push_back(std::move(j));
   }
   install_stop_signals();
@@ -200,6 +213,7 @@ int run_suite(SuiteOptions& o) {
     row.prompts = r.summary["prompts"]["done"].get<int64_t>();
     row.s_per_token = r.summary["s_per_token_overall"].get<double>();
     row.tokens_per_pass = r.summary["mean_accepted"].is_number() ? r.summary["mean_accepted"].get<double>() : 1.0;
+    row.tree_nodes = r.summary["mean_tree_nodes"].is_number() ? r.summary["mean_tree_nodes"].get<double>() : 1.0;
     const double dsec = r.summary["draft_seconds"].get<double>(), vsec = r.summary["verify_seconds"].get<double>();
     row.draft_share = dsec + vsec > 0 ? dsec / (dsec + vsec) : 0.0;
     std::fprintf(stderr, "%.4f s/token, %.2f tokens/pass\n", row.s_per_token, row.tokens_per_pass);
@@ -212,9 +226,10 @@ int run_suite(SuiteOptions& o) {
     if (r.cell.tree.empty()) base_spt[r.cell.group()] = r.s_per_token;
   std::string csv =
       "model,device_mem,tree,budget,temperature,prompts,n_prompts,tokens,s_per_token,s_per_token_p50,s_per_token_p90,"
-      "tokens_per_pass,target_passes,draft_share,speedup_vs_ar\n";
-  std::string md = "| model | device mem | tree | budget | T | prompts | s/token | tokens/pass | draft share | vs AR |\n"
-                   "|---|---|---|---:|---:|---|---:|---:|---:|---:|\n";
+      "tokens_per_pass,tree_nodes,target_passes,draft_share,speedup_vs_ar\n";
+  std::string md =
+      "| model | device mem | tree | budget | T | prompts | s/token | tokens/pass | tree nodes | draft share | vs AR |\n"
+      "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|\n";
   json all = json::array();
   for (const Row& r : rows) {
     const double b = base_spt.count(r.cell.group()) ? base_spt[r.cell.group()] : 0.0;
@@ -226,13 +241,13 @@ int run_suite(SuiteOptions& o) {
            std::to_string(r.cell.budget) + "," + num(r.cell.temperature) + "," + csv_field(ps) + "," +
            std::to_string(r.prompts) + "," + std::to_string(r.tokens) + "," + num(r.s_per_token) + "," +
            num(r.summary["s_per_token"]["p50"].get<double>()) + "," +
-           num(r.summary["s_per_token"]["p90"].get<double>()) + "," + num(r.tokens_per_pass) + "," +
+           num(r.summary["s_per_token"]["p90"].get<double>()) + "," + num(r.tokens_per_pass) + "," + num(r.tree_nodes) + "," +
            std::to_string(r.summary["target_passes"].get<int64_t>()) + "," + num(r.draft_share) + "," +
            num(speedup) + "\n";
     md += "| " + r.cell.model + " | " + mem + " | " + tree + " | " +
           (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " + num(r.cell.temperature) +
           " | " + ps + " | " + num(r.s_per_token, "%.4f") + " | " + num(r.tokens_per_pass, "%.2f") + " | " +
-          num(r.draft_share, "%.2f") + " | " + num(speedup, "%.2f") + " |\n";
+          num(r.tree_nodes, "%.1f") + " | " + num(r.draft_share, "%.2f") + " | " + num(speedup, "%.2f") + " |\n";
     all.push_back({{"model", r.cell.model},
                    {"device_mem", r.cell.device_mem},
                    {"tree", r.cell.tree},
@@ -241,6 +256,7 @@ int run_suite(SuiteOptions& o) {
                    {"prompts", r.cell.prompts},
                    {"s_per_token", r.s_per_token},
                    {"tokens_per_pass", r.tokens_per_pass},
+                   {"tree_nodes", r.tree_nodes},
                    {"draft_share", r.draft_share},
                    {"speedup_vs_ar", speedup},
                    {"summary", r.summary}});
@@ -248,7 +264,11 @@ int run_suite(SuiteOptions& o) {
   write_file_atomic(o.out + "/results.csv", csv);
   write_file_atomic(o.out + "/results.md", "# " + (s.name.empty() ? o.suite : s.name) + "\n\n" + md);
   bool have_gnuplot = true;
-  const auto pngs = plot(rows, s.trees, o.out, have_gnuplot);
+  std::vector<std::string> series;  // every tree entry in first-seen order: its colour index
+  for (const Row& r : rows)
+    if (!r.cell.tree.empty() && std::find(series.begin(), series.end(), r.cell.tree) == series.end())
+      series.push_back(r.cell.tree);
+  const auto pngs = plot(rows, series, o.out, have_gnuplot);
   json doc = {{"suite", s.name.empty() ? o.suite : s.name}, {"file", o.suite}, {"cells", all}, {"plots", pngs}};
   write_file_atomic(o.out + "/results.json", doc.dump(2) + "\n");
   std::printf("%s", md.c_str());

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "offload/size.h"
@@ -116,6 +117,16 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
       } catch (const Error& e) {
         throw Error(s.file + ":" + std::to_string(s.lines["matrix.device_mem"]) + ": matrix.device_mem: " + e.what());
       }
+  for (const auto& e : s.trees) {
+    const auto slash = e.find('/');
+    const std::string v = slash == std::string::npos ? "" : e.substr(slash + 1);
+    const bool ok = slash == std::string::npos || v == "greedy" || v == "specinfer" || v == "sequoia" ||
+                    v == "target-sample" || v == "spectr" || v == "multidraft-is";
+    if (e.empty() || e[0] == '/' || !ok)
+      throw Error(s.file + ":" + std::to_string(s.lines["matrix.trees"]) + ": matrix.trees: bad entry '" + e +
+                  "' (policy or policy/verifier; verifiers: greedy, specinfer, sequoia, target-sample, spectr, "
+                  "multidraft-is)");
+  }
   bool any_draft = false;
   for (const auto& m : s.models) any_draft |= !m.draft.empty();
   if (!s.trees.empty() && !any_draft)
@@ -163,16 +174,27 @@ std::vector<SuiteCell> suite_cells(const SuiteConfig& s) {
     for (const auto& d : s.device_mem)
       for (const auto& p : s.prompts)
         for (double t : s.temperatures) {
-          out.push_back({m.name, d, "", p, 0, t});
+          out.push_back({m.name, d, "", p, "", 0, t});
           if (m.draft.empty()) continue;
-          for (const auto& tr : s.trees)
-            for (int b : s.budgets) out.push_back({m.name, d, tr, p, b, t});
+          std::set<std::string> seen;  // at T = 0 every verifier is greedy: one cell per policy
+          for (const auto& entry : s.trees) {
+            const auto slash = entry.find('/');
+            const std::string policy = entry.substr(0, slash);
+            const std::string verify = slash == std::string::npos || t == 0 ? "" : entry.substr(slash + 1);
+            const std::string tree = t == 0 ? policy : entry;
+            if (!seen.insert(tree).second) continue;
+            for (int b : s.budgets) out.push_back({m.name, d, tree, p, verify, b, t});
+          }
         }
   return out;
 }
 
 std::string tree_for_budget(const std::string& policy, int budget) {
   if (policy == "chain") return "chain:" + std::to_string(budget - 1);
+  if (policy.rfind("kary:", 0) == 0 && policy.find('x') == std::string::npos) {
+    const int w = std::max(1, std::atoi(policy.c_str() + 5));
+    return policy + "x" + std::to_string(std::max(1, (budget - 1) / w));
+  }
   return policy;
 }
 
@@ -188,7 +210,8 @@ JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& 
   j.device_mem = c.device_mem;
   j.ctx = s.ctx;
   if (!c.tree.empty()) {
-    j.tree = tree_for_budget(c.tree, c.budget);
+    j.tree = tree_for_budget(c.tree.substr(0, c.tree.find('/')), c.budget);
+    j.verify = c.verify;
     j.budget = c.budget;
   }
   j.sampling.temperature = static_cast<float>(c.temperature);

@@ -7,7 +7,8 @@
 //   [suite]   max_tokens = 32  ctx = 1024  seed = 1  top_p = 1.0  limit = 4  chat = true
 //   [[model]] name = "smollm2"  target = "models/x.gguf"  draft = "models/d.gguf"
 //   [matrix]  device_mem = ["", "360MiB"]   # "" = no budget
-//             trees = ["chain", "sequoia"]  # chain: K = budget - 1
+//             trees = ["chain", "sequoia", "kary:4/spectr"]  # policy[/verifier], see tree_for_budget
+//                                           # (at temperature 0 the verifier is greedy: one cell per policy)
 //             budgets = [4, 8, 16]          # nodes per target pass, root included
 //             temperatures = [0.0, 0.6]
 //             prompts = ["configs/jobs/prompts-smoke.jsonl"]
@@ -44,9 +45,10 @@ struct SuiteConfig {
 SuiteConfig parse_suite_text(std::string_view text, const std::string& name);
 SuiteConfig parse_suite_file(const std::string& path);
 
-// One matrix cell (tree empty: the autoregressive baseline).
+// One matrix cell (tree empty: the autoregressive baseline). tree is the
+// matrix entry ("policy" or "policy/verifier"); verify is empty at T = 0.
 struct SuiteCell {
-  std::string model, device_mem, tree, prompts;
+  std::string model, device_mem, tree, prompts, verify;
   int budget = 0;
   double temperature = 0;
   std::string id() const;     // file-name safe, unique within a suite
@@ -60,7 +62,8 @@ std::vector<SuiteCell> suite_cells(const SuiteConfig& s);
 // set is `prompts` (the caller writes the first `limit` lines there).
 JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& dir, const std::string& prompts);
 
-// The tree option for a policy at a budget: "chain" -> "chain:<budget - 1>",
+// The tree option for a policy at a budget (nodes per pass, root included):
+// "chain" -> "chain:<budget - 1>", "kary:W" -> "kary:Wx<(budget - 1) / W>",
 // anything else unchanged (it takes the budget as speculation.budget).
 std::string tree_for_budget(const std::string& policy, int budget);
 
