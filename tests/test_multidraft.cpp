@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/spec/multidraft.h"
+#include "src/spec/speculate.h"
 #include "src/spec/spectr.h"
 #include "src/spec/verify.h"
 #include "src/util/error.h"
@@ -499,6 +500,154 @@ TEST(MultiDraftMonteCarlo, NodeAcceptanceMatchesFormulaAndWrongPiFails) {
     EXPECT_GT(pg, kAlpha);
     EXPECT_LT(pb, kAlpha);
   }
+}
+
+// ---- alphabet truncation (Omega0) ----------------------------------------------------------
+
+int g_alphabet = 0;
+bool g_no_coin = false;  // negative control: keep the truncated result always
+
+// Output law of MultiDraftNode::output with truncation to g_alphabet tokens,
+// composed from the node's reduced-alphabet arithmetic: kept with probability
+// p(Omega0) -> the two-step scheme on Omega0 + "other" (drafts outside Omega0
+// become "other"), mapped back; not kept -> p restricted to the outside.
+std::vector<double> truncated_law(const std::vector<double>& p, const std::vector<double>& q,
+                                  const std::vector<int32_t>& drafts) {
+  MultiDraftNode n;
+  n.begin(p, q, static_cast<int>(drafts.size()), g_lp_size, g_alphabet);
+  if (!n.truncated()) return md_law(p, q, drafts);
+  const auto om = n.omega0();
+  const size_t M = om.size();
+  std::vector<int32_t> red(p.size(), static_cast<int32_t>(M));
+  for (size_t i = 0; i < M; ++i) red[static_cast<size_t>(om[i])] = static_cast<int32_t>(i);
+  std::vector<int32_t> rd;
+  for (int32_t x : drafts) rd.push_back(red[static_cast<size_t>(x)]);
+  const auto sel = selection_law(n, rd, M + 1);
+  std::vector<double> rlaw(M + 1, 0.0);
+  double rej = 0;
+  for (size_t y = 0; y <= M; ++y) {
+    if (sel[y] == 0) continue;
+    const double a = n.accept_probability(static_cast<int32_t>(y));
+    rlaw[y] += sel[y] * a;
+    rej += sel[y] * (1 - a);
+  }
+  const auto r = n.residual();
+  for (size_t y = 0; y <= M; ++y) rlaw[y] += rej * r[y];
+  EXPECT_LE(rlaw[M], 1e-15) << "the 'other' symbol is never output";
+  std::vector<double> law(p.size(), 0.0);
+  if (g_no_coin) {
+    for (size_t i = 0; i < M; ++i) law[static_cast<size_t>(om[i])] = rlaw[i];
+    return law;
+  }
+  for (size_t i = 0; i < M; ++i) law[static_cast<size_t>(om[i])] = n.kept_mass() * rlaw[i];
+  for (size_t x = 0; x < p.size(); ++x)
+    if (red[x] == static_cast<int32_t>(M)) law[x] += p[x];  // (1 - p(Omega0)) x p(x) / (1 - p(Omega0))
+  return law;
+}
+
+TEST(MultiDraftTruncation, Omega0IsTheMostLikelyTargetTokens) {
+  const std::vector<double> p = {0.1, 0.3, 0.05, 0.3, 0.25}, q = norm({1, 1, 1, 1, 1});
+  MultiDraftNode n;
+  n.begin(p, q, 2, kDefaultIsLpSize, 3);
+  ASSERT_TRUE(n.truncated());
+  EXPECT_EQ(std::vector<int32_t>(n.omega0().begin(), n.omega0().end()), (std::vector<int32_t>{1, 3, 4}));
+  EXPECT_NEAR(n.kept_mass(), 0.85, 1e-15);
+  n.begin(p, q, 2, kDefaultIsLpSize, 5);  // M >= V: no truncation
+  EXPECT_FALSE(n.truncated());
+  EXPECT_EQ(n.kept_mass(), 1.0);
+  EXPECT_THROW(n.begin(p, q, 2, kDefaultIsLpSize, -1), Error);
+}
+
+TEST(MultiDraftTruncation, LawEqualsTargetExactly) {
+  int checked = 0;
+  auto run = [&](const std::string& name, const std::vector<double>& p, const std::vector<double>& q) {
+    for (int M = 1; M < static_cast<int>(p.size()); ++M)
+      for (int k = 1; k <= 3; ++k) {
+        SCOPED_TRACE(name + " M=" + std::to_string(M) + " k=" + std::to_string(k));
+        g_alphabet = M;
+        EXPECT_LE(testutil::max_abs_diff(averaged_law(truncated_law, p, q, k), p), 1e-12);
+        ++checked;
+      }
+    g_alphabet = 0;
+  };
+  for (const PQ& c : edge_cases()) run(c.name, norm(c.p), norm(c.q));
+  for (int trial = 0; trial < 12; ++trial) {
+    const int V = 3 + trial % 3;
+    run("random " + std::to_string(trial), random_dist(40 + trial, V, 0.2), random_dist(140 + trial, V, 0.2));
+  }
+  EXPECT_GT(checked, 100);
+  // Negative control: without the p(Omega0) coin the law is off by the outside mass.
+  g_alphabet = 3;
+  g_no_coin = true;
+  const std::vector<double> p = {0.1, 0.3, 0.05, 0.3, 0.25}, q = norm({1, 2, 3, 4, 5});
+  EXPECT_GT(testutil::max_abs_diff(averaged_law(truncated_law, p, q, 2), p), 0.04);
+  g_no_coin = false;
+  g_alphabet = 0;
+}
+
+TEST(MultiDraftTruncation, TreeLawEqualsTarget) {
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
+           {"3 seqs x 2", testutil::chains(3, 2)}, {"binary2", testutil::full_tree(2, 2)}}) {
+    Toy P = testutil::logit_model(5, 31, 1.0, 0.8, 0.2), Q = testutil::logit_model(5, 32, 1.5, 0.8, 0.25);
+    for (int M : {1, 2, 4}) {
+      SCOPED_TRACE(name + " M=" + std::to_string(M));
+      g_alphabet = M;
+      ClassEnumerator e(shape, P, Q, truncated_law);
+      EXPECT_LE(testutil::max_abs_diff(e.law(3), e.target_law({}, 3)), 1e-12);
+    }
+    g_alphabet = 0;
+  }
+}
+
+// The code path the runtime takes (MultiDraftNode::output through verify_tree),
+// sampled: chi-square against the target law, and the hit rate against the
+// exact formula; acceptance() = p(Omega0) x the reduced problem's.
+TEST(MultiDraftTruncation, VerifyTreeSamplesTheTargetLaw) {
+  Toy P = testutil::logit_model(6, 41, 1.0, 1.0, 0.1), Q = testutil::logit_model(6, 42, 1.5, 1.0, 0.1);
+  const Shape shape = testutil::chains(3, 1);
+  const int M = 3;
+  g_alphabet = M;
+  ClassEnumerator e(shape, P, Q, truncated_law);
+  const Law want = e.target_law({}, 1);
+  const double hit_exact = testutil::hit_probability(truncated_law, P.law({}), Q.law({}), 3);
+  g_alphabet = 0;
+  MultiDraftNode n;
+  n.begin(P.law({}), Q.law({}), 3, kDefaultIsLpSize, M);
+  std::printf("[ acc  ] md-is truncated to %d of 6: p(Omega0) %.4f, acceptance %.5f\n", M, n.kept_mass(),
+              n.acceptance());
+  EXPECT_LT(n.kept_mass(), 1.0);
+  long hits = 0, total = 0;
+  for (uint64_t seed : kSeeds) {
+    Rng rng(seed * 104729 + 3);
+    std::map<std::vector<int32_t>, long> counts;
+    for (long i = 0; i < kSamplesPerSeed; ++i) {
+      bool hit = false;
+      ++counts[testutil::one_iteration(Verifier::kMultiDraftIS, shape, P, Q, 1, rng, &hit, VerifyOptions{M})];
+      hits += hit;
+    }
+    total += kSamplesPerSeed;
+    const double pv = testutil::chi_square_p(counts, want, kSamplesPerSeed);
+    std::printf("[ chi2 ] md-is truncated seed %llu: p = %.4g\n", static_cast<unsigned long long>(seed), pv);
+    EXPECT_GT(pv, kAlpha);
+  }
+  const double rate = static_cast<double>(hits) / static_cast<double>(total);
+  const double sigma = std::sqrt(hit_exact * (1 - hit_exact) / static_cast<double>(total));
+  EXPECT_LE(std::abs(rate - hit_exact), 3 * sigma + 1e-12) << rate << " vs " << hit_exact;
+}
+
+TEST(MultiDraftTruncation, OptionIsOnlyForMultiDraftIs) {
+  SamplingParams sp;
+  sp.temperature = 0.6f;
+  TreeOptions o;
+  o.tree = "kary:2x2";
+  o.verifier = "multidraft-is";
+  o.is_alphabet = 8;
+  EXPECT_EQ(make_spec_config(o, sp).verify_options.is_alphabet, 8);
+  o.verifier = "spectr";
+  EXPECT_THROW((void)make_spec_config(o, sp), Error);
+  o.verifier = "multidraft-is";
+  o.is_alphabet = 0;
+  EXPECT_THROW((void)make_spec_config(o, sp), Error);
 }
 
 }  // namespace

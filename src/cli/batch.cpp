@@ -66,7 +66,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     try {
       ds->config = spec::make_spec_config(
           spec::TreeOptions{job.tree, job.budget, job.depth, job.threshold, job.delta, job.width, job.verify,
-                            job.acceptance},
+                            job.acceptance, job.is_alphabet},
           job.sampling);
     } catch (const Error& e) {
       throw Error(job.where("speculation") + ": " + e.what());

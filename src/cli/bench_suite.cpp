@@ -182,7 +182,7 @@ int run_suite(SuiteOptions& o) {
     if (!c.tree.empty()) {
       try {
         (void)spec::make_spec_config(spec::TreeOptions{j.tree, j.budget, j.depth, j.threshold, j.delta, j.width,
-                                                       j.verify, j.acceptance},
+                                                       j.verify, j.acceptance, j.is_alphabet},
                                      j.sampling);
       } catch (const Error& e) {
         const auto at = s.lines.find("matrix.trees");

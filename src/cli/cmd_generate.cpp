@@ -29,7 +29,7 @@ struct GenerateOptions {
   // speculative decoding
   std::string draft, tree = "sequoia", verify, acceptance;
   // Parsed by redwood (one-line errors, exit 1); empty = not given.
-  std::string budget = "64", depth = "8", threshold, delta, width;
+  std::string budget = "64", depth = "8", threshold, delta, width, is_alphabet;
 };
 
 // The tree/verifier flags as make_spec_config's plain values.
@@ -41,6 +41,7 @@ spec::TreeOptions tree_options(const GenerateOptions& o) {
   if (!o.threshold.empty()) t.threshold = parse_double_arg(o.threshold, "--threshold");
   if (!o.delta.empty()) t.delta = parse_double_arg(o.delta, "--delta");
   if (!o.width.empty()) t.width = parse_int_arg(o.width, "--width", 1, 4096);
+  if (!o.is_alphabet.empty()) t.is_alphabet = parse_int_arg(o.is_alphabet, "--is-alphabet", 1, 1 << 24);
   t.verifier = o.verify;
   t.acceptance = o.acceptance;
   return t;
@@ -167,6 +168,7 @@ int run_generate(GenerateOptions& o) {
       t["tree"] = o.tree;
       t["kind"] = spec::tree_kind_name(cfg->tree.kind);
       t["verify"] = spec::verifier_name(cfg->verifier);
+      if (cfg->verify_options.is_alphabet > 0) t["is_alphabet"] = cfg->verify_options.is_alphabet;
       if (cfg->tree.kind == spec::TreeKind::kStatic) {
         t["nodes"] = cfg->shape.size();
         t["depth"] = cfg->shape.max_depth();
@@ -249,6 +251,10 @@ Runner add_generate(CLI::App& app) {
                 "opt-tree: stop growing when a layer adds <= delta to the best-n expected length (default 0.5)")
       ->type_name("NUM");
   c->add_option("--width", o->width, "specexec: children per expanded node, 1..4096 (default 4)")->type_name("INT");
+  c->add_option("--is-alphabet", o->is_alphabet,
+                "multidraft-is: truncate each node's alphabet to the M most likely target tokens (exact: the "
+                "result is kept with probability p(Omega0)); default off")
+      ->type_name("M");
   c->add_option("--acceptance", o->acceptance, "sequoia: acceptance vector JSON {\"acceptance\": [...]}");
   return [o] { return run_generate(*o); };
 }

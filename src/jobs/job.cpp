@@ -69,7 +69,8 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   check_size(job, "memory.host", job.host_mem);
 
   const Section sp = section("speculation");
-  sp.only({"tree", "verify", "budget", "depth", "threshold", "delta", "width", "acceptance", "prefill_chunk"});
+  sp.only({"tree", "verify", "budget", "depth", "threshold", "delta", "width", "acceptance", "prefill_chunk",
+           "is_alphabet"});
   sp.str("tree", job.tree);
   sp.choice("verify", job.verify,
             {"greedy", "specinfer", "sequoia", "target-sample", "spectr", "multidraft-is"});
@@ -78,6 +79,7 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   sp.number("threshold", job.threshold, 0.0, 1.0, /*lo_open=*/true);
   sp.number("delta", job.delta, 0.0, 1e9);
   sp.integer("width", job.width, 1, 1024);
+  sp.integer("is_alphabet", job.is_alphabet, 1, 1 << 24);
   sp.str("acceptance", job.acceptance);
   sp.integer("prefill_chunk", job.prefill_chunk, 1, 1 << 20);
   if (job.tree.empty()) throw Error(job.where("speculation.tree") + ": must not be empty");

@@ -8,6 +8,7 @@
 //   [memory]      device = "1GiB"  host = "4GiB"  ring = 2  ctx = 2048  threads = 0
 //   [speculation] tree = "sequoia"  verify = "greedy"  budget = 64  depth = 8
 //                 threshold = 0.001  delta = 0.5  width = 8  acceptance = "acc.json"
+//                 is_alphabet = 64   (multidraft-is: alphabet truncation)
 //                 prefill_chunk = 512
 //   [sampling]    temperature = 0.0  top_p = 1.0  top_k = 0  seed = 0
 //                 max_tokens = 128  stop = ["\n\n"]
@@ -42,7 +43,7 @@ struct JobConfig {
   std::string tree = "sequoia", verify;  // verify empty: greedy at T = 0, else the tree's default
   int budget = 64, depth = 8;
   std::optional<double> threshold, delta;
-  std::optional<int> width;
+  std::optional<int> width, is_alphabet;
   std::string acceptance;
   int prefill_chunk = 512;
   // [sampling]

@@ -268,9 +268,49 @@ bool PairRule::needs_uniform(int32_t x, int32_t y) const {
 
 // ---- MultiDraftNode -----------------------------------------------------------------
 
-void MultiDraftNode::begin(std::span<const double> p, std::span<const double> q, int k, int s) {
+void MultiDraftNode::begin(std::span<const double> p, std::span<const double> q, int k, int s, int alphabet) {
   check_same(p, q, "draft");
   if (k < 1) throw Error("multidraft: number of drafts must be >= 1, got " + std::to_string(k));
+  if (alphabet < 0) throw Error("multidraft: alphabet size must be >= 0, got " + std::to_string(alphabet));
+  truncated_ = alphabet > 0 && static_cast<size_t>(alphabet) < p.size();
+  full_p_ = p;
+  if (truncated_) {
+    // Omega0: the M largest p, ties to the smaller id (deterministic).
+    const size_t V = p.size(), M = static_cast<size_t>(alphabet);
+    omega_.resize(V);
+    std::iota(omega_.begin(), omega_.end(), 0);
+    const auto before = [&](int32_t a, int32_t b) {
+      return p[static_cast<size_t>(a)] != p[static_cast<size_t>(b)] ? p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)]
+                                                                    : a < b;
+    };
+    std::nth_element(omega_.begin(), omega_.begin() + static_cast<std::ptrdiff_t>(M), omega_.end(), before);
+    omega_.resize(M);
+    std::sort(omega_.begin(), omega_.end());
+    to_reduced_.assign(V, static_cast<int32_t>(M));
+    pr_.assign(M + 1, 0.0);
+    qr_.assign(M + 1, 0.0);
+    mass_ = 0;
+    double q_in = 0;
+    for (size_t i = 0; i < M; ++i) {
+      const auto x = static_cast<size_t>(omega_[i]);
+      to_reduced_[x] = static_cast<int32_t>(i);
+      mass_ += pr_[i] = p[x];
+      q_in += qr_[i] = q[x];
+    }
+    if (!(mass_ > 0)) throw Error("multidraft: the target has no mass on its most likely tokens");
+    for (size_t i = 0; i < M; ++i) pr_[i] /= mass_;
+    double q_out = 0;  // summed directly: 1 - q_in would lose the small outside mass
+    for (size_t x = 0; x < V; ++x)
+      if (to_reduced_[x] == static_cast<int32_t>(M)) q_out += q[x];
+    qr_[M] = q_out;
+    const double qs = q_in + q_out;
+    for (double& v : qr_) v /= qs;
+    p = pr_;
+    q = qr_;
+  } else {
+    omega_.clear();
+    mass_ = 1;
+  }
   p_ = p;
   q_ = q;
   k_ = k;
@@ -282,7 +322,40 @@ void MultiDraftNode::begin(std::span<const double> p, std::span<const double> q,
   const auto pI = induced();
   acc_ = 0;
   for (size_t x = 0; x < p.size(); ++x) acc_ += std::min(p[x], pI[x]);
+  if (truncated_) acc_ *= mass_;
   have_res_ = false;
+}
+
+int32_t MultiDraftNode::output(std::span<const int32_t> drafts, Rng& rng) {
+  if (!truncated_) {
+    const int32_t y = select(drafts, rng);
+    return accepts(y, rng.uniform()) ? y : sample_residual(rng.uniform());
+  }
+  const size_t V = full_p_.size();
+  if (rng.uniform() >= mass_) {
+    // Not kept: p restricted to the tokens outside Omega0 (mass 1 - mass_).
+    const double target = rng.uniform() * (1.0 - mass_);
+    double cum = 0;
+    int32_t last = -1;
+    for (size_t x = 0; x < V; ++x) {
+      if (to_reduced_[x] != static_cast<int32_t>(omega_.size()) || !(full_p_[x] > 0)) continue;
+      cum += full_p_[x];
+      last = static_cast<int32_t>(x);
+      if (target < cum) return last;
+    }
+    if (last >= 0) return last;
+    // Rounding: mass_ < 1 by less than the outside mass resolves; stay in Omega0.
+  }
+  mapped_.resize(drafts.size());
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    if (drafts[i] < 0 || static_cast<size_t>(drafts[i]) >= V)
+      throw Error("multidraft: token id outside the vocabulary");
+    mapped_[i] = to_reduced_[static_cast<size_t>(drafts[i])];
+  }
+  const int32_t y = select(mapped_, rng);
+  const int32_t r = accepts(y, rng.uniform()) ? y : sample_residual(rng.uniform());
+  // "other" has target mass 0: it is never accepted nor drawn from the residual.
+  return omega_[static_cast<size_t>(std::min<int32_t>(r, static_cast<int32_t>(omega_.size()) - 1))];
 }
 
 std::span<const double> MultiDraftNode::induced() const {

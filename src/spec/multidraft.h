@@ -20,9 +20,17 @@
 // O(V log V) from suffix sums. K > 2: stages, Y1 = rule(X1, X2), Y2 =
 // rule'(Y1, X3), ... where stage j's rule is built for the non-identical pair
 // (Y_{j-1} ~ pI_{j-1}, X_{j+1} ~ q). K = 1: pI = q (plain speculative sampling).
-// Alphabet truncation (the notes' Omega0, accepting a truncated result with
-// probability p(Omega0)) is NOT implemented: every stage works on the full
-// vocabulary, O(V + H log H) per stage with H = 1024 the sorted head.
+// Alphabet truncation (the notes' Omega0, paper Section 4), optional: with
+// `alphabet` = M > 0, Omega0 = the M most likely target tokens. The node then
+// works on M + 1 symbols, Omega0 plus one symbol "other" standing for every
+// token outside it (target mass 0 after renormalisation, draft mass q(outside)):
+// draft tokens outside Omega0 enter the selection as "other", which is never
+// accepted. That gives a token with law p restricted to Omega0, renormalised,
+// exactly; a coin with P(keep) = p(Omega0) keeps it, otherwise the output is
+// drawn from p restricted to the tokens outside Omega0. The law is p exactly;
+// acceptance is p(Omega0) x the truncated problem's. Without truncation every
+// stage works on the full vocabulary, O(V + H log H) per stage with H = 1024
+// the sorted head.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -75,14 +83,25 @@ class PairRule {
 // rng); if accepts(y, u) -> y else sample_residual(u').
 class MultiDraftNode {
  public:
-  void begin(std::span<const double> p, std::span<const double> q, int k, int s = kDefaultIsLpSize);
+  // alphabet: size of Omega0 (0, or >= the vocabulary: no truncation).
+  void begin(std::span<const double> p, std::span<const double> q, int k, int s = kDefaultIsLpSize,
+             int alphabet = 0);
+  // The whole scheme: (truncation coin,) staged selection, the test against
+  // pI, the residual. Returns the node's output token (a vocabulary id).
+  int32_t output(std::span<const int32_t> drafts, Rng& rng);
+  // Truncated: Omega0's target mass; 1 otherwise.
+  double kept_mass() const { return truncated_ ? mass_ : 1.0; }
+  bool truncated() const { return truncated_; }
+  // The methods below work on the node's own alphabet: the vocabulary, or
+  // with truncation Omega0 + "other" (ids 0..M-1 = omega0()[i], M = other).
+  std::span<const int32_t> omega0() const { return omega_; }
   int k() const { return k_; }
   int stages() const { return static_cast<int>(stages_.size()); }  // k - 1
   const PairRule& stage(int i) const { return stages_[static_cast<size_t>(i)]; }
   // Runs the staged selection over drafts (exactly k tokens, in sampling order).
   int32_t select(std::span<const int32_t> drafts, Rng& rng) const;
   std::span<const double> induced() const;    // pI of the final selected token
-  double acceptance() const { return acc_; }  // sum_x min(p(x), pI(x))
+  double acceptance() const { return acc_; }  // sum_x min(p(x), pI(x)) (x kept_mass() when truncated)
   // min(1, p(y)/pI(y)); 0 when pI(y) = 0 (cannot be selected).
   double accept_probability(int32_t y) const;
   bool accepts(int32_t y, double u) const;  // u * pI(y) < p(y)
@@ -90,8 +109,15 @@ class MultiDraftNode {
   int32_t sample_residual(double u);
 
  private:
-  std::span<const double> p_, q_;
+  std::span<const double> p_, q_;  // the node's alphabet (reduced when truncated)
   int k_ = 1;
+  // Truncation: the full-vocabulary target, Omega0, the reduced p and q, and
+  // vocabulary id -> reduced id (M for "other").
+  bool truncated_ = false;
+  double mass_ = 1;
+  std::span<const double> full_p_;
+  std::vector<int32_t> omega_, to_reduced_, mapped_;
+  std::vector<double> pr_, qr_;
   std::vector<PairRule> stages_;
   double acc_ = 0;
   bool have_res_ = false;

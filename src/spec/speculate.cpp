@@ -119,6 +119,13 @@ SpecConfig make_spec_config(const TreeOptions& o, const SamplingParams& sampling
     c.verifier = Verifier::kGreedy;
   else
     c.verifier = k == TreeKind::kOptTree || k == TreeKind::kSpecExec ? Verifier::kTargetSample : Verifier::kSequoia;
+  if (o.is_alphabet) {
+    if (c.verifier != Verifier::kMultiDraftIS)
+      throw Error(std::string("--is-alphabet is only for --verify multidraft-is (verifier: ") +
+                  verifier_name(c.verifier) + ")");
+    if (*o.is_alphabet < 1) throw Error("--is-alphabet must be >= 1, got " + std::to_string(*o.is_alphabet));
+    c.verify_options.is_alphabet = *o.is_alphabet;
+  }
   check_verifier(c);
   return c;
 }
@@ -294,7 +301,7 @@ std::vector<int32_t> SpecDecoder::step() {
     return pcache[v];
   };
   DistFn draft_dist = [&](int32_t u) -> std::span<const float> { return T.dist(keep[u + 1]); };
-  VerifyResult vr = verify_tree(cfg_.verifier, TreeView{vpar, vtok}, target_dist, draft_dist, rng_);
+  VerifyResult vr = verify_tree(cfg_.verifier, TreeView{vpar, vtok}, target_dist, draft_dist, rng_, cfg_.verify_options);
 
   // ---- keep the accepted path in both caches ----
   std::vector<int32_t> out;

@@ -40,6 +40,7 @@ struct SpecConfig {
   StaticTree shape;  // tree.kind == kStatic
   TreeParams tree;   // the kind, and the dynamic trees' parameters
   Verifier verifier = Verifier::kGreedy;
+  VerifyOptions verify_options;
   SamplingParams sampling;
   int prefill_chunk = 0;  // prompt passes of at most this many tokens (0 = one pass)
   // Most nodes one target pass verifies, root included (KV capacity: callers
@@ -59,6 +60,7 @@ struct TreeOptions {
   std::string verifier;             // "" = greedy at temperature 0, else sequoia (static, dyspec) or
                                     // target-sample (opt-tree, specexec)
   std::string acceptance;           // sequoia: acceptance vector JSON
+  std::optional<int> is_alphabet;   // multidraft-is only: alphabet truncation (Omega0 size)
 };
 
 // Validates everything (ranges, parameters given for a tree that does not use

@@ -452,7 +452,7 @@ void normalise_into(std::span<const float> src, std::vector<double>& dst, const 
 // sequences), and a tree with distinct children the per-node variant; k = 1 is
 // plain speculative sampling.
 VerifyResult verify_classes(Verifier v, const TreeView& tree, int32_t n, WalkScratch& w, const DistFn& target,
-                            const DistFn& draft, Rng& rng) {
+                            const DistFn& draft, Rng& rng, const VerifyOptions& options) {
   w.cls.assign(1, -1);
   int32_t last = -1;
   size_t tree_vocab = 0;
@@ -508,11 +508,10 @@ VerifyResult verify_classes(Verifier v, const TreeView& tree, int32_t n, WalkScr
         }
         if (y < 0) y = w.spectr.sample_residual(rng.uniform());
       } else {
-        w.md.begin(w.pd, w.qd, k);
+        w.md.begin(w.pd, w.qd, k, kDefaultIsLpSize, options.is_alphabet);
         w.draft_tokens.clear();
         for (const int32_t c : w.drafts) w.draft_tokens.push_back(tree.token[c]);
-        const int32_t sel = w.md.select(w.draft_tokens, rng);
-        y = w.md.accepts(sel, rng.uniform()) ? sel : w.md.sample_residual(rng.uniform());
+        y = w.md.output(w.draft_tokens, rng);
       }
     }
     w.next.clear();
@@ -535,7 +534,10 @@ VerifyResult verify_classes(Verifier v, const TreeView& tree, int32_t n, WalkScr
 
 }  // namespace
 
-VerifyResult verify_tree(Verifier v, const TreeView& tree, const DistFn& target, const DistFn& draft, Rng& rng) {
+VerifyResult verify_tree(Verifier v, const TreeView& tree, const DistFn& target, const DistFn& draft, Rng& rng,
+                         const VerifyOptions& options) {
+  if (options.is_alphabet < 0)
+    throw Error("multidraft-is alphabet size must be >= 0, got " + std::to_string(options.is_alphabet));
   if (tree.parent.size() != tree.token.size())
     throw Error("tree has " + std::to_string(tree.parent.size()) + " parents but " +
                 std::to_string(tree.token.size()) + " tokens");
@@ -556,7 +558,7 @@ VerifyResult verify_tree(Verifier v, const TreeView& tree, const DistFn& target,
   w.fill.assign(w.start.begin(), w.start.end() - 1);
   for (int32_t i = 0; i < n; ++i) w.kids[static_cast<size_t>(w.fill[static_cast<size_t>(tree.parent[i]) + 1]++)] = i;
   if (v == Verifier::kTargetSample || v == Verifier::kSpecTr || v == Verifier::kMultiDraftIS)
-    return verify_classes(v, tree, n, w, target, draft, rng);
+    return verify_classes(v, tree, n, w, target, draft, rng, options);
 
   VerifyResult res;
   int32_t u = -1;

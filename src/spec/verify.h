@@ -134,6 +134,11 @@ class NodeVerifier {
 // path, finished before the next call).
 // Throws redwood::Error on a malformed tree, token ids outside the vocabulary or
 // bad distributions.
-VerifyResult verify_tree(Verifier v, const TreeView& tree, const DistFn& target, const DistFn& draft, Rng& rng);
+// Verifier settings beyond the choice of verifier.
+struct VerifyOptions {
+  int is_alphabet = 0;  // multidraft-is: alphabet truncation to the M most likely target tokens (0 = off)
+};
+VerifyResult verify_tree(Verifier v, const TreeView& tree, const DistFn& target, const DistFn& draft, Rng& rng,
+                         const VerifyOptions& options = {});
 
 }  // namespace redwood::spec

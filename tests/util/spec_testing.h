@@ -361,7 +361,7 @@ inline int32_t draw(std::span<const float> p, Rng& rng) {
 // (a root child). Checks that the accepted ids form a root-to-node path
 // spelling the emitted tokens (returns an empty vector if not).
 inline std::vector<int32_t> one_iteration(spec::Verifier v, const Shape& shape, Toy& P, Toy& Q, int m, Rng& rng,
-                                          bool* hit = nullptr) {
+                                          bool* hit = nullptr, const spec::VerifyOptions& options = {}) {
   const int n = shape.size();
   std::vector<Ctx> ctx(static_cast<size_t>(n));
   std::vector<int32_t> token(static_cast<size_t>(n), -1);
@@ -387,7 +387,7 @@ inline std::vector<int32_t> one_iteration(spec::Verifier v, const Shape& shape, 
     if (shape.kids[static_cast<size_t>(u + 1)].empty()) return {};  // like the runtime: none at leaves
     return Q.dist(ctx[static_cast<size_t>(u + 1)]);
   };
-  const spec::VerifyResult r = spec::verify_tree(v, view, target, draft, rng);
+  const spec::VerifyResult r = spec::verify_tree(v, view, target, draft, rng, options);
   std::vector<int32_t> out;
   int32_t prev = -1;
   for (int32_t a : r.accepted) {
