@@ -172,6 +172,13 @@ void add_layer_items(MemoryPlan& p) {
 
 }  // namespace
 
+void parse_device_budget(const std::string& s, Budgets& b, const char* what) {
+  static const std::string kSuffix = "+draft";
+  const bool on_top = s.size() > kSuffix.size() && s.compare(s.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  b.device = parse_size(on_top ? s.substr(0, s.size() - kSuffix.size()) : s, what);
+  b.draft_on_top = on_top;
+}
+
 MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Budgets& budgets, const RunShape& shape) {
   if (budgets.ring_slots < 2)
     throw Error("ring slots must be at least 2 (got " + std::to_string(budgets.ring_slots) + ")");
@@ -183,7 +190,6 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.shape = shape;
   p.backend = budgets.backend;
   p.requested_ring_slots = budgets.ring_slots;
-  p.device_budget = budgets.device;
   p.host_budget = budgets.host;
 
   // Fixed device costs: everything but the target's layer matrices.
@@ -195,13 +201,19 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.items.push_back(
       {"activations + logits (target, " + toks + ")", Tier::kDevice, activation_bytes(target.hp, shape.max_tokens)});
   uint64_t workspace = workspace_bytes(target, shape);
+  uint64_t device_budget = budgets.device;
   if (draft) {
-    p.items.push_back({"draft weights (all resident)", Tier::kDevice, resident_model_bytes(*draft)});
-    p.items.push_back({"KV cache (draft, " + ctx + ")", Tier::kDevice, kv_bytes(draft->hp, shape.ctx)});
-    p.items.push_back(
-        {"activations + logits (draft, " + toks + ")", Tier::kDevice, activation_bytes(draft->hp, shape.max_tokens)});
+    const uint64_t target_workspace = workspace;
+    const uint64_t weights = resident_model_bytes(*draft), kv = kv_bytes(draft->hp, shape.ctx),
+                   act = activation_bytes(draft->hp, shape.max_tokens);
+    p.items.push_back({"draft weights (all resident)", Tier::kDevice, weights});
+    p.items.push_back({"KV cache (draft, " + ctx + ")", Tier::kDevice, kv});
+    p.items.push_back({"activations + logits (draft, " + toks + ")", Tier::kDevice, act});
     workspace = std::max(workspace, workspace_bytes(*draft, shape));  // the models run one after the other
+    if (budgets.draft_on_top && device_budget != 0)
+      device_budget += weights + kv + act + (workspace - target_workspace);
   }
+  p.device_budget = device_budget;
   p.items.push_back({"kernel workspace (" + std::to_string(shape.threads) + " threads)", Tier::kDevice, workspace});
   for (const PlanItem& it : p.items) p.fixed_bytes += it.bytes;
 
@@ -218,14 +230,16 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   const Config& cheapest =
       *std::min_element(configs.begin(), configs.end(), [](auto& a, auto& b) { return a.device < b.device; });
   p.device_min = cheapest.device;
-  if (budgets.device != 0 && budgets.device < p.device_min)
-    throw Error("device budget " + format_size(budgets.device) + " is too small for " + p.model +
+  if (device_budget != 0 && device_budget < p.device_min)
+    throw Error("device budget " + format_size(device_budget) +
+                (budgets.draft_on_top && draft ? " (" + format_size(budgets.device) + " + the draft's)" : "") +
+                " is too small for " + p.model +
                 (draft ? " with draft " + p.draft : "") + " (" + ctx + ", " + toks + " per pass): at least " +
                 format_size(p.device_min) + " (" + std::to_string(p.device_min) + " bytes) is needed (" +
                 describe(cheapest, p.fixed_bytes, n) + ")");
   const Config* chosen = &configs[n];
-  if (budgets.device != 0)
-    while (chosen->device > budgets.device) --chosen;  // stops at the cheapest at the latest
+  if (device_budget != 0)
+    while (chosen->device > device_budget) --chosen;  // stops at the cheapest at the latest
   p.ring_slots = chosen->slots;
   p.slot_bytes = chosen->slot_bytes;
 

@@ -29,7 +29,15 @@ struct Budgets {
   uint64_t host = 0;    // host tier for layers that are not device-resident (0 = none)
   int ring_slots = 2;   // K >= 2 layer slots when anything streams
   BackendKind backend = BackendKind::kCpu;
+  // The device budget is the target's: the draft's own costs (weights, KV,
+  // activations, extra workspace) are added on top ("SIZE+draft"). Compares
+  // runs with and without a draft at the same target residency.
+  bool draft_on_top = false;
 };
+
+// A device budget as written on the command line or in a config: "SIZE" or
+// "SIZE+draft" (see Budgets::draft_on_top). Throws redwood::Error.
+void parse_device_budget(const std::string& s, Budgets& b, const char* what = "--device-mem");
 
 // What the run needs besides weights.
 struct RunShape {

@@ -50,7 +50,7 @@ TEST(JobConfig, FullJobParses) {
 target = "t.gguf"
 draft = "d.gguf"
 [memory]
-device = "1.5GiB"
+device = "1.5GiB+draft"
 host = "4GiB"
 ring = 3
 ctx = 4096
@@ -81,7 +81,7 @@ fsync_every = 4
 progress_every = 2.5
 )", "job.toml");
   EXPECT_EQ(j.draft, "d.gguf");
-  EXPECT_EQ(j.device_mem, "1.5GiB");
+  EXPECT_EQ(j.device_mem, "1.5GiB+draft");
   EXPECT_EQ(j.ring, 3);
   EXPECT_EQ(j.tree, "kary:4x8");
   EXPECT_EQ(j.verify, "spectr");
@@ -122,6 +122,7 @@ TEST(JobConfig, BadConfigsNameFileLineAndKey) {
       {m + "[sampling]\nmax_tokens = 5000\n", "job.toml:4: sampling.max_tokens: 5000 tokens do not fit in memory.ctx = 2048"},
       {m + "[sampling]\nseed = -3\n", "job.toml:4: sampling.seed: must be in [0, "},
       {m + "[memory]\ndevice = \"lots\"\n", "job.toml:4: memory.device: "},
+      {m + "[memory]\ndevice = \"1GiB+drafts\"\n", "job.toml:4: memory.device: "},
       {m + "[memory]\nring = 1\n", "job.toml:4: memory.ring: must be in [2, 64], got 1"},
       {"memory = 3\n" + m, "job.toml:1: memory: expected a table, got an integer"},
       {m + "[speculation]\ntree = \"sequoia\"\n", "job.toml:3: speculation: [speculation] needs model.draft"},

@@ -295,6 +295,34 @@ TEST(Plan, DraftIsAccounted) {
   EXPECT_NE(e.find("at least " + format_size(with.device_min)), std::string::npos) << e;
 }
 
+// "SIZE+draft": the same target residency with and without the draft, for
+// every budget from the minimum up; parsing of the suffix.
+TEST(Plan, DraftOnTopKeepsTheTargetPlan) {
+  const ModelDesc m = synthetic(8);
+  const ModelDesc d = synthetic(2, 256, 512, 4096, 1);
+  const MemoryPlan alone = plan_memory(m, nullptr, Budgets{}, RunShape{});
+  const uint64_t layer = matrices(m.layers[0]);
+  for (uint64_t budget = alone.device_min; budget < alone.device_used + layer; budget += layer / 3) {
+    Budgets b = device_budget(budget);
+    const MemoryPlan a = plan_memory(m, nullptr, b, RunShape{});
+    b.draft_on_top = true;
+    const MemoryPlan w = plan_memory(m, &d, b, RunShape{});
+    EXPECT_EQ(w.layer_tier, a.layer_tier) << budget;
+    EXPECT_EQ(w.ring_slots, a.ring_slots) << budget;
+    EXPECT_EQ(w.device_budget - budget, w.fixed_bytes - a.fixed_bytes) << budget;
+  }
+  Budgets b;
+  parse_device_budget("80MiB+draft", b);
+  EXPECT_EQ(b.device, 80ull << 20);
+  EXPECT_TRUE(b.draft_on_top);
+  parse_device_budget("1GiB", b);
+  EXPECT_EQ(b.device, 1ull << 30);
+  EXPECT_FALSE(b.draft_on_top);
+  EXPECT_THROW(parse_device_budget("+draft", b), Error);
+  EXPECT_THROW(parse_device_budget("1GiB+drafts", b), Error);
+  EXPECT_THROW(parse_device_budget("1GiB+", b), Error);
+}
+
 TEST(Plan, ContextGrowsTheKvCaches) {
   const ModelDesc m = synthetic(8);
   RunShape s2, s4;

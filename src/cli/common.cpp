@@ -99,14 +99,15 @@ void add_run_options(CLI::App* app, RunOptions& o) {
 
 void add_budget_options(CLI::App* app, RunOptions& o) {
   app->add_option("--device-mem", o.device_mem,
-                  "Device memory budget, e.g. 2GiB, 512MiB (CPU backend: the RAM working set; default: no limit)");
+                  "Device memory budget, e.g. 2GiB, 512MiB (CPU backend: the RAM working set; default: no limit); "
+                  "SIZE+draft: SIZE for the target, the resident draft's costs on top");
   app->add_option("--host-mem", o.host_mem, "Host (pinned RAM) budget for staged layers, e.g. 4GiB (default: none)");
   app->add_option("--ring", o.ring, "Layer slots in the streaming ring (>= 2)")->check(CLI::Range(2, 1024));
 }
 
 offload::Budgets budgets_from(const RunOptions& o) {
   offload::Budgets b;
-  if (!o.device_mem.empty()) b.device = offload::parse_size(o.device_mem, "--device-mem");
+  if (!o.device_mem.empty()) offload::parse_device_budget(o.device_mem, b, "--device-mem");
   if (!o.host_mem.empty()) b.host = offload::parse_size(o.host_mem, "--host-mem");
   b.ring_slots = o.ring;
   b.backend = offload::BackendKind::kCpu;  // the only backend that runs models today

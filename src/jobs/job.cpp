@@ -9,6 +9,7 @@
 
 #include "src/jobs/toml_section.h"
 
+#include "offload/plan.h"
 #include "offload/size.h"
 #include "src/util/error.h"
 
@@ -23,7 +24,11 @@ namespace {
 void check_size(const JobConfig& job, const std::string& key, const std::string& v) {
   if (v.empty()) return;
   try {
-    (void)offload::parse_size(v);
+    offload::Budgets b;
+    if (key == "memory.device")
+      offload::parse_device_budget(v, b, "memory.device");
+    else
+      (void)offload::parse_size(v);
   } catch (const Error& e) {
     throw Error(job.where(key) + ": " + e.what());
   }

@@ -6,7 +6,7 @@
 #include <set>
 #include <sstream>
 
-#include "offload/size.h"
+#include "offload/plan.h"
 #include "src/jobs/toml_section.h"
 #include "src/util/error.h"
 
@@ -43,7 +43,8 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
     return n ? n->as_table() : nullptr;
   };
   const Section su(s.file, s.lines, table("suite"), "suite");
-  su.only({"max_tokens", "ctx", "limit", "seed", "top_p", "chat"});
+  su.only({"max_tokens", "ctx", "limit", "seed", "top_p", "chat", "prefill_chunk"});
+  su.integer("prefill_chunk", s.prefill_chunk, 1, 1 << 20);
   su.boolean("chat", s.chat);
   su.integer("max_tokens", s.max_tokens, 1, 1 << 20);
   su.integer("ctx", s.ctx, 16, 1 << 24);
@@ -113,7 +114,8 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   numbers("temperatures", s.temperatures, 0, 100);
   for (const auto& d : s.device_mem)
     if (!d.empty()) try {
-        (void)offload::parse_size(d);
+        offload::Budgets b;
+        offload::parse_device_budget(d, b, "matrix.device_mem");
       } catch (const Error& e) {
         throw Error(s.file + ":" + std::to_string(s.lines["matrix.device_mem"]) + ": matrix.device_mem: " + e.what());
       }
@@ -218,6 +220,7 @@ JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& 
   j.sampling.top_p = static_cast<float>(s.top_p);
   j.sampling.seed = s.seed;
   j.max_tokens = s.max_tokens;
+  j.prefill_chunk = s.prefill_chunk;
   j.prompts = prompts;
   j.chat = s.chat;
   j.output = dir + "/cells/" + c.id() + ".jsonl";

@@ -4,9 +4,9 @@
 // budget, temperature and prompt set.
 //
 //   name = "smoke"
-//   [suite]   max_tokens = 32  ctx = 1024  seed = 1  top_p = 1.0  limit = 4  chat = true
+//   [suite]   max_tokens = 32  ctx = 1024  seed = 1  top_p = 1.0  limit = 4  chat = true  prefill_chunk = 64
 //   [[model]] name = "smollm2"  target = "models/x.gguf"  draft = "models/d.gguf"
-//   [matrix]  device_mem = ["", "360MiB"]   # "" = no budget
+//   [matrix]  device_mem = ["", "360MiB", "80MiB+draft"]   # "" = no budget; +draft: the draft on top
 //             trees = ["chain", "sequoia", "kary:4/spectr"]  # policy[/verifier], see tree_for_budget
 //                                           # (at temperature 0 the verifier is greedy: one cell per policy)
 //             budgets = [4, 8, 16]          # nodes per target pass, root included
@@ -28,6 +28,7 @@ struct SuiteModel {
 struct SuiteConfig {
   std::string file, name;
   int max_tokens = 32, ctx = 1024, limit = 0;  // limit: first N prompts of each set (0 = all)
+  int prefill_chunk = 512;                     // prompt passes of at most this many tokens
   uint64_t seed = 0;
   double top_p = 1.0;
   bool chat = true;  // "prompt" strings go through the model's chat template
