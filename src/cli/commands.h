@@ -15,5 +15,6 @@ Runner add_make_draft(CLI::App& app);
 Runner add_plan_memory(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_batch(CLI::App& app);
+Runner add_profile_acceptance(CLI::App& app);
 Runner add_bench_suite(CLI::App* bench);  // `bench run`, under `bench`
 }  // namespace redwood::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_plan_memory(app), "plan-memory");
   reg(redwood::cli::add_bench(app), "bench");
   reg(redwood::cli::add_batch(app), "batch");
+  reg(redwood::cli::add_profile_acceptance(app), "profile-acceptance");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

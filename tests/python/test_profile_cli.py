@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""`redwood profile-acceptance` end to end (labels "python;model"; about half a minute).
+
+    python3 tests/python/test_profile_cli.py --redwood build/redwood --model models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+Checks: a profile at T = 0.6 (sequoia + specinfer vectors, chains) and at T = 0 (greedy) is
+written with the models' sizes and hashes; the vectors are probabilities with intervals
+around them; the top-level vector is non-increasing and `generate --acceptance` takes the
+file; bad input -> exit 1, one line, no output file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+FAILED: list[str] = []
+PASSED = 0
+
+
+def check(name: str, cond: bool, msg: str = "") -> None:
+    global PASSED
+    if cond:
+        PASSED += 1
+        print(f"PASS {name}", flush=True)
+    else:
+        FAILED.append(name)
+        print(f"FAIL {name}: {msg}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--redwood", required=True)
+    ap.add_argument("--model", required=True)
+    args = ap.parse_args()
+    rw = args.redwood
+    if not os.path.exists(args.model):
+        print(f"SKIP: {args.model} missing (run tools/fetch-models.sh)")
+        return 0
+    tmp = tempfile.mkdtemp(prefix="redwood_profile_cli_")
+    draft = os.path.join(tmp, "draft.gguf")
+    p = subprocess.run([rw, "make-draft", "--from", args.model, "--layers", "10", "--out", draft],
+                       capture_output=True, text=True, timeout=300)
+    check("make-draft", p.returncode == 0, p.stderr)
+    prompts = os.path.join(tmp, "p.jsonl")
+    with open(prompts, "w") as f:
+        f.write('{"id": 1, "prompt": "Write one sentence about the sea."}\n')
+        f.write('{"id": 2, "messages": [{"role": "user", "content": "Count from one to ten."}]}\n')
+
+    for temp, schemes in (("0.6", {"sequoia", "specinfer"}), ("0", {"greedy"})):
+        out = os.path.join(tmp, f"prof{temp}.json")
+        p = subprocess.run([rw, "profile-acceptance", "--model", args.model, "--draft", draft, "--prompts", prompts,
+                            "--temperature", temp, "--width", "4", "--count", "40", "--repeats", "2",
+                            "--max-tokens", "24", "--chain-depth", "3", "--out", out, "-q"],
+                           capture_output=True, text=True, timeout=600)
+        check(f"T={temp}: exit 0", p.returncode == 0, p.stderr[-500:])
+        if p.returncode != 0:
+            continue
+        d = json.load(open(out))
+        check(f"T={temp}: identities", d["target"]["bytes"] == os.path.getsize(args.model) and
+              len(d["target"]["xxh3"]) == 16 and d["draft"]["bytes"] == os.path.getsize(draft) and
+              d["target"]["xxh3"] != d["draft"]["xxh3"], json.dumps(d["target"]))
+        check(f"T={temp}: schemes", set(d["one_level_trees"]) == schemes, str(list(d["one_level_trees"])))
+        check(f"T={temp}: positions and sampling", d["positions"] == 40 and
+              abs(d["sampling"]["temperature"] - float(temp)) < 1e-6, str(d["positions"]))
+        ok = True
+        for name, v in d["one_level_trees"].items():
+            a = v["acceptance"]
+            ok &= len(a) == 4 and v["trials"] == 80 and abs(sum(a) + v["none"] - 1) < 1e-9
+            ok &= all(0 <= x <= 1 and lo <= x <= hi for x, (lo, hi) in zip(a, v["ci95"]))
+        check(f"T={temp}: vectors are probabilities with intervals", ok, json.dumps(d["one_level_trees"])[:300])
+        acc = d["acceptance"]
+        check(f"T={temp}: DP vector non-increasing", all(acc[i] >= acc[i + 1] for i in range(len(acc) - 1)), str(acc))
+        ch = d["chain"]
+        check(f"T={temp}: chain counts", ch["depth"] == 3 and len(ch["steps_reaching_depth"]) == 4 and
+              ch["steps_reaching_depth"][0] > 0, json.dumps(ch))
+        g = subprocess.run([rw, "generate", "--model", args.model, "--draft", draft, "--tree", "sequoia",
+                            "--acceptance", out, "--budget", "8", "--depth", "4", "--prompt", "Hi",
+                            "--max-tokens", "4", "--temperature", temp], capture_output=True, text=True, timeout=300)
+        check(f"T={temp}: generate --acceptance takes the profile", g.returncode == 0, g.stderr[-300:])
+
+    with open(os.path.join(tmp, "broken.jsonl"), "w") as f:
+        f.write('{"id": 1, "prompt": \n')
+
+    def bad(name: str, extra: list[str], expect: str) -> None:
+        out = os.path.join(tmp, name + ".json")
+        base = ["--model", args.model, "--draft", draft, "--out", out, "-q"]
+        if "--prompts" not in extra:
+            base += ["--prompts", prompts]
+        p = subprocess.run([rw, "profile-acceptance"] + base + extra, capture_output=True, text=True, timeout=300)
+        lines = p.stderr.strip().splitlines()
+        check(f"bad: {name}", p.returncode == 1 and len(lines) == 1 and expect in lines[0] and
+              not os.path.exists(out), f"rc={p.returncode} stderr={p.stderr[-300:]!r}")
+
+    bad("width", ["--width", "0"], "--width: expected an integer in [1, 64]")
+    bad("temperature", ["--temperature", "hot"], "--temperature")
+    bad("missing prompts", ["--prompts", os.path.join(tmp, "none.jsonl")], "none.jsonl")
+    bad("bad prompt line", ["--prompts", os.path.join(tmp, "broken.jsonl")], "broken.jsonl:1")
+    print(f"{PASSED} passed, {len(FAILED)} failed" + (": " + ", ".join(FAILED) if FAILED else ""))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
