@@ -240,6 +240,46 @@ StaticTree bounded_tree(const std::vector<double>& p, int n, int d) {
   return t;
 }
 
+// Algorithm 5's values only (no argmax tables): G[l][m] for all l <= d, m <= n.
+std::vector<std::vector<double>> bounded_values(const std::vector<double>& p, int n, int d) {
+  const int K = std::max(1, std::min(static_cast<int>(p.size()), n - 1));
+  const size_t W = static_cast<size_t>(n) + 1;
+  const size_t KB = static_cast<size_t>(K) + 1;
+  std::vector<int64_t> cap(static_cast<size_t>(d) + 1, 0);
+  cap[1] = 1;
+  for (int l = 2; l <= d; ++l)
+    cap[static_cast<size_t>(l)] = std::min<int64_t>(n, 1 + K * cap[static_cast<size_t>(l - 1)]);
+  std::vector<std::vector<double>> G(static_cast<size_t>(d) + 1, std::vector<double>(W, kNegInf));
+  G[1][1] = 1;
+  std::vector<double> T(KB * W, kNegInf);
+  for (int l = 2; l <= d; ++l) {
+    const int64_t cp = cap[static_cast<size_t>(l - 1)];
+    const std::vector<double>& g = G[static_cast<size_t>(l - 1)];
+    std::fill(T.begin(), T.end(), kNegInf);
+    T[1] = 1;
+    for (int m = 2; m <= n; ++m)
+      if (m - 1 <= cp) T[W + static_cast<size_t>(m)] = 1 + p[0] * g[static_cast<size_t>(m - 1)];
+    for (int b = 2; b <= K; ++b) {
+      const double* tb = &T[static_cast<size_t>(b - 1) * W];
+      double* out = &T[static_cast<size_t>(b) * W];
+      const double pb = p[static_cast<size_t>(b - 1)];
+      for (int m = b + 1; m <= n; ++m) {
+        const int s_hi = static_cast<int>(std::min<int64_t>(cp, (m - 1) / b));
+        const int s_lo = static_cast<int>(std::max<int64_t>(1, (m - 1) - (b - 1) * cp));
+        double best = kNegInf;
+        for (int s = s_lo; s <= s_hi; ++s) best = std::max(best, tb[m - s] + pb * g[static_cast<size_t>(s)]);
+        out[m] = best;
+      }
+    }
+    std::vector<double>& gl = G[static_cast<size_t>(l)];
+    for (int m = 1; m <= n; ++m)
+      for (int b = 0; b <= K; ++b)
+        gl[static_cast<size_t>(m)] =
+            std::max(gl[static_cast<size_t>(m)], T[static_cast<size_t>(b) * W + static_cast<size_t>(m)]);
+  }
+  return G;
+}
+
 // Structure check shared by expected_tokens, the writer and the reader.
 void validate_tree(const StaticTree& t) {
   const size_t n = t.parent.size();
@@ -285,6 +325,44 @@ StaticTree from_parents(const std::vector<int32_t>& parent) {
 }
 
 }  // namespace
+
+std::vector<std::vector<double>> sequoia_value_table(const std::vector<double>& acceptance, int max_n, int max_depth) {
+  validate_acceptance(acceptance);
+  validate_budget(max_n);
+  if (max_depth < 1 || max_depth > max_n)
+    throw Error("tree depth must be in [1, " + std::to_string(max_n) + "], got " + std::to_string(max_depth));
+  const int64_t K = std::max<int64_t>(1, std::min<int64_t>(static_cast<int64_t>(acceptance.size()), max_n - 1));
+  if ((K + 1) * (static_cast<int64_t>(max_n) + 1) > kMaxBoundedEntries)
+    throw Error("tree budget " + std::to_string(max_n) + " with width " + std::to_string(K) +
+                " is too large for the value table");
+  const std::vector<std::vector<double>> g = bounded_values(acceptance, max_n, max_depth);
+  std::vector<std::vector<double>> table(static_cast<size_t>(max_depth) + 1,
+                                         std::vector<double>(static_cast<size_t>(max_n) + 1, 0.0));
+  for (size_t d = 1; d < table.size(); ++d) {
+    double best = 0;  // best over exactly m nodes, m <= n
+    for (size_t n = 1; n < table[d].size(); ++n) table[d][n] = best = std::max(best, g[d][n]);
+  }
+  return table;
+}
+
+std::vector<double> read_acceptance_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("acceptance") || !j["acceptance"].is_array())
+    throw Error(path + ": expected a JSON object with an \"acceptance\" array");
+  std::vector<double> acc;
+  for (const auto& v : j["acceptance"]) {
+    if (!v.is_number()) throw Error(path + ": acceptance values must be numbers");
+    acc.push_back(v.get<double>());
+  }
+  try {
+    validate_acceptance(acc);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  return acc;
+}
 
 int StaticTree::max_depth() const {
   if (depth.empty()) return 0;

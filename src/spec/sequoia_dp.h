@@ -40,6 +40,17 @@ namespace detail {
 StaticTree sequoia_tree_bounded(const std::vector<double>& acceptance, int n, int max_depth);
 }  // namespace detail
 
+// G(n, d) for every budget n <= max_n and depth d <= max_depth (levels, root
+// included) at once, from one run of the depth-bounded DP: table[d][n] equals
+// sequoia_tree(acceptance, n, d).expected_tokens (best over trees of at most n
+// nodes and at most d levels); rows 0 and columns 0 are 0. For the
+// hardware-aware optimizer (src/planner). Throws redwood::Error on invalid input.
+std::vector<std::vector<double>> sequoia_value_table(const std::vector<double>& acceptance, int max_n, int max_depth);
+
+// Reads an acceptance vector file, JSON {"acceptance": [p1, p2, ...]}, and
+// validates it (non-increasing, in [0, 1], sum <= 1). Errors name the file.
+std::vector<double> read_acceptance_file(const std::string& path);
+
 // Expected generated tokens of any tree under the acceptance vector (a child of
 // rank >= K contributes 0). Validates the tree (as read_tree_file does).
 double expected_tokens(const StaticTree& t, const std::vector<double>& acceptance);

@@ -64,20 +64,8 @@ StaticTree make_tree_shape(const std::string& spec, int budget, int depth, const
   if (kind == "sequoia") {
     if (!arg.empty()) return read_tree_file(arg);
     if (budget < 1) throw Error("--tree sequoia needs --budget N (nodes per target pass, root included)");
-    std::vector<double> acc;
-    if (!acceptance_file.empty()) {
-      std::ifstream in(acceptance_file);
-      if (!in) throw Error(acceptance_file + ": cannot open");
-      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-      if (j.is_discarded() || !j.contains("acceptance") || !j["acceptance"].is_array())
-        throw Error(acceptance_file + ": expected a JSON object with an \"acceptance\" array");
-      for (const auto& v : j["acceptance"]) {
-        if (!v.is_number()) throw Error(acceptance_file + ": acceptance values must be numbers");
-        acc.push_back(v.get<double>());
-      }
-    } else {
-      acc = default_acceptance(16);
-    }
+    const std::vector<double> acc =
+        acceptance_file.empty() ? default_acceptance(16) : read_acceptance_file(acceptance_file);
     return sequoia_tree(acc, budget, depth);
   }
   throw Error("unknown --tree '" + spec + "' (chain:K, kary:WxD, sequoia, sequoia:FILE)");

@@ -1,0 +1,64 @@
+// redwood plan: predicted memory plan, target pass time t(n), the Sequoia tree
+// the hardware-aware optimizer picks, and seconds per token, against plain
+// offloading, from a hardware profile and model configs. Runs nothing.
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "offload/size.h"
+#include "src/cli/commands.h"
+#include "src/planner/hardware.h"
+#include "src/planner/model_config.h"
+#include "src/planner/predict.h"
+#include "src/spec/sequoia_dp.h"
+
+namespace redwood::cli {
+
+namespace {
+
+struct PredictCli {
+  std::string model_config, draft_config, hardware, acceptance, device_mem;
+  planner::PredictOptions o;
+  bool json = false;
+};
+
+int run_predict(const PredictCli& c) {
+  const planner::HardwareProfile hw = planner::load_hardware(c.hardware);
+  const ModelDesc target = planner::model_desc_from_config(planner::load_model_config(c.model_config));
+  const ModelDesc draft = planner::model_desc_from_config(planner::load_model_config(c.draft_config));
+  planner::PredictOptions o = c.o;
+  o.acceptance = c.acceptance.empty() ? spec::default_acceptance(16) : spec::read_acceptance_file(c.acceptance);
+  if (!c.device_mem.empty()) o.device_budget = offload::parse_size(c.device_mem, "--device-mem");
+  const planner::Prediction p = planner::predict(hw, target, draft, o);
+  if (c.json)
+    std::puts(planner::prediction_json(p).dump(2).c_str());
+  else
+    std::fputs(planner::prediction_table(p).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_predict(CLI::App& app) {
+  auto c = std::make_shared<PredictCli>();
+  auto* s = app.add_subcommand(
+      "plan",
+      "Predict the memory plan, pass times, best Sequoia tree and s/token on a hardware profile (runs nothing)");
+  s->add_option("--model-config", c->model_config, "Target model config (configs/models/*.toml)")->required();
+  s->add_option("--draft-config", c->draft_config, "Draft model config (configs/models/*.toml)")->required();
+  s->add_option("--hardware", c->hardware, "Hardware profile (configs/hardware/*.toml)")->required();
+  s->add_option("--acceptance", c->acceptance,
+                "Acceptance vector JSON {\"acceptance\": [p1, p2, ...]} (default: a power law over 16)");
+  s->add_option("--device-mem", c->device_mem, "Device budget (default: the profile's device memory - reserved)");
+  s->add_option("--ctx", c->o.ctx, "KV cache capacity in tokens")->check(CLI::Range(1, 1 << 24));
+  s->add_option("--past", c->o.n_past, "Tokens already in the KV cache when attention is costed")
+      ->check(CLI::Range(0, 1 << 24));
+  s->add_option("--max-budget", c->o.max_budget, "Largest tree budget n considered (root included)")
+      ->check(CLI::Range(1, 4096));
+  s->add_option("--max-depth", c->o.max_depth, "Largest tree depth d considered (levels, root included)")
+      ->check(CLI::Range(1, 128));
+  s->add_flag("--json", c->json, "JSON output");
+  return [c] { return run_predict(*c); };
+}
+
+}  // namespace redwood::cli

@@ -1,0 +1,56 @@
+// `redwood plan`: the predicted performance of speculative decoding with layer
+// streaming on a hardware profile, from model configs and an acceptance
+// vector, without running anything. Four scenarios, each a memory plan from
+// the placement planner and the cost model's times:
+//   sequoia           target + resident draft; Sequoia tree chosen by the optimizer
+//   sequoia_min       the same at the planner's minimum device budget (for big
+//                     targets: 0 resident layers), to show what residency buys
+//   autoregressive    plain offloading, no draft, one token per pass
+//   autoregressive_min  the same at its minimum device budget
+#pragma once
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "offload/plan.h"
+#include "src/model/model_desc.h"
+#include "src/planner/cost_model.h"
+#include "src/planner/hardware.h"
+#include "src/planner/optimizer.h"
+
+namespace redwood::planner {
+
+struct PredictOptions {
+  std::vector<double> acceptance;         // p_1 >= p_2 >= ... (Sequoia's positional acceptance)
+  std::optional<uint64_t> device_budget;  // default: the profile's device_memory - device_reserved
+  int ctx = 2048;                         // KV capacity (tokens) for the memory plan
+  int n_past = 256;                       // tokens in the KV cache when attention is costed
+  int max_budget = 1024;                  // optimizer grid: n in [1, max_budget]
+  int max_depth = 32;                     // d in [1, max_depth]
+  int threads = 2;                        // CPU kernel workspace (planner accounting)
+};
+
+struct Scenario {
+  std::string label;
+  offload::MemoryPlan plan;
+  TreeChoice choice;                   // autoregressive: n = d = 1, tokens = 1
+  int tree_nodes = 1, tree_depth = 1;  // the chosen tree as built (may be smaller than n)
+  PassCost pass;                       // the target pass at n
+};
+
+struct Prediction {
+  std::string hardware, target, draft;
+  PredictOptions options;
+  Scenario sequoia, sequoia_min, autoregressive, autoregressive_min;
+  std::vector<std::pair<int, PassCost>> t_n;       // t(n) under the sequoia plan, a few n
+  std::vector<std::pair<int, double>> draft_step;  // c(w), a few widths
+};
+
+Prediction predict(const HardwareProfile& hw, const ModelDesc& target, const ModelDesc& draft, const PredictOptions& o);
+
+std::string prediction_table(const Prediction& p);
+nlohmann::json prediction_json(const Prediction& p);
+
+}  // namespace redwood::planner

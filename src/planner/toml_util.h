@@ -1,0 +1,50 @@
+// Small helpers shared by the planner's TOML readers (hardware profiles, model
+// configs), on top of src/jobs/toml_section.h's Section.
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+
+#include "offload/size.h"
+#include "src/jobs/toml_section.h"
+#include "src/util/error.h"
+
+namespace redwood::planner {
+
+inline std::string read_text_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open " + what);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// "file: missing required key 'k'" for the first absent key.
+inline void require(const std::string& file, const jobs::detail::Section& s, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (!s.has(k)) throw Error(file + ": missing required key '" + k + "'");
+}
+
+// A memory size written as a string ("48GB", "44GiB") or a number of bytes.
+inline void size(const std::string& file, const toml::table& t, const jobs::detail::Section& s, const char* key,
+                 uint64_t& out) {
+  const toml::node* n = t.get(key);
+  if (!n) return;
+  if (n->is_integer()) {
+    const int64_t v = n->as_integer()->get();
+    if (v < 0) s.fail(key, *n, "must not be negative, got " + std::to_string(v));
+    out = static_cast<uint64_t>(v);
+    return;
+  }
+  if (!n->is_string()) s.wrong_type(key, *n, "a size string (\"48GB\", \"44GiB\") or a number of bytes");
+  const std::string v = *n->value<std::string>();
+  try {
+    out = offload::parse_size(v, key);
+  } catch (const Error&) {
+    s.fail(key, *n, "invalid size '" + v + "' (expected e.g. \"48GB\", \"44GiB\", \"512MiB\")");
+  }
+}
+
+}  // namespace redwood::planner

@@ -1,0 +1,433 @@
+// The predicted cost model (src/planner): hardware profiles and model configs
+// (TOML, validated with one-line errors), config -> ModelDesc sizes, the cost
+// model, the hardware-aware Sequoia optimizer against brute force, and the
+// L40 / Llama2-70B / Llama2-7B prediction in Sequoia's offloading regime.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "offload/layer_layout.h"
+#include "src/planner/cost_model.h"
+#include "src/planner/hardware.h"
+#include "src/planner/model_config.h"
+#include "src/planner/optimizer.h"
+#include "src/planner/predict.h"
+#include "src/spec/sequoia_dp.h"
+#include "src/util/error.h"
+
+using namespace redwood;
+using namespace redwood::planner;
+
+namespace {
+
+const std::string kSrc = REDWOOD_SOURCE_DIR;
+std::string cfg(const std::string& rel) {
+  return kSrc + "/configs/" + rel;
+}
+
+const char* kGoodHw = R"(name = "test gpu"
+kind = "gpu"
+device_memory = "16GiB"
+device_bandwidth = 1000.0
+link_bandwidth = 20
+storage_bandwidth = 5.0
+tflops = 100.0
+)";
+
+const char* kGoodModel = R"(name = "tiny"
+layers = 4
+dim = 256
+heads = 4
+kv_heads = 2
+ffn = 512
+vocab = 1000
+dtype = "F16"
+)";
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+// ---- hardware profiles ---------------------------------------------------------
+
+TEST(Hardware, ParsesAndDefaults) {
+  const HardwareProfile h = parse_hardware(kGoodHw, "hw.toml");
+  EXPECT_EQ(h.name, "test gpu");
+  EXPECT_EQ(h.backend, offload::BackendKind::kCuda);
+  EXPECT_EQ(h.device_memory, 16ull << 30);
+  EXPECT_EQ(h.device_budget(), 16ull << 30);
+  EXPECT_EQ(h.host_memory, 0u);
+  EXPECT_DOUBLE_EQ(h.link_bandwidth, 20.0);  // integers are numbers too
+  EXPECT_DOUBLE_EQ(h.bandwidth_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(h.eff_flops(), 100e12);
+}
+
+TEST(Hardware, ShippedProfilesLoad) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(cfg("hardware"))) {
+    if (e.path().extension() != ".toml") continue;
+    SCOPED_TRACE(e.path().string());
+    const HardwareProfile h = load_hardware(e.path().string());
+    EXPECT_FALSE(h.name.empty());
+    EXPECT_FALSE(h.source.empty());
+    EXPECT_LT(h.bandwidth_efficiency, 1.0);
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+  const HardwareProfile l40 = load_hardware(cfg("hardware/l40.toml"));
+  EXPECT_EQ(l40.device_memory, 48'000'000'000ull);
+  EXPECT_DOUBLE_EQ(l40.link_bandwidth, 25.0);
+  EXPECT_EQ(load_hardware(cfg("hardware/cpu-dev.toml")).backend, offload::BackendKind::kCpu);
+}
+
+TEST(Hardware, RejectsMalformedInput) {
+  const std::string base = kGoodHw;
+  auto with = [&](const std::string& extra) { return base + extra; };
+  auto without = [&](const std::string& key) {
+    std::string s = base;
+    const auto at = s.find(key + " =");
+    return s.erase(at, s.find('\n', at) - at + 1);
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {with("colour = 3\n"),
+       "hw.toml:8: unknown key 'colour' (known in the top level: name, source, kind, device_memory, "
+       "device_reserved, host_memory, device_bandwidth, link_bandwidth, storage_bandwidth, tflops, "
+       "bandwidth_efficiency, flops_efficiency, layer_overhead_us)"},
+      {without("tflops"), "hw.toml: missing required key 'tflops'"},
+      {without("device_memory"), "hw.toml: missing required key 'device_memory'"},
+      {with("bandwidth_efficiency = \"high\"\n"), "hw.toml:8: bandwidth_efficiency: expected a number, got a string"},
+      {with("flops_efficiency = 1.5\n"), "hw.toml:8: flops_efficiency: must be in (0, 1], got 1.5"},
+      {with("layer_overhead_us = -1\n"), "hw.toml:8: layer_overhead_us: must be in [0, 1e+06], got -1"},
+      {with("host_memory = \"lots\"\n"),
+       "hw.toml:8: host_memory: invalid size 'lots' (expected e.g. \"48GB\", \"44GiB\", \"512MiB\")"},
+      {with("host_memory = -5\n"), "hw.toml:8: host_memory: must not be negative, got -5"},
+      {with("device_reserved = \"16GiB\"\n"), "hw.toml:8: device_reserved: must be less than device_memory"},
+      {with("name = \"twice\"\n"),
+       "hw.toml:8: Error while parsing key-value pair: cannot redefine existing string 'name'"},
+      {with("link = [\n"), "hw.toml:8: Error while parsing array: encountered end-of-file"},
+  };
+  for (const auto& [text, msg] : cases) EXPECT_EQ(error_of([&] { parse_hardware(text, "hw.toml"); }), msg) << text;
+  std::string neg = base;
+  neg.replace(neg.find("link_bandwidth = 20"), 19, "link_bandwidth = -25");
+  EXPECT_EQ(error_of([&] { parse_hardware(neg, "hw.toml"); }),
+            "hw.toml:5: link_bandwidth: must be in (0, 1e+09], got -25");
+  std::string kind = base;
+  kind.replace(kind.find("\"gpu\""), 5, "\"tpu\"");
+  EXPECT_EQ(error_of([&] { parse_hardware(kind, "hw.toml"); }), "hw.toml:2: kind: expected gpu | cpu, got 'tpu'");
+  std::string mem = base;
+  mem.replace(mem.find("\"16GiB\""), 7, "16.5");
+  EXPECT_EQ(
+      error_of([&] { parse_hardware(mem, "hw.toml"); }),
+      "hw.toml:3: device_memory: expected a size string (\"48GB\", \"44GiB\") or a number of bytes, got a number");
+  EXPECT_EQ(error_of([] { load_hardware("/nonexistent/hw.toml"); }),
+            "/nonexistent/hw.toml: cannot open hardware profile");
+}
+
+// ---- model configs --------------------------------------------------------------
+
+TEST(ModelConfig, RejectsMalformedInput) {
+  const std::string base = kGoodModel;
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = base;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {base + "hidden = 4\n",
+       "m.toml:9: unknown key 'hidden' (known in the top level: name, source, layers, dim, heads, kv_heads, "
+       "head_dim, ffn, vocab, tied, dtype, embedding_dtype, context, rope_base)"},
+      {replace("layers = 4\n", ""), "m.toml: missing required key 'layers'"},
+      {replace("layers = 4", "layers = \"4\""), "m.toml:2: layers: expected an integer, got a string"},
+      {replace("layers = 4", "layers = 0"), "m.toml:2: layers: must be in [1, 1024], got 0"},
+      {replace("heads = 4", "heads = 3"), "m.toml:4: heads: dim 256 is not a multiple of 3 heads (give head_dim)"},
+      {replace("kv_heads = 2", "kv_heads = 3"), "m.toml:5: kv_heads: 4 heads are not a multiple of 3 KV heads"},
+      {replace("\"F16\"", "\"FP8\""), "m.toml:8: dtype: expected F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1, got 'FP8'"},
+      {replace("ffn = 512", "ffn = 520").replace(base.find("\"F16\"") + 0, 5, "\"Q4_0\""),
+       "m.toml:8: dtype: Q4_0 needs rows that are a multiple of 32 elements, but a matrix has 520 columns"},
+      {base + "tied = 1\n", "m.toml:9: tied: expected true or false, got an integer"},
+  };
+  for (const auto& [text, msg] : cases) EXPECT_EQ(error_of([&] { parse_model_config(text, "m.toml"); }), msg) << text;
+  EXPECT_EQ(error_of([] { load_model_config("/nonexistent/m.toml"); }),
+            "/nonexistent/m.toml: cannot open model config");
+}
+
+TEST(ModelConfig, KnownParameterCounts) {
+  struct Known {
+    const char* file;
+    double params;  // published / computed from the HF configs
+  };
+  const Known known[] = {
+      {"llama2-7b", 6.738e9}, {"llama2-13b", 13.016e9}, {"llama2-70b", 68.977e9},
+      {"llama3-8b", 8.030e9}, {"llama3-70b", 70.554e9}, {"smollm2-135m", 134.5e6},
+  };
+  for (const Known& k : known) {
+    SCOPED_TRACE(k.file);
+    const ModelConfig c = load_model_config(cfg(std::string("models/") + k.file + ".toml"));
+    const ModelDesc m = model_desc_from_config(c);
+    EXPECT_NEAR(static_cast<double>(parameter_count(m)), k.params, k.params * 1e-3);
+  }
+  const ModelDesc m70 = model_desc_from_config(load_model_config(cfg("models/llama2-70b.toml")));
+  EXPECT_EQ(m70.layers.size(), 80u);
+  EXPECT_EQ(m70.hp.head_dim, 128);
+  EXPECT_NEAR(static_cast<double>(m70.total_bytes()), 137.95e9, 0.05e9);  // fp16: 2 bytes per parameter
+  EXPECT_EQ(m70.layers[0].w_gate.bytes, 28672ull * 8192 * 2);
+  EXPECT_EQ(m70.layers[0].wk.rows, 1024);
+}
+
+// The virtual description has the same bytes per tensor as the real file.
+TEST(ModelConfig, MatchesTheRealSmolLM2File) {
+  if (!std::filesystem::exists(REDWOOD_TEST_MODEL)) GTEST_SKIP() << "no " << REDWOOD_TEST_MODEL;
+  const ModelDesc real = load_model_desc(REDWOOD_TEST_MODEL);
+  const ModelDesc virt = model_desc_from_config(load_model_config(cfg("models/smollm2-135m.toml")));
+  ASSERT_EQ(real.layers.size(), virt.layers.size());
+  EXPECT_EQ(real.total_bytes(), virt.total_bytes());
+  for (size_t i = 0; i < real.layers.size(); ++i) EXPECT_EQ(real.layers[i].bytes(), virt.layers[i].bytes());
+  EXPECT_EQ(real.tok_embd.type, virt.tok_embd.type);
+}
+
+// ---- Sequoia value table, optimizer --------------------------------------------
+
+TEST(Optimizer, ValueTableMatchesSequoiaTree) {
+  for (const std::vector<double>& acc :
+       {std::vector<double>{0.6, 0.2, 0.1}, std::vector<double>{0.9}, spec::default_acceptance(8),
+        std::vector<double>{0.5, 0.5}, std::vector<double>{0.7, 0.1, 0, 0}}) {
+    const auto table = spec::sequoia_value_table(acc, 48, 9);
+    for (int d = 1; d <= 9; ++d)
+      for (int n = d; n <= 48; ++n)
+        EXPECT_NEAR(table[static_cast<size_t>(d)][static_cast<size_t>(n)],
+                    spec::sequoia_tree(acc, n, d).expected_tokens, 1e-9)
+            << "n " << n << " d " << d;
+  }
+}
+
+TEST(Optimizer, EqualsBruteForce) {
+  struct Case {
+    std::vector<double> acc;
+    std::function<double(int)> t, c;
+  };
+  const std::vector<Case> cases = {
+      // Offloading-like: t flat, then growing; draft cheap.
+      {{0.8, 0.1, 0.05}, [](int n) { return 1.0 + 0.002 * n; }, [](int) { return 0.02; }},
+      // On-chip-like: t grows fast, draft expensive.
+      {{0.7, 0.15, 0.05, 0.02}, [](int n) { return 0.05 + 0.01 * n; }, [](int) { return 0.03; }},
+      // Width-dependent draft (compute-bound beyond 4 tokens per level), step-shaped t.
+      {spec::default_acceptance(6), [](int n) { return 0.5 + 0.2 * ((n + 15) / 16); },
+       [](int w) { return 0.01 * std::max(1, w / 4); }},
+      // Drafting so costly that autoregressive decoding wins.
+      {{0.3, 0.1}, [](int) { return 0.01; }, [](int) { return 1.0; }},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(k);
+    const Case& cs = cases[k];
+    OptimizerInput in;
+    in.acceptance = cs.acc;
+    in.max_budget = 40;
+    in.max_depth = 8;
+    in.target_s = cs.t;
+    in.draft_step_s = cs.c;
+    const TreeChoice got = optimize_tree(in);
+    TreeChoice best;
+    double best_rate = -1;
+    auto G = [&](int n, int d) { return n < 1 || d < 1 ? 0.0 : spec::sequoia_tree(cs.acc, n, d).expected_tokens; };
+    for (int n = 1; n <= 40; ++n)
+      for (int d = 1; d <= std::min(8, n); ++d) {
+        const double g = G(n, d);
+        if (!adds_value(g, G(n - 1, d), G(n, d - 1))) continue;
+        // Then the DP's tree has exactly n nodes and d levels.
+        const spec::StaticTree tree = spec::sequoia_tree(cs.acc, n, d);
+        EXPECT_EQ(tree.size(), n);
+        EXPECT_EQ(tree.max_depth(), d);
+        const TreeChoice x = evaluate_tree(n, d, g, cs.t(n), cs.c);
+        if (x.tokens_per_second() > best_rate * (1 + 1e-12)) best = x, best_rate = x.tokens_per_second();
+      }
+    EXPECT_NEAR(got.tokens_per_second(), best_rate, best_rate * 1e-9);
+    EXPECT_EQ(got.budget, best.budget);
+    EXPECT_EQ(got.depth, best.depth);
+    // And the objective really is G / (t(n) + (d - 1) c).
+    const double g = spec::sequoia_tree(cs.acc, got.budget, got.depth).expected_tokens;
+    EXPECT_NEAR(got.tokens, g, 1e-9);
+  }
+  // The last case: drafting never pays.
+  OptimizerInput in;
+  in.acceptance = {0.3, 0.1};
+  in.max_budget = 40;
+  in.target_s = [](int) { return 0.01; };
+  in.draft_step_s = [](int) { return 1.0; };
+  const TreeChoice ar = optimize_tree(in);
+  EXPECT_EQ(ar.budget, 1);
+  EXPECT_EQ(ar.depth, 1);
+  EXPECT_DOUBLE_EQ(ar.tokens, 1.0);
+}
+
+TEST(Optimizer, DraftCostUsesAverageLevelWidth) {
+  const TreeChoice x = evaluate_tree(13, 4, 3.0, 1.0, [](int w) { return 0.001 * w; });
+  EXPECT_DOUBLE_EQ(x.draft_s, 3 * 0.004);  // 12 drafted nodes over 3 levels
+  EXPECT_DOUBLE_EQ(x.seconds_per_token(), (1.0 + 0.012) / 3.0);
+}
+
+// ---- cost model -----------------------------------------------------------------
+
+TEST(CostModel, ResidentIsComputeOnly) {
+  const HardwareProfile hw = parse_hardware(kGoodHw, "hw.toml");
+  const ModelDesc m = model_desc_from_config(parse_model_config(kGoodModel, "m.toml"));
+  offload::Budgets b;
+  b.backend = offload::BackendKind::kCuda;
+  const offload::MemoryPlan p = offload::plan_memory(m, nullptr, b, offload::RunShape{});
+  ASSERT_EQ(p.count(offload::Tier::kDevice), 4);
+  const PassCost c = target_pass(hw, m, p, 8, 100);
+  EXPECT_EQ(c.transfer_s, 0.0);
+  EXPECT_DOUBLE_EQ(c.seconds, c.compute_s);
+  double sum = 0;
+  for (const LayerDesc& L : m.layers) sum += layer_compute_s(hw, m.hp, L, 8, 100);
+  EXPECT_GT(c.compute_s, sum);  // plus the LM head
+  // A layer: bandwidth-bound at n = 1 (bytes / 1000 GB/s), compute-bound for large n.
+  const LayerDesc& L = m.layers[0];
+  double bytes = 0, params = 0;
+  for (const TensorExtent* t : offload::layer_matrices(L))
+    bytes += static_cast<double>(t->bytes), params += t->rows * t->cols;
+  const double kv = 2.0 * 2 * 64 * (0 + 1) * 2;
+  EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 1, 0), (bytes + kv) / 1000e9, 1e-15);
+  const double n = 100000, attn = 4.0 * n * n * 256;
+  EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 100000, 0), (2 * params * n + attn) / 100e12, 1e-9);
+}
+
+TEST(CostModel, StreamedPassIsThePipeline) {
+  const HardwareProfile hw = parse_hardware(kGoodHw, "hw.toml");
+  const ModelDesc m = model_desc_from_config(parse_model_config(kGoodModel, "m.toml"));
+  offload::Budgets b;
+  b.backend = offload::BackendKind::kCuda;
+  b.device = 1;  // below the minimum: use the minimum
+  offload::MemoryPlan p;
+  try {
+    p = offload::plan_memory(m, nullptr, b, offload::RunShape{});
+  } catch (const Error&) {
+  }
+  offload::Budgets b2 = b;
+  b2.device = offload::plan_memory(m, nullptr, offload::Budgets{}, offload::RunShape{}).device_min;
+  p = offload::plan_memory(m, nullptr, b2, offload::RunShape{});
+  ASSERT_EQ(p.count(offload::Tier::kDevice), 0);
+  ASSERT_EQ(p.count(offload::Tier::kStorage), 4);
+  const PassCost c = target_pass(hw, m, p, 1, 0);
+  // Storage at 5 GB/s is slower than the link: transfers are bytes / 5 GB/s.
+  double tr = 0;
+  for (uint64_t bytes : p.layer_bytes) tr += static_cast<double>(bytes) / 5e9;
+  EXPECT_NEAR(c.transfer_s, tr, 1e-15);
+  // Transfer-bound: the pass is every transfer plus the last layer's compute and the head.
+  const double last = layer_compute_s(hw, m.hp, m.layers[3], 1, 0);
+  EXPECT_NEAR(c.seconds, tr + last + (c.compute_s - 4 * last), 1e-12);
+  EXPECT_GE(c.seconds, std::max(c.transfer_s, c.compute_s));
+  // Time never decreases with the number of tokens.
+  double prev = 0;
+  for (int n : {1, 2, 16, 256, 4096, 65536}) {
+    const double t = target_pass(hw, m, p, n, 0).seconds;
+    EXPECT_GE(t, prev);
+    prev = t;
+  }
+}
+
+// ---- the L40 / Llama2-70B / Llama2-7B regime (Sequoia Table 5) ------------------
+
+namespace {
+Prediction l40_prediction(int max_budget) {
+  const HardwareProfile hw = load_hardware(cfg("hardware/l40.toml"));
+  const ModelDesc target = model_desc_from_config(load_model_config(cfg("models/llama2-70b.toml")));
+  const ModelDesc draft = model_desc_from_config(load_model_config(cfg("models/llama2-7b.toml")));
+  PredictOptions o;
+  o.acceptance = spec::read_acceptance_file(cfg("acceptance/sequoia-70b-7b-like.json"));
+  o.max_budget = max_budget;
+  return predict(hw, target, draft, o);
+}
+}  // namespace
+
+TEST(Predict, L40Llama70BInSequoiasRegime) {
+  const Prediction p = l40_prediction(1024);
+  // The acceptance vector yields 10-12 tokens per step at n = 768 (Sequoia: 9.8-12.2).
+  const auto g = spec::sequoia_value_table(p.options.acceptance, 768, 32);
+  EXPECT_GE(g[32][768], 10.0);
+  EXPECT_LE(g[32][768], 12.5);
+  // Trees of hundreds of nodes, deep; 0.3-0.9 s/token (Sequoia: 0.56-0.76).
+  const Scenario& s = p.sequoia;
+  EXPECT_GE(s.choice.budget, 256);
+  EXPECT_GE(s.choice.depth, 12);
+  EXPECT_GE(s.choice.seconds_per_token(), 0.3);
+  EXPECT_LE(s.choice.seconds_per_token(), 0.9);
+  // The pass is dominated by the weights crossing PCIe.
+  EXPECT_GT(s.pass.transfer_s, 3 * s.pass.compute_s);
+  // The leftover VRAM holds some layers; that helps, and helps plain offloading more.
+  EXPECT_GT(s.plan.count(offload::Tier::kDevice), 5);
+  EXPECT_EQ(p.sequoia_min.plan.count(offload::Tier::kDevice), 0);
+  EXPECT_EQ(p.autoregressive_min.plan.count(offload::Tier::kDevice), 0);
+  EXPECT_GT(p.autoregressive.plan.count(offload::Tier::kDevice), s.plan.count(offload::Tier::kDevice));
+  EXPECT_LT(s.choice.seconds_per_token(), p.sequoia_min.choice.seconds_per_token());
+  // Plain offloading with nothing resident: ~137 GB over 25 GB/s (DeepSpeed ZeRO-Inference: 5.5 s/token).
+  EXPECT_NEAR(p.autoregressive_min.choice.seconds_per_token(), 5.5, 0.3);
+  EXPECT_GT(p.autoregressive.choice.seconds_per_token() / s.choice.seconds_per_token(), 5.0);
+  // Sequoia's own grid stops at 768: the same regime.
+  const Prediction q = l40_prediction(768);
+  EXPECT_EQ(q.sequoia.choice.budget, 768);
+  EXPECT_GE(q.sequoia.choice.tokens, 10.0);
+  EXPECT_GE(q.sequoia.choice.seconds_per_token(), 0.3);
+  EXPECT_LE(q.sequoia.choice.seconds_per_token(), 0.9);
+}
+
+TEST(Predict, JsonHasTheFields) {
+  const Prediction p = l40_prediction(512);
+  const nlohmann::json j = nlohmann::json::parse(prediction_json(p).dump());
+  for (const char* s : {"sequoia", "sequoia_min", "autoregressive", "autoregressive_min"}) {
+    SCOPED_TRACE(s);
+    ASSERT_TRUE(j.contains(s));
+    for (const char* k : {"budget", "depth", "tokens_per_pass", "target_pass_s", "draft_s", "s_per_token",
+                          "tokens_per_s", "memory_plan"})
+      EXPECT_TRUE(j[s].contains(k)) << k;
+    EXPECT_TRUE(j[s]["memory_plan"].contains("resident_layers"));
+  }
+  EXPECT_EQ(j["autoregressive"]["budget"], 1);
+  EXPECT_DOUBLE_EQ(j["autoregressive"]["tokens_per_pass"].get<double>(), 1.0);
+  EXPECT_GT(j["residency_gain_sequoia"].get<double>(), 1.0);
+  EXPECT_EQ(j["t_n"].size(), 6u);  // n = 1 ... 512
+  const std::string table = prediction_table(p);
+  EXPECT_NE(table.find("sequoia_min"), std::string::npos);
+  EXPECT_NE(table.find("speedup over plain offloading"), std::string::npos);
+}
+
+TEST(Predict, EveryProfileWithSmallModels) {
+  const ModelDesc target = model_desc_from_config(load_model_config(cfg("models/llama3-8b.toml")));
+  const ModelDesc draft = model_desc_from_config(load_model_config(cfg("models/smollm2-135m-f16.toml")));
+  PredictOptions o;
+  o.acceptance = spec::default_acceptance(8);
+  o.max_budget = 128;
+  o.max_depth = 12;
+  for (const char* f : {"l40", "a100-80gb-sxm", "h100-pcie", "rtx4090", "cpu-dev"}) {
+    SCOPED_TRACE(f);
+    const Prediction p = predict(load_hardware(cfg(std::string("hardware/") + f + ".toml")), target, draft, o);
+    EXPECT_GT(p.sequoia.choice.tokens_per_second(), 0);
+    EXPECT_GE(p.sequoia.choice.tokens_per_second(), p.autoregressive.choice.tokens_per_second() * 0.5);
+  }
+}
+
+TEST(Acceptance, FileErrors) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + name) << text;
+    return dir + name;
+  };
+  EXPECT_EQ(error_of([&] { spec::read_acceptance_file(dir + "none.json"); }), dir + "none.json: cannot open");
+  const std::string bad = write("bad.json", "{\"acc\": []}");
+  EXPECT_EQ(error_of([&] { spec::read_acceptance_file(bad); }),
+            bad + ": expected a JSON object with an \"acceptance\" array");
+  const std::string up = write("up.json", "{\"acceptance\": [0.1, 0.5]}");
+  EXPECT_EQ(error_of([&] { spec::read_acceptance_file(up); }),
+            up + ": acceptance vector must be non-increasing (p_2 > p_1)");
+  const std::string ok = write("ok.json", "{\"acceptance\": [0.5, 0.25]}");
+  EXPECT_EQ(spec::read_acceptance_file(ok), (std::vector<double>{0.5, 0.25}));
+}
