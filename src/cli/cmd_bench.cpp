@@ -81,26 +81,6 @@ double storage_bandwidth(const ModelDesc& d, const offload::MemoryPlan& plan, co
   return static_cast<double>(done) / dt;
 }
 
-// A reproducible tree of n nodes: each node's parent is one of the 4 nodes before it.
-struct Tree {
-  std::vector<int32_t> tokens, positions, parents;
-  Batch view() const { return {tokens, positions, parents}; }
-};
-Tree make_tree(int n, int start, int vocab) {
-  std::mt19937 rng(1234 + n);
-  Tree b;
-  std::vector<int32_t> depth;
-  for (int i = 0; i < n; ++i) {
-    const int lo = std::max(-1, i - 4);
-    const int p = i == 0 ? -1 : std::uniform_int_distribution<int>(lo, i - 1)(rng);
-    b.parents.push_back(p);
-    depth.push_back(p < 0 ? 0 : depth[p] + 1);
-    b.positions.push_back(start + depth.back());
-    b.tokens.push_back(std::uniform_int_distribution<int>(0, vocab - 1)(rng));
-  }
-  return b;
-}
-
 struct Timing {
   double seconds = 0;  // fastest pass
   offload::PassIo io;  // of that pass
@@ -120,7 +100,7 @@ std::vector<Timing> time_passes(const ModelDesc& d, WeightSource& w, const std::
   kv.commit_prefix(prefix);
   std::vector<Timing> out;
   for (int n : sizes) {
-    const Tree b = make_tree(n, prefix, d.hp.vocab);
+    const TreeBatch b = random_tree(n, prefix, d.hp.vocab);
     std::vector<std::pair<double, offload::PassIo>> runs;
     for (int r = 0; r < repeat; ++r) {
       const double t0 = now();

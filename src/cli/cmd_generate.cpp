@@ -8,6 +8,7 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/cli/profiling.h"
 #include "src/engine/sampler.h"
 #include "src/model/chat_template.h"
 #include "src/spec/speculate.h"
@@ -58,7 +59,16 @@ int run_generate(GenerateOptions& o) {
     throw Error("give exactly one of --prompt and --prompt-tokens");
   // Speculation flags are checked before any model loads.
   std::optional<spec::SpecConfig> cfg;
-  if (!o.draft.empty()) {
+  const bool auto_tree = !o.draft.empty() && o.tree == "auto";
+  int auto_budget = 0, auto_depth = 0;
+  if (auto_tree) {
+    // --budget and --depth cap the optimizer's search; nothing else applies.
+    const spec::TreeOptions t = tree_options(o);
+    if (t.threshold || t.delta || t.width || !t.acceptance.empty() || !t.verifier.empty() || t.is_alphabet)
+      throw Error("--tree auto chooses a Sequoia tree and its verifier: it takes only --budget and --depth (caps)");
+    auto_budget = t.budget;
+    auto_depth = t.depth;
+  } else if (!o.draft.empty()) {
     cfg = spec::make_spec_config(tree_options(o), o.sampling);
     cfg->prefill_chunk = o.prefill_chunk;
   }
@@ -84,10 +94,18 @@ int run_generate(GenerateOptions& o) {
   shape.max_tokens = std::min(static_cast<int>(prompt.size()), o.prefill_chunk);
   if (!o.draft.empty()) {
     d = load_model(o.draft);
-    shape.ctx = capacity + cfg->max_tree_nodes() + 2;
-    shape.max_tokens = std::max(shape.max_tokens, cfg->max_tree_nodes() + 1);
+    const int nodes = auto_tree ? auto_budget : cfg->max_tree_nodes();
+    shape.ctx = capacity + nodes + 2;
+    shape.max_tokens = std::max(shape.max_tokens, nodes + 1);
   }
   load_weights(m, o.run, shape, d ? &d->desc : nullptr);
+  if (auto_tree) {
+    const AutoTreeResult a = choose_tree_auto(m, *d, o.run, o.sampling, auto_budget, auto_depth, stderr);
+    if (a.config) {
+      cfg = a.config;
+      cfg->prefill_chunk = o.prefill_chunk;
+    }
+  }
   Utf8Stream utf8;
   std::string text;
   std::vector<int32_t> out;
@@ -112,7 +130,7 @@ int run_generate(GenerateOptions& o) {
 
   double t_prefill = 0, t1 = 0;
   std::optional<spec::SpecStats> sstats;
-  if (o.draft.empty()) {
+  if (!cfg) {
     KvCache kv = m.transformer->make_cache(capacity);
     Sampler sampler(o.sampling);
     std::vector<float> logits(m.desc.hp.vocab);
@@ -230,7 +248,8 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--draft", o->draft, "Draft model (same vocabulary): enables speculative decoding");
   c->add_option("--tree", o->tree,
                 "Tree: chain:K | kary:WxD | sequoia | sequoia:FILE (static shapes), dyspec | opt-tree | specexec "
-                "(built per step from the draft's probabilities) (default sequoia)");
+                "(built per step from the draft's probabilities), auto (the Sequoia tree, or none, that measured "
+                "acceptance and pass times predict fastest; --budget/--depth cap it) (default sequoia)");
   c->add_option("--verify", o->verify,
                 "Verifier: greedy | specinfer | sequoia | spectr | multidraft-is | target-sample (default: greedy at "
                 "T=0; else sequoia, or target-sample for opt-tree/specexec). dyspec: sequoia|greedy; opt-tree, "

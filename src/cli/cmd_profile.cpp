@@ -1,4 +1,6 @@
-// redwood profile-acceptance: the positional acceptance vector of a draft for a
+// redwood profile-acceptance and profile-hardware.
+//
+// profile-acceptance: the positional acceptance vector of a draft for a
 // target, measured Sequoia's way (one-level trees at many positions of real
 // text), plus the per-depth acceptance of chains. See src/spec/acceptance_profile.h.
 //
@@ -7,14 +9,18 @@
 // the whole sequence give p and q at every continuation position; each position
 // gets --repeats draws of W children per scheme. Chains: speculative decoding
 // with chain:D over the same prompts, counting how deep each step accepted.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
 #include "kernels/cpu/threads.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/cli/profiling.h"
 #include "src/jobs/prompts.h"
 #include "src/model/chat_template.h"
+#include "src/planner/measured.h"
 #include "src/spec/acceptance_profile.h"
 #include "src/spec/generation.h"
 #include "src/util/error.h"
@@ -30,20 +36,6 @@ struct ProfileOptions {
               chain_depth = "6", seed = "1";
   bool chat = true, quiet = false;
 };
-
-// The logits of every row of one pass over `seq` (a fresh cache).
-std::vector<float> all_logits(Transformer& t, std::span<const int32_t> seq, int vocab) {
-  const int n = static_cast<int>(seq.size());
-  KvCache kv = t.make_cache(n);
-  std::vector<int32_t> pos(static_cast<size_t>(n)), par(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    pos[static_cast<size_t>(i)] = i;
-    par[static_cast<size_t>(i)] = i - 1;
-  }
-  std::vector<float> logits(static_cast<size_t>(n) * static_cast<size_t>(vocab));
-  t.forward(Batch{seq, pos, par}, kv, logits, LogitsRows::kAll);
-  return logits;
-}
 
 int run_profile(const ProfileOptions& o) {
   if (o.draft.empty()) throw Error("--draft is required");
@@ -97,82 +89,100 @@ int run_profile(const ProfileOptions& o) {
   load_weights(m, run, shape, &d.desc);
   load_weights(d, RunOptions{}, shape);
 
-  const bool greedy = sp.greedy();
-  std::vector<spec::AcceptanceCounter> counters;
-  if (greedy) {
-    counters.emplace_back(spec::Verifier::kGreedy, width);
-  } else {
-    counters.emplace_back(spec::Verifier::kSequoia, width);
-    counters.emplace_back(spec::Verifier::kSpecInfer, width);
-  }
-  // Greedy drafts take the draft's top-W under its T = 1 softmax (as the runtime does).
-  SamplingParams filt = sp;
-  if (greedy) filt.temperature = 1.0f;
-  Rng rng(sp.seed * 0x9E3779B97F4A7C15ull + 1);
-  std::vector<float> p, q;
-  const int V = m.desc.hp.vocab;
-  int64_t positions = 0;
-  int used_prompts = 0;
-  for (size_t i = 0; i < prompts.size() && positions < count; ++i) {
-    spec::GenerationRequest req;
-    req.prompt = prompts[i];
-    req.sampling = sp;
-    req.sampling.seed = sp.seed + i;
-    req.max_tokens = max_tokens;
-    const spec::Generation g = spec::generate(*m.transformer, *m.tokenizer, req, nullptr);
-    std::vector<int32_t> seq = prompts[i];
-    seq.insert(seq.end(), g.tokens.begin(), g.tokens.end());
-    if (g.tokens.size() < 2) continue;
-    const std::vector<float> lt = all_logits(*m.transformer, seq, V), ld = all_logits(*d.transformer, seq, V);
-    // Position t predicts seq[t + 1]: the continuation's positions, each with the real prefix.
-    for (size_t t = prompts[i].size() - 1; t + 1 < seq.size() && positions < count; ++t, ++positions) {
-      probs(filt, std::span<const float>(lt).subspan(t * static_cast<size_t>(V), static_cast<size_t>(V)), p);
-      probs(filt, std::span<const float>(ld).subspan(t * static_cast<size_t>(V), static_cast<size_t>(V)), q);
-      for (auto& c : counters)
-        for (int r = 0; r < repeats; ++r) c.add(p, q, rng);
-    }
-    ++used_prompts;
-    if (!o.quiet) std::fprintf(stderr, "\rprofile: %lld/%d positions", static_cast<long long>(positions), count);
-  }
-  if (!o.quiet) std::fprintf(stderr, "\n");
-  if (positions == 0) throw Error(o.prompts + ": the target produced no continuation to measure on");
-  prof.positions = positions;
-  prof.prompt_count = used_prompts;
-  for (const auto& c : counters) prof.vectors.push_back(c.result());
-  prof.acceptance = spec::non_increasing(prof.vectors[0].acceptance);
-
-  // Chains of depth D over the same prompts.
-  prof.chain.depth = chain_depth;
-  prof.chain.reached.assign(static_cast<size_t>(chain_depth) + 1, 0);
-  if (chain_depth > 0) {
-    spec::DraftSetup ds;
-    ds.draft = d.transformer.get();
-    ds.target_desc = &m.desc;
-    ds.draft_desc = &d.desc;
-    ds.config = spec::make_spec_config(
-        spec::TreeOptions{"chain:" + std::to_string(chain_depth), 64, 8, {}, {}, {}, "", "", {}}, sp);
-    for (int i = 0; i < used_prompts; ++i) {
-      spec::GenerationRequest req;
-      req.prompt = prompts[static_cast<size_t>(i)];
-      req.sampling = sp;
-      req.sampling.seed = sp.seed + static_cast<uint64_t>(i);
-      req.max_tokens = max_tokens;
-      const spec::Generation g = spec::generate(*m.transformer, *m.tokenizer, req, &ds);
-      const auto& hist = g.spec->accepted_by_depth;  // [k] = steps that accepted k drafted tokens
-      for (size_t k = 0; k < hist.size(); ++k)
-        for (size_t j = 0; j <= std::min(k, static_cast<size_t>(chain_depth)); ++j) prof.chain.reached[j] += hist[k];
-    }
-  }
+  AcceptanceRun ar;
+  ar.sampling = sp;
+  ar.width = width;
+  ar.count = count;
+  ar.repeats = repeats;
+  ar.max_tokens = max_tokens;
+  ar.chain_depth = chain_depth;
+  ar.quiet = o.quiet;
+  measure_acceptance(m, d, prompts, ar, prof);
+  if (prof.positions == 0) throw Error(o.prompts + ": the target produced no continuation to measure on");
   write_file_atomic(o.out, spec::profile_json(prof));
   const auto& v = prof.vectors[0];
   std::fprintf(stderr, "redwood: %s acceptance over %lld positions:", spec::verifier_name(v.verifier),
-               static_cast<long long>(positions));
+               static_cast<long long>(prof.positions));
   for (double a : v.acceptance) std::fprintf(stderr, " %.3f", a);
   std::fprintf(stderr, " (none %.3f) -> %s\n", v.none, o.out.c_str());
   return 0;
 }
 
+// ---- profile-hardware ----------------------------------------------------------
+
+struct HardwareOptions {
+  RunOptions run;
+  std::string draft, out;
+  std::string sizes = "1,2,4,8,16,32,64,128,256,512,768,1024", widths = "1,2,4,8,16,32,64";
+  int repeats = 3, warmup = 1, prefix = 64;
+  bool quiet = false;
+};
+
+std::vector<int> grid(const std::string& s, const char* what, int hi) {
+  std::vector<int> out;
+  for (int32_t v : parse_int_list(s, what)) {
+    if (v < 1 || v > hi) throw Error(std::string(what) + ": each value must be in 1.." + std::to_string(hi));
+    if (!out.empty() && v <= out.back()) throw Error(std::string(what) + ": values must be increasing");
+    out.push_back(v);
+  }
+  if (out.empty()) throw Error(std::string(what) + ": give at least one value");
+  return out;
+}
+
+int run_hardware(const HardwareOptions& o) {
+  if (o.draft.empty()) throw Error("--draft is required");
+  if (o.out.empty()) throw Error("--out FILE.json is required");
+  const std::vector<int> sizes = grid(o.sizes, "--sizes", 8192), widths = grid(o.widths, "--widths", 4096);
+  RunOptions run = o.run;
+  apply_run_options(run);
+  LoadedModel m = load_model(run.model.empty() ? default_model_path() : run.model, /*with_weights=*/false);
+  LoadedModel d = load_model(o.draft, /*with_weights=*/false);
+  if (d.desc.hp.vocab != m.desc.hp.vocab) throw Error(o.draft + ": the draft's vocabulary differs from the target's");
+  planner::MeasuredProfile prof;
+  prof.target = spec::identify_files(m.desc.path, m.desc.files);
+  prof.draft = spec::identify_files(d.desc.path, d.desc.files);
+  prof.device_mem = run.device_mem;
+  prof.host_mem = run.host_mem;
+  prof.ring = run.ring;
+  const int max_n = std::max(sizes.back(), widths.back());
+  offload::RunShape shape;
+  shape.ctx = o.prefix + max_n + 1;
+  shape.max_tokens = std::max(max_n, o.prefix);
+  load_weights(m, run, shape, &d.desc);
+  load_weights(d, RunOptions{}, shape);
+  HardwareRun hr;
+  hr.sizes = sizes;
+  hr.widths = widths;
+  hr.repeats = o.repeats;
+  hr.warmup = o.warmup;
+  hr.prefix = o.prefix;
+  hr.quiet = o.quiet;
+  measure_hardware(m, d, hr, prof);
+  write_file_atomic(o.out, planner::measured_json(prof));
+  std::fprintf(stderr, "redwood: t(1) = %.4f s, t(%d) = %.4f s; c(1) = %.4f s -> %s\n", prof.target_pass.seconds.front(),
+               sizes.back(), prof.target_pass.seconds.back(), prof.draft_level.seconds.front(), o.out.c_str());
+  return 0;
+}
+
 }  // namespace
+
+Runner add_profile_hardware(CLI::App& app) {
+  auto o = std::make_shared<HardwareOptions>();
+  auto* c = app.add_subcommand("profile-hardware",
+                               "Time target passes t(n) and draft levels c(w) in this configuration (budgets, "
+                               "streaming) for the tree optimizer");
+  c->add_option("--draft", o->draft, "Draft model (resident)")->required();
+  c->add_option("--out", o->out, "Profile JSON to write")->required();
+  c->add_option("--sizes", o->sizes, "Tree sizes n for target passes, increasing (default 1..1024)");
+  c->add_option("--widths", o->widths, "Level widths w for draft passes, increasing (default 1..64)");
+  c->add_option("--repeats", o->repeats, "Timed passes per point (the median is kept)")->check(CLI::Range(1, 1000));
+  c->add_option("--warmup", o->warmup, "Untimed passes first")->check(CLI::Range(0, 100));
+  c->add_option("--prefix", o->prefix, "Committed context tokens before the timed passes")
+      ->check(CLI::Range(0, 1 << 16));
+  c->add_flag("--quiet,-q", o->quiet, "No per-point lines");
+  add_run_options(c, o->run);
+  return [o] { return run_hardware(*o); };
+}
 
 Runner add_profile_acceptance(CLI::App& app) {
   auto o = std::make_shared<ProfileOptions>();

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "kernels/cpu/threads.h"
 #include "offload/size.h"
@@ -196,6 +197,21 @@ std::string npy_f32(const float* data, size_t rows, size_t cols) {
   out += header;
   out.append(reinterpret_cast<const char*>(data), rows * cols * sizeof(float));
   return out;
+}
+
+TreeBatch random_tree(int n, int start, int vocab) {
+  std::mt19937 rng(1234 + static_cast<unsigned>(n));
+  TreeBatch b;
+  std::vector<int32_t> depth;
+  for (int i = 0; i < n; ++i) {
+    const int lo = std::max(-1, i - 4);
+    const int p = i == 0 ? -1 : std::uniform_int_distribution<int>(lo, i - 1)(rng);
+    b.parents.push_back(p);
+    depth.push_back(p < 0 ? 0 : depth[static_cast<size_t>(p)] + 1);
+    b.positions.push_back(start + depth.back());
+    b.tokens.push_back(std::uniform_int_distribution<int>(0, vocab - 1)(rng));
+  }
+  return b;
 }
 
 }  // namespace redwood::cli

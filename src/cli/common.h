@@ -77,6 +77,15 @@ std::vector<int32_t> parse_int_list(const std::string& s, const char* what);
 // A failure leaves no partial output file.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// A reproducible tree of n nodes for timing passes: each node's parent is one
+// of the 4 nodes before it (or the root), positions from `start` + depth,
+// random tokens.
+struct TreeBatch {
+  std::vector<int32_t> tokens, positions, parents;
+  Batch view() const { return {tokens, positions, parents}; }
+};
+TreeBatch random_tree(int n, int start, int vocab);
+
 // A .npy (v1.0) of float32 [rows][cols].
 std::string npy_f32(const float* data, size_t rows, size_t cols);
 

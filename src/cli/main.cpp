@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_bench(app), "bench");
   reg(redwood::cli::add_batch(app), "batch");
   reg(redwood::cli::add_profile_acceptance(app), "profile-acceptance");
+  reg(redwood::cli::add_profile_hardware(app), "profile-hardware");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

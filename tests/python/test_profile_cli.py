@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`redwood profile-acceptance` end to end (labels "python;model"; about half a minute).
+"""`redwood profile-acceptance` and `profile-hardware` end to end (labels "python;model"; seconds).
 
     python3 tests/python/test_profile_cli.py --redwood build/redwood --model models/SmolLM2-135M-Instruct.Q4_1.gguf
 
@@ -81,6 +81,46 @@ def main() -> int:
                             "--acceptance", out, "--budget", "8", "--depth", "4", "--prompt", "Hi",
                             "--max-tokens", "4", "--temperature", temp], capture_output=True, text=True, timeout=300)
         check(f"T={temp}: generate --acceptance takes the profile", g.returncode == 0, g.stderr[-300:])
+
+    # profile-hardware: a small grid, streamed target (SIZE+draft), then bad input
+    hw = os.path.join(tmp, "hw.json")
+    p = subprocess.run([rw, "profile-hardware", "--model", args.model, "--draft", draft, "--device-mem", "80MiB+draft",
+                        "--sizes", "1,8,32", "--widths", "1,4", "--repeats", "2", "--prefix", "16", "--out", hw, "-q"],
+                       capture_output=True, text=True, timeout=600)
+    check("profile-hardware: exit 0", p.returncode == 0, p.stderr[-500:])
+    if p.returncode == 0:
+        h = json.load(open(hw))
+        check("profile-hardware: grid and config",
+              [r["n"] for r in h["target_pass"]] == [1, 8, 32] and [r["width"] for r in h["draft_level"]] == [1, 4] and
+              all(r["seconds"] > 0 for r in h["target_pass"] + h["draft_level"]) and
+              h["config"]["device_mem"] == "80MiB+draft" and h["layers"]["streamed"] > 0 and
+              h["timing"]["repeats"] == 2 and h["target"]["bytes"] == os.path.getsize(args.model), json.dumps(h)[:400])
+    for name, extra, expect in (("sizes order", ["--sizes", "8,4"], "--sizes: values must be increasing"),
+                                ("budget", ["--device-mem", "1MiB"], "too small")):
+        out = os.path.join(tmp, "bad-hw.json")
+        p = subprocess.run([rw, "profile-hardware", "--model", args.model, "--draft", draft, "--out", out, "-q"] + extra,
+                           capture_output=True, text=True, timeout=300)
+        lines = p.stderr.strip().splitlines()
+        check(f"profile-hardware bad: {name}", p.returncode == 1 and len(lines) == 1 and expect in lines[0] and
+              not os.path.exists(out), p.stderr[-300:])
+
+    # generate --tree auto: measures and caches both profiles, then reuses them
+    env = dict(os.environ, REDWOOD_CACHE_DIR=os.path.join(tmp, "cache"))
+    auto = [rw, "generate", "--model", args.model, "--draft", draft, "--tree", "auto", "--budget", "16", "--depth", "6",
+            "--device-mem", "80MiB+draft", "--prompt", "Name three rivers.", "--chat", "--max-tokens", "8",
+            "--temperature", "0.6", "--json"]
+    p = subprocess.run(auto, capture_output=True, text=True, timeout=600, env=env)
+    check("--tree auto: runs and says what it chose", p.returncode == 0 and "--tree auto:" in p.stderr and
+          "measuring" in p.stderr and ("sequoia budget" in p.stderr or "plain decoding" in p.stderr), p.stderr[-500:])
+    cached = sorted(os.listdir(env["REDWOOD_CACHE_DIR"])) if os.path.isdir(env["REDWOOD_CACHE_DIR"]) else []
+    check("--tree auto: both profiles cached", len(cached) == 2 and cached[0].startswith("acceptance-") and
+          cached[1].startswith("hardware-"), str(cached))
+    p = subprocess.run(auto, capture_output=True, text=True, timeout=600, env=env)
+    check("--tree auto: second run reuses the cache", p.returncode == 0 and "measuring" not in p.stderr and
+          "timing passes" not in p.stderr and "--tree auto:" in p.stderr, p.stderr[-500:])
+    p = subprocess.run(auto + ["--threshold", "0.1"], capture_output=True, text=True, timeout=60, env=env)
+    check("--tree auto: other tree flags are an error", p.returncode == 1 and
+          "--tree auto" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr[-300:])
 
     with open(os.path.join(tmp, "broken.jsonl"), "w") as f:
         f.write('{"id": 1, "prompt": \n')

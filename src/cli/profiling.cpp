@@ -1,0 +1,337 @@
+// Profiling runs and --tree auto (see profiling.h).
+#include "src/cli/profiling.h"
+
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "kernels/cpu/threads.h"
+#include "src/spec/generation.h"
+#include "src/util/error.h"
+
+namespace redwood::cli {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The logits of every row of one pass over `seq` (a fresh cache).
+std::vector<float> all_logits(Transformer& t, std::span<const int32_t> seq, int vocab) {
+  const int n = static_cast<int>(seq.size());
+  KvCache kv = t.make_cache(n);
+  std::vector<int32_t> pos(static_cast<size_t>(n)), par(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    pos[static_cast<size_t>(i)] = i;
+    par[static_cast<size_t>(i)] = i - 1;
+  }
+  std::vector<float> logits(static_cast<size_t>(n) * static_cast<size_t>(vocab));
+  t.forward(Batch{seq, pos, par}, kv, logits, LogitsRows::kAll);
+  return logits;
+}
+
+}  // namespace
+
+void measure_acceptance(LoadedModel& m, LoadedModel& d, const std::vector<std::vector<int32_t>>& prompts,
+                        const AcceptanceRun& r, spec::AcceptanceProfile& prof) {
+  const SamplingParams& sp = r.sampling;
+  const bool greedy = sp.greedy();
+  std::vector<spec::AcceptanceCounter> counters;
+  if (greedy) {
+    counters.emplace_back(spec::Verifier::kGreedy, r.width);
+  } else {
+    counters.emplace_back(spec::Verifier::kSequoia, r.width);
+    counters.emplace_back(spec::Verifier::kSpecInfer, r.width);
+  }
+  // Greedy drafts take the draft's top-W under its T = 1 softmax (as the runtime does).
+  SamplingParams filt = sp;
+  if (greedy) filt.temperature = 1.0f;
+  Rng rng(sp.seed * 0x9E3779B97F4A7C15ull + 1);
+  std::vector<float> p, q;
+  const int V = m.desc.hp.vocab;
+  int64_t positions = 0;
+  int used_prompts = 0;
+  for (size_t i = 0; i < prompts.size() && positions < r.count; ++i) {
+    spec::GenerationRequest req;
+    req.prompt = prompts[i];
+    req.sampling = sp;
+    req.sampling.seed = sp.seed + i;
+    req.max_tokens = r.max_tokens;
+    std::vector<int32_t> seq = prompts[i];
+    size_t first = 0;  // first measured position
+    if (r.max_tokens > 0) {
+      const spec::Generation g = spec::generate(*m.transformer, *m.tokenizer, req, nullptr);
+      seq.insert(seq.end(), g.tokens.begin(), g.tokens.end());
+      if (g.tokens.size() < 2) continue;
+      first = prompts[i].size() - 1;
+    } else {
+      if (seq.size() < 3) continue;
+      first = std::min<size_t>(seq.size() - 2, 4);  // skip the first few (little context)
+    }
+    const std::vector<float> lt = all_logits(*m.transformer, seq, V), ld = all_logits(*d.transformer, seq, V);
+    // Position t predicts seq[t + 1]: the continuation's positions, each with the real prefix.
+    for (size_t t = first; t + 1 < seq.size() && positions < r.count; ++t, ++positions) {
+      probs(filt, std::span<const float>(lt).subspan(t * static_cast<size_t>(V), static_cast<size_t>(V)), p);
+      probs(filt, std::span<const float>(ld).subspan(t * static_cast<size_t>(V), static_cast<size_t>(V)), q);
+      for (auto& c : counters)
+        for (int k = 0; k < r.repeats; ++k) c.add(p, q, rng);
+    }
+    ++used_prompts;
+    if (!r.quiet) std::fprintf(stderr, "\rprofile: %lld/%d positions", static_cast<long long>(positions), r.count);
+  }
+  if (!r.quiet) std::fprintf(stderr, "\n");
+  prof.positions = positions;
+  prof.prompt_count = used_prompts;
+  for (const auto& c : counters) prof.vectors.push_back(c.result());
+  prof.acceptance = spec::non_increasing(prof.vectors[0].acceptance);
+
+  // Chains of depth D over the same prompts.
+  prof.chain.depth = r.chain_depth;
+  prof.chain.reached.assign(static_cast<size_t>(r.chain_depth) + 1, 0);
+  if (r.chain_depth > 0 && r.max_tokens > 0) {
+    spec::DraftSetup ds;
+    ds.draft = d.transformer.get();
+    ds.target_desc = &m.desc;
+    ds.draft_desc = &d.desc;
+    ds.config = spec::make_spec_config(
+        spec::TreeOptions{"chain:" + std::to_string(r.chain_depth), 64, 8, {}, {}, {}, "", "", {}}, sp);
+    for (int i = 0; i < used_prompts; ++i) {
+      spec::GenerationRequest req;
+      req.prompt = prompts[static_cast<size_t>(i)];
+      req.sampling = sp;
+      req.sampling.seed = sp.seed + static_cast<uint64_t>(i);
+      req.max_tokens = r.max_tokens;
+      const spec::Generation g = spec::generate(*m.transformer, *m.tokenizer, req, &ds);
+      const auto& hist = g.spec->accepted_by_depth;  // [k] = steps that accepted k drafted tokens
+      for (size_t k = 0; k < hist.size(); ++k)
+        for (size_t j = 0; j <= std::min(k, static_cast<size_t>(r.chain_depth)); ++j) prof.chain.reached[j] += hist[k];
+    }
+  }
+}
+
+void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, planner::MeasuredProfile& prof) {
+  if (r.sizes.empty() || r.widths.empty()) throw Error("profile-hardware: empty size or width grid");
+  const int max_n = std::max(r.sizes.back(), r.widths.back());
+  const int ctx = r.prefix + max_n + 1;
+  prof.ctx = ctx;
+  prof.prefix = r.prefix;
+  prof.warmup = r.warmup;
+  prof.repeats = r.repeats;
+  prof.threads = cpu_threads();
+  if (m.plan) {
+    prof.layers_resident = m.plan->count(offload::Tier::kDevice);
+    prof.layers_host = m.plan->count(offload::Tier::kHost);
+    prof.layers_streamed = m.plan->count(offload::Tier::kStorage);
+  } else {
+    prof.layers_resident = static_cast<int>(m.desc.layers.size());
+  }
+  const int V = m.desc.hp.vocab;
+  std::vector<int32_t> pre(static_cast<size_t>(r.prefix));
+  for (int i = 0; i < r.prefix; ++i) pre[static_cast<size_t>(i)] = (i * 7919) % V;
+  std::vector<float> logits(static_cast<size_t>(max_n + r.prefix) * static_cast<size_t>(V));
+
+  // Target passes: a random tree of n nodes over the prefix, all logits rows.
+  KvCache tkv = m.transformer->make_cache(ctx);
+  if (r.prefix > 0) {
+    m.transformer->forward(ChainBatch(pre, 0).view(), tkv, logits, LogitsRows::kLast);
+    tkv.commit_prefix(r.prefix);
+  }
+  for (int n : r.sizes) {
+    const TreeBatch b = random_tree(n, r.prefix, V);
+    std::vector<double> t;
+    for (int k = 0; k < r.warmup + r.repeats; ++k) {
+      const double t0 = now_s();
+      m.transformer->forward(b.view(), tkv, logits, LogitsRows::kAll);
+      if (k >= r.warmup) t.push_back(now_s() - t0);
+      tkv.discard();
+    }
+    prof.target_pass.x.push_back(n);
+    prof.target_pass.seconds.push_back(median(t));
+    if (!r.quiet) std::fprintf(stderr, "target pass n=%d: %.4f s (median of %d)\n", n, median(t), r.repeats);
+  }
+  // Draft levels: w siblings after the prefix, then each node's distribution
+  // (what expanding a level costs in the step loop: the pass and the softmaxes).
+  KvCache dkv = d.transformer->make_cache(ctx);
+  if (r.prefix > 0) {
+    d.transformer->forward(ChainBatch(pre, 0).view(), dkv, logits, LogitsRows::kLast);
+    dkv.commit_prefix(r.prefix);
+  }
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  std::vector<float> q;
+  for (int w : r.widths) {
+    TreeBatch b;
+    for (int i = 0; i < w; ++i) {
+      b.tokens.push_back((i * 104729 + 17) % V);
+      b.positions.push_back(r.prefix);
+      b.parents.push_back(-1);
+    }
+    std::vector<double> t;
+    for (int k = 0; k < r.warmup + r.repeats; ++k) {
+      const double t0 = now_s();
+      d.transformer->forward(b.view(), dkv, logits, LogitsRows::kAll);
+      for (int i = 0; i < w; ++i)
+        probs(sp, std::span<const float>(logits).subspan(static_cast<size_t>(i) * V, static_cast<size_t>(V)), q);
+      if (k >= r.warmup) t.push_back(now_s() - t0);
+      dkv.discard();
+    }
+    prof.draft_level.x.push_back(w);
+    prof.draft_level.seconds.push_back(median(t));
+    if (!r.quiet) std::fprintf(stderr, "draft level w=%d: %.4f s (median of %d)\n", w, median(t), r.repeats);
+  }
+}
+
+// ---- --tree auto ------------------------------------------------------------------
+
+namespace {
+
+// Text for the acceptance measurement when no prompt set is given: positions
+// over these passages (real text, one target and one draft pass each).
+const char* const kBuiltinText[] = {
+    "The river rises in the hills to the north and flows for nearly two hundred miles before it reaches the sea. "
+    "Along its banks are small towns, farms and, near the coast, a busy port where ships load grain and timber.",
+    "To make bread, mix flour, water, salt and yeast into a soft dough. Knead it for ten minutes, let it rise "
+    "until it has doubled in size, shape it into a loaf and bake it in a hot oven for about forty minutes.",
+    "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n"
+    "print([fibonacci(i) for i in range(10)])\n",
+    "The committee met on Tuesday to discuss the budget for next year. After a long debate, the members agreed "
+    "to increase spending on schools and roads, and to review the plan again in six months.",
+    "Question: A train travels 60 miles in 1.5 hours. What is its average speed? Answer: The average speed is "
+    "the distance divided by the time, so 60 / 1.5 = 40 miles per hour.",
+    "In the early morning the city was quiet. A few shops were opening, a bus passed slowly down the main street, "
+    "and the smell of fresh coffee came from the small cafe on the corner.",
+};
+
+std::string cache_dir() {
+  std::string dir;
+  if (const char* e = std::getenv("REDWOOD_CACHE_DIR"); e && *e)
+    dir = e;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    dir = std::string(x) + "/redwood";
+  else if (const char* h = std::getenv("HOME"); h && *h)
+    dir = std::string(h) + "/.cache/redwood";
+  else
+    dir = ".redwood-cache";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create the profile cache " + dir + ": " + ec.message());
+  return dir;
+}
+
+// A cheap identity of the model files (no hashing of weights): absolute path,
+// size and modification time of each.
+std::string quick_key(const std::vector<std::string>& files, const std::string& extra) {
+  std::string s;
+  for (const std::string& f : files) {
+    struct stat st{};
+    if (::stat(f.c_str(), &st) != 0) throw Error(f + ": cannot stat");
+    s += std::filesystem::absolute(f).string() + "|" + std::to_string(st.st_size) + "|" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
+  }
+  s += extra;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(s.data(), s.size())));
+  return hex;
+}
+
+}  // namespace
+
+AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run,
+                                const SamplingParams& sampling, int max_budget, int max_depth, std::FILE* log) {
+  std::vector<std::string> files = m.desc.files;
+  files.insert(files.end(), d.desc.files.begin(), d.desc.files.end());
+  const std::string dir = cache_dir();
+  char sampling_key[96];
+  std::snprintf(sampling_key, sizeof sampling_key, "T=%.6g;top_p=%.6g;top_k=%d", sampling.temperature,
+                sampling.top_p, sampling.top_k);
+  const std::string acc_path = dir + "/acceptance-" + quick_key(files, sampling_key) + ".json";
+  const std::string hw_path =
+      dir + "/hardware-" +
+      quick_key(files, run.device_mem + "|" + run.host_mem + "|" + std::to_string(run.ring) + "|" +
+                           std::to_string(cpu_threads()) + "|" + std::to_string(max_budget)) +
+      ".json";
+  spec::AcceptanceProfile acc;
+  if (std::filesystem::exists(acc_path)) {
+    acc = spec::read_acceptance_profile(acc_path);
+  } else {
+    std::fprintf(log, "redwood: --tree auto: no acceptance profile for this model pair at %s yet; measuring it "
+                      "(cached in %s)\n", sampling_key, acc_path.c_str());
+    std::vector<std::vector<int32_t>> prompts;
+    for (const char* t : kBuiltinText) prompts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
+    AcceptanceRun r;
+    r.sampling = sampling;
+    r.count = 256;
+    r.repeats = 2;
+    r.max_tokens = 0;
+    r.chain_depth = 0;
+    r.quiet = true;
+    acc.target = spec::identify_files(m.desc.path, m.desc.files);
+    acc.draft = spec::identify_files(d.desc.path, d.desc.files);
+    acc.prompts = {"builtin", 0, "0000000000000000"};
+    acc.temperature = sampling.temperature;
+    acc.top_p = sampling.top_p;
+    acc.top_k = sampling.top_k;
+    acc.seed = sampling.seed;
+    acc.repeats = r.repeats;
+    measure_acceptance(m, d, prompts, r, acc);
+    write_file_atomic(acc_path, spec::profile_json(acc));
+  }
+  planner::MeasuredProfile hw;
+  if (std::filesystem::exists(hw_path)) {
+    hw = planner::read_measured(hw_path);
+  } else {
+    std::fprintf(log, "redwood: --tree auto: no hardware profile for this configuration yet; timing passes "
+                      "(cached in %s)\n", hw_path.c_str());
+    HardwareRun r;
+    for (int n = 1; n < max_budget; n *= 2) r.sizes.push_back(n);
+    r.sizes.push_back(max_budget);
+    for (int w = 1; w < std::max(2, max_budget); w *= 2) r.widths.push_back(w);
+    r.quiet = true;
+    hw.target = spec::identify_files(m.desc.path, m.desc.files);
+    hw.draft = spec::identify_files(d.desc.path, d.desc.files);
+    hw.device_mem = run.device_mem;
+    hw.host_mem = run.host_mem;
+    hw.ring = run.ring;
+    measure_hardware(m, d, r, hw);
+    write_file_atomic(hw_path, planner::measured_json(hw));
+  }
+  planner::OptimizerInput in;
+  in.acceptance = acc.acceptance;
+  in.max_budget = max_budget;
+  in.max_depth = max_depth;
+  in.target_s = [&](int n) { return hw.target_pass.at(n); };
+  in.draft_step_s = [&](int w) { return hw.draft_level.at(w); };
+  AutoTreeResult res;
+  res.best = planner::optimize_tree(in);
+  res.autoregressive = planner::evaluate_tree(1, 1, 1.0, hw.target_pass.at(1), in.draft_step_s);
+  if (res.best.depth <= 1) {
+    std::fprintf(log, "redwood: --tree auto: plain decoding is predicted fastest here (%.4f s/token; acceptance "
+                      "%.3f for the draft's first child)\n",
+                 res.autoregressive.seconds_per_token(), acc.acceptance.empty() ? 0.0 : acc.acceptance[0]);
+    return res;
+  }
+  spec::TreeOptions t;
+  t.tree = "sequoia";
+  t.budget = res.best.budget;
+  t.depth = res.best.depth;
+  t.acceptance = acc_path;
+  res.config = spec::make_spec_config(t, sampling);
+  std::fprintf(log, "redwood: --tree auto: sequoia budget %d depth %d: predicted %.2f tokens/pass, %.4f s/token "
+                    "(plain decoding %.4f s/token)\n",
+               res.best.budget, res.best.depth, res.best.tokens, res.best.seconds_per_token(),
+               res.autoregressive.seconds_per_token());
+  return res;
+}
+
+}  // namespace redwood::cli
