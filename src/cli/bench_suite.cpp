@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <iterator>
 #include <sstream>
 
 #include "src/cli/batch.h"
@@ -35,8 +36,8 @@ namespace {
 
 // Series colours, in policy order; the baseline is dark grey. The bench test
 // looks for these exact colours in the PNG.
-constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
-                                    "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+                                    "#e377c2", "#17becf", "#bcbd22", "#000080", "#ff1493", "#8fbc8f"};
 constexpr const char* kBaselineColour = "#444444";
 
 struct Row {
@@ -111,11 +112,11 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
     const Row* base = nullptr;
     for (const Row* r : rs)
       if (r->cell.tree.empty()) base = r;
-    std::string gp = "set terminal pngcairo size 1200,480 font ',10'\n";
+    std::string gp = "set terminal pngcairo size 1200,560 font ',10'\n";
     const std::string png = dir + "/plots/" + g + ".png";
     gp += "set output " + gp_quote(png + ".tmp") + "\n";
     gp += "set multiplot layout 1,2 title " + gp_quote(g) + " noenhanced\n";
-    gp += "set key top left noenhanced\nset grid\nset xlabel 'tree budget (nodes per target pass)'\nset logscale x 2\n";
+    gp += "set key below noenhanced\nset grid\nset xlabel 'tree budget (nodes per target pass)'\nset logscale x 2\n";
     // Data: one block per policy (index i), budget vs metric.
     std::string dat;
     std::vector<size_t> present;
@@ -136,7 +137,7 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
       for (size_t k = 0; k < present.size(); ++k) {
         const size_t i = present[k];
         cmd += gp_quote(datf) + " index " + std::to_string(k) + " using 1:" + (panel == 0 ? "2" : "3") +
-               " with linespoints lw 2 pt 7 lc rgb '" + kColours[i % 8] + "' title " + gp_quote(policies[i]) + ", ";
+               " with linespoints lw 2 pt 7 lc rgb '" + kColours[i % std::size(kColours)] + "' title " + gp_quote(policies[i]) + ", ";
       }
       const double y = base ? (panel == 0 ? base->s_per_token : 1.0) : NAN;
       if (base)
