@@ -13,6 +13,7 @@
 #include "kernels/cpu/threads.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/cli/profiling.h"
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
@@ -56,6 +57,8 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   LoadedModel m = load_model(job.target, /*with_weights=*/false);
   std::optional<LoadedModel> d;
   std::optional<spec::DraftSetup> ds;
+  const bool auto_tree = !job.draft.empty() && job.tree == "auto";
+  std::string auto_choice;  // what --tree auto chose (summary)
   if (!job.draft.empty()) {
     d = load_model(job.draft, /*with_weights=*/false);
     if (d->desc.hp.vocab != m.desc.hp.vocab || d->desc.tokenizer.tokens != m.desc.tokenizer.tokens)
@@ -63,13 +66,21 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     ds.emplace();
     ds->target_desc = &m.desc;
     ds->draft_desc = &d->desc;
-    try {
-      ds->config = spec::make_spec_config(
-          spec::TreeOptions{job.tree, job.budget, job.depth, job.threshold, job.delta, job.width, job.verify,
-                            job.acceptance, job.is_alphabet},
-          job.sampling);
-    } catch (const Error& e) {
-      throw Error(job.where("speculation") + ": " + e.what());
+    if (auto_tree) {
+      if (job.threshold || job.delta || job.width || !job.acceptance.empty() || !job.verify.empty() ||
+          job.is_alphabet)
+        throw Error(job.where("speculation.tree") +
+                    ": tree = \"auto\" chooses a Sequoia tree and its verifier; it takes only budget and depth "
+                    "(caps)");
+    } else {
+      try {
+        ds->config = spec::make_spec_config(
+            spec::TreeOptions{job.tree, job.budget, job.depth, job.threshold, job.delta, job.width, job.verify,
+                              job.acceptance, job.is_alphabet},
+            job.sampling);
+      } catch (const Error& e) {
+        throw Error(job.where("speculation") + ": " + e.what());
+      }
     }
   }
   bool chat_needed = job.chat;
@@ -83,7 +94,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     }
   }
   // Tokenize every prompt: too long for memory.ctx is a bad line.
-  const int tree_nodes = ds ? ds->config.max_tree_nodes() : 0;
+  const int tree_nodes = ds ? (auto_tree ? job.budget : ds->config.max_tree_nodes()) : 0;
   std::vector<std::vector<int32_t>> tokens;
   std::vector<jobs::PromptItem> items;
   for (auto& it : pf.items) {
@@ -145,6 +156,17 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
       ds->draft = d->transformer.get();
     }
     load_weights(m, run, shape, d ? &d->desc : nullptr);
+    if (auto_tree) {
+      const AutoTreeResult a =
+          choose_tree_auto(m, *d, run, job.sampling, job.budget, job.depth, hooks.quiet ? nullptr : hooks.log);
+      if (a.config) {
+        ds->config = *a.config;
+        auto_choice = "sequoia budget " + std::to_string(a.best.budget) + " depth " + std::to_string(a.best.depth);
+      } else {
+        ds.reset();  // plain decoding is predicted faster
+        auto_choice = "autoregressive";
+      }
+    }
   }
   jobs::ResultWriter writer(job.output, job.fsync_every);
   jobs::Progress progress(hooks.log, hooks.tty, job.progress_every);
@@ -271,6 +293,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
              {{"target", job.target},
               {"draft", job.draft},
               {"tree", job.draft.empty() ? "" : job.tree},
+              {"tree_auto_choice", auto_choice},
               {"verify", ds ? spec::verifier_name(ds->config.verifier) : ""},
               {"budget", job.budget},
               {"temperature", job.sampling.temperature},

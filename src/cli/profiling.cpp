@@ -265,7 +265,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   if (std::filesystem::exists(acc_path)) {
     acc = spec::read_acceptance_profile(acc_path);
   } else {
-    std::fprintf(log, "redwood: --tree auto: no acceptance profile for this model pair at %s yet; measuring it "
+    if (log) std::fprintf(log, "redwood: --tree auto: no acceptance profile for this model pair at %s yet; measuring it "
                       "(cached in %s)\n", sampling_key, acc_path.c_str());
     std::vector<std::vector<int32_t>> prompts;
     for (const char* t : kBuiltinText) prompts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
@@ -291,7 +291,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   if (std::filesystem::exists(hw_path)) {
     hw = planner::read_measured(hw_path);
   } else {
-    std::fprintf(log, "redwood: --tree auto: no hardware profile for this configuration yet; timing passes "
+    if (log) std::fprintf(log, "redwood: --tree auto: no hardware profile for this configuration yet; timing passes "
                       "(cached in %s)\n", hw_path.c_str());
     HardwareRun r;
     for (int n = 1; n < max_budget; n *= 2) r.sizes.push_back(n);
@@ -316,7 +316,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   res.best = planner::optimize_tree(in);
   res.autoregressive = planner::evaluate_tree(1, 1, 1.0, hw.target_pass.at(1), in.draft_step_s);
   if (res.best.depth <= 1) {
-    std::fprintf(log, "redwood: --tree auto: plain decoding is predicted fastest here (%.4f s/token; acceptance "
+    if (log) std::fprintf(log, "redwood: --tree auto: plain decoding is predicted fastest here (%.4f s/token; acceptance "
                       "%.3f for the draft's first child)\n",
                  res.autoregressive.seconds_per_token(), acc.acceptance.empty() ? 0.0 : acc.acceptance[0]);
     return res;
@@ -327,7 +327,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   t.depth = res.best.depth;
   t.acceptance = acc_path;
   res.config = spec::make_spec_config(t, sampling);
-  std::fprintf(log, "redwood: --tree auto: sequoia budget %d depth %d: predicted %.2f tokens/pass, %.4f s/token "
+  if (log) std::fprintf(log, "redwood: --tree auto: sequoia budget %d depth %d: predicted %.2f tokens/pass, %.4f s/token "
                     "(plain decoding %.4f s/token)\n",
                res.best.budget, res.best.depth, res.best.tokens, res.best.seconds_per_token(),
                res.autoregressive.seconds_per_token());

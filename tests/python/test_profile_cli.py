@@ -122,6 +122,23 @@ def main() -> int:
     check("--tree auto: other tree flags are an error", p.returncode == 1 and
           "--tree auto" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr[-300:])
 
+    # tree = "auto" in a batch job (the same cache)
+    job = os.path.join(tmp, "auto.toml")
+    out = os.path.join(tmp, "auto.jsonl")
+    body = (f'[model]\ntarget = "{args.model}"\ndraft = "{draft}"\n[memory]\ndevice = "80MiB+draft"\nctx = 512\n'
+            f'[speculation]\ntree = "auto"\nbudget = 16\ndepth = 6\nprefill_chunk = 64\n[sampling]\ntemperature = 0.6\nmax_tokens = 8\n'
+            f'[input]\nprompts = "{prompts}"\nchat = true\n[output]\npath = "{out}"\n')
+    open(job, "w").write(body)
+    p = subprocess.run([rw, "batch", job], capture_output=True, text=True, timeout=600, env=env)
+    summ = json.load(open(out + ".summary.json")) if p.returncode == 0 else {}
+    check("batch tree = auto: runs, both prompts, the choice in the summary", p.returncode == 0 and
+          len(open(out).read().splitlines()) == 2 and summ["config"]["tree_auto_choice"] != "" and
+          "--tree auto:" in p.stderr, p.stderr[-500:])
+    open(job, "w").write(body.replace("depth = 6\n", "depth = 6\nthreshold = 0.1\n"))
+    p = subprocess.run([rw, "batch", job], capture_output=True, text=True, timeout=60, env=env)
+    check("batch tree = auto: other tree keys are an error", p.returncode == 1 and "speculation.tree" in p.stderr and
+          len(p.stderr.strip().splitlines()) == 1, p.stderr[-300:])
+
     with open(os.path.join(tmp, "broken.jsonl"), "w") as f:
         f.write('{"id": 1, "prompt": \n')
 
