@@ -67,10 +67,11 @@ def main() -> int:
     # 1. auto (the first call measures the profiles; time it again once they are cached)
     run(a.redwood, spec + ["--tree", "auto", "--budget", str(a.budget), "--depth", str(a.depth)], env)
     auto_spt, _, err = run(a.redwood, spec + ["--tree", "auto", "--budget", str(a.budget), "--depth", str(a.depth)], env)
-    m = re.search(r"--tree auto: sequoia budget (\d+) depth (\d+): predicted ([\d.]+) tokens/pass, ([\d.]+) s/token", err)
+    m = re.search(r"--tree auto: sequoia budget (\d+) depth (\d+), verify (\S+): predicted ([\d.]+) tokens/pass, "
+                  r"([\d.]+) s/token", err)
     if m:
-        choice = f"sequoia n={m.group(1)} d={m.group(2)}"
-        predicted = float(m.group(4))
+        choice = f"sequoia n={m.group(1)} d={m.group(2)}" + ("" if m.group(3) in ("greedy", "sequoia") else f" {m.group(3)}")
+        predicted = float(m.group(5))
     else:
         m = re.search(r"plain decoding is predicted fastest here \(([\d.]+) s/token", err)
         if not m:

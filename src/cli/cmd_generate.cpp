@@ -28,7 +28,7 @@ struct GenerateOptions {
   int ctx = 0;
   int prefill_chunk = 512;
   // speculative decoding
-  std::string draft, tree = "sequoia", verify, acceptance;
+  std::string draft, tree = "sequoia", verify, acceptance, hardware_profile;
   // Parsed by redwood (one-line errors, exit 1); empty = not given.
   std::string budget = "64", depth = "8", threshold, delta, width, is_alphabet;
 };
@@ -61,11 +61,13 @@ int run_generate(GenerateOptions& o) {
   std::optional<spec::SpecConfig> cfg;
   const bool auto_tree = !o.draft.empty() && o.tree == "auto";
   int auto_budget = 0, auto_depth = 0;
+  if (!o.hardware_profile.empty() && !auto_tree) throw Error("--hardware-profile is only for --draft ... --tree auto");
   if (auto_tree) {
     // --budget and --depth cap the optimizer's search; nothing else applies.
     const spec::TreeOptions t = tree_options(o);
-    if (t.threshold || t.delta || t.width || !t.acceptance.empty() || !t.verifier.empty() || t.is_alphabet)
-      throw Error("--tree auto chooses a Sequoia tree and its verifier: it takes only --budget and --depth (caps)");
+    if (t.threshold || t.delta || t.width || !t.verifier.empty() || t.is_alphabet)
+      throw Error("--tree auto chooses a Sequoia tree and its verifier: it takes only --budget and --depth (caps), "
+                  "--acceptance and --hardware-profile");
     auto_budget = t.budget;
     auto_depth = t.depth;
   } else if (!o.draft.empty()) {
@@ -100,7 +102,8 @@ int run_generate(GenerateOptions& o) {
   }
   load_weights(m, o.run, shape, d ? &d->desc : nullptr);
   if (auto_tree) {
-    const AutoTreeResult a = choose_tree_auto(m, *d, o.run, o.sampling, auto_budget, auto_depth, stderr);
+    const AutoTreeResult a =
+        choose_tree_auto(m, *d, o.run, o.sampling, auto_budget, auto_depth, stderr, o.acceptance, o.hardware_profile);
     if (a.config) {
       cfg = a.config;
       cfg->prefill_chunk = o.prefill_chunk;
@@ -274,6 +277,9 @@ Runner add_generate(CLI::App& app) {
                 "multidraft-is: truncate each node's alphabet to the M most likely target tokens (exact: the "
                 "result is kept with probability p(Omega0)); default off")
       ->type_name("M");
+  c->add_option("--hardware-profile", o->hardware_profile,
+                "--tree auto: use this profile-hardware file instead of the cache (with --acceptance: an "
+                "acceptance profile instead of the cache's)");
   c->add_option("--acceptance", o->acceptance, "sequoia: acceptance vector JSON {\"acceptance\": [...]}");
   return [o] { return run_generate(*o); };
 }

@@ -248,7 +248,8 @@ std::string quick_key(const std::vector<std::string>& files, const std::string& 
 }  // namespace
 
 AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run,
-                                const SamplingParams& sampling, int max_budget, int max_depth, std::FILE* log) {
+                                const SamplingParams& sampling, int max_budget, int max_depth, std::FILE* log,
+                                const std::string& acceptance_file, const std::string& hardware_file) {
   std::vector<std::string> files = m.desc.files;
   files.insert(files.end(), d.desc.files.begin(), d.desc.files.end());
   const std::string dir = cache_dir();
@@ -262,7 +263,9 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
                            std::to_string(cpu_threads()) + "|" + std::to_string(max_budget)) +
       ".json";
   spec::AcceptanceProfile acc;
-  if (std::filesystem::exists(acc_path)) {
+  if (!acceptance_file.empty()) {
+    acc = spec::read_acceptance_profile(acceptance_file);
+  } else if (std::filesystem::exists(acc_path)) {
     acc = spec::read_acceptance_profile(acc_path);
   } else {
     if (log) std::fprintf(log, "redwood: --tree auto: no acceptance profile for this model pair at %s yet; measuring it "
@@ -288,7 +291,9 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     write_file_atomic(acc_path, spec::profile_json(acc));
   }
   planner::MeasuredProfile hw;
-  if (std::filesystem::exists(hw_path)) {
+  if (!hardware_file.empty()) {
+    hw = planner::read_measured(hardware_file);
+  } else if (std::filesystem::exists(hw_path)) {
     hw = planner::read_measured(hw_path);
   } else {
     if (log) std::fprintf(log, "redwood: --tree auto: no hardware profile for this configuration yet; timing passes "
@@ -306,31 +311,51 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     measure_hardware(m, d, r, hw);
     write_file_atomic(hw_path, planner::measured_json(hw));
   }
+  // One optimisation per measured verifier scheme (T > 0: Sequoia's without
+  // replacement and SpecInfer's i.i.d. children; T = 0: greedy), each with its
+  // own acceptance vector; the fastest predicted (verifier, n, d) wins.
   planner::OptimizerInput in;
-  in.acceptance = acc.acceptance;
   in.max_budget = max_budget;
   in.max_depth = max_depth;
   in.target_s = [&](int n) { return hw.target_pass.at(n); };
   in.draft_step_s = [&](int w) { return hw.draft_level.at(w); };
   AutoTreeResult res;
-  res.best = planner::optimize_tree(in);
   res.autoregressive = planner::evaluate_tree(1, 1, 1.0, hw.target_pass.at(1), in.draft_step_s);
+  res.best = res.autoregressive;
+  std::vector<std::pair<spec::Verifier, std::vector<double>>> schemes;
+  for (const spec::AcceptanceVector& v : acc.vectors) schemes.emplace_back(v.verifier, spec::non_increasing(v.acceptance));
+  if (schemes.empty())  // a bare {"acceptance": [...]} file: the default verifier
+    schemes.emplace_back(sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia, acc.acceptance);
+  spec::Verifier best_v = schemes.front().first;
+  std::vector<double> best_acc;
+  for (const auto& [v, a] : schemes) {
+    in.acceptance = a;
+    const planner::TreeChoice c = planner::optimize_tree(in);
+    if (c.tokens_per_second() > res.best.tokens_per_second()) {
+      res.best = c;
+      best_v = v;
+      best_acc = a;
+    }
+  }
   if (res.best.depth <= 1) {
-    if (log) std::fprintf(log, "redwood: --tree auto: plain decoding is predicted fastest here (%.4f s/token; acceptance "
-                      "%.3f for the draft's first child)\n",
-                 res.autoregressive.seconds_per_token(), acc.acceptance.empty() ? 0.0 : acc.acceptance[0]);
+    if (log)
+      std::fprintf(log, "redwood: --tree auto: plain decoding is predicted fastest here (%.4f s/token; acceptance "
+                        "%.3f for the draft's first child)\n",
+                   res.autoregressive.seconds_per_token(), acc.acceptance.empty() ? 0.0 : acc.acceptance[0]);
     return res;
   }
   spec::TreeOptions t;
   t.tree = "sequoia";
   t.budget = res.best.budget;
   t.depth = res.best.depth;
-  t.acceptance = acc_path;
-  res.config = spec::make_spec_config(t, sampling);
-  if (log) std::fprintf(log, "redwood: --tree auto: sequoia budget %d depth %d: predicted %.2f tokens/pass, %.4f s/token "
-                    "(plain decoding %.4f s/token)\n",
-               res.best.budget, res.best.depth, res.best.tokens, res.best.seconds_per_token(),
-               res.autoregressive.seconds_per_token());
+  t.verifier = spec::verifier_name(best_v);
+  res.config = spec::make_spec_config(t, sampling);  // the default acceptance vector's tree, replaced below
+  res.config->shape = spec::sequoia_tree(best_acc, res.best.budget, res.best.depth);
+  if (log)
+    std::fprintf(log, "redwood: --tree auto: sequoia budget %d depth %d, verify %s: predicted %.2f tokens/pass, "
+                      "%.4f s/token (plain decoding %.4f s/token)\n",
+                 res.best.budget, res.best.depth, spec::verifier_name(best_v), res.best.tokens,
+                 res.best.seconds_per_token(), res.autoregressive.seconds_per_token());
   return res;
 }
 

@@ -46,7 +46,10 @@ struct AutoTreeResult {
   std::optional<spec::SpecConfig> config;
   planner::TreeChoice best, autoregressive;
 };
+// acceptance_file / hardware_file: use these profiles instead of the cache
+// (empty: the cache).
 AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run,
-                                const SamplingParams& sampling, int max_budget, int max_depth, std::FILE* log);
+                                const SamplingParams& sampling, int max_budget, int max_depth, std::FILE* log,
+                                const std::string& acceptance_file = "", const std::string& hardware_file = "");
 
 }  // namespace redwood::cli

@@ -122,6 +122,26 @@ def main() -> int:
     check("--tree auto: other tree flags are an error", p.returncode == 1 and
           "--tree auto" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr[-300:])
 
+    # --tree auto with given profiles: a synthetic hardware profile where a target pass costs the same for 1
+    # and 16 tokens and draft levels are nearly free, so a tree must win; the measured acceptance profiles
+    fake = os.path.join(tmp, "hw-flat.json")
+    json.dump({"format": "redwood-hardware-profile", "version": 1,
+               "target": {"path": "t", "bytes": 1, "xxh3": "0" * 16}, "draft": {"path": "d", "bytes": 1, "xxh3": "0" * 16},
+               "config": {"backend": "cpu", "device_mem": "", "host_mem": "", "ring": 2, "threads": 2, "ctx": 100,
+                          "prefix": 0},
+               "layers": {"resident": 30, "host": 0, "streamed": 0}, "timing": {"warmup": 0, "repeats": 1},
+               "target_pass": [{"n": 1, "seconds": 0.5}, {"n": 16, "seconds": 0.5}],
+               "draft_level": [{"width": 1, "seconds": 0.001}, {"width": 16, "seconds": 0.002}]}, open(fake, "w"))
+    for temp, verifiers in (("0.6", ("sequoia", "specinfer")), ("0", ("greedy",))):
+        p = subprocess.run([rw, "generate", "--model", args.model, "--draft", draft, "--tree", "auto", "--budget", "16",
+                            "--depth", "6", "--hardware-profile", fake, "--acceptance", os.path.join(tmp, f"prof{temp}.json"),
+                            "--temperature", temp, "--prompt", "Name three rivers.", "--chat", "--max-tokens", "8",
+                            "--json"], capture_output=True, text=True, timeout=300, env=env)
+        j = json.loads(p.stdout) if p.returncode == 0 else {}
+        check(f"--tree auto T={temp}: a flat t(n) picks a tree and runs it", p.returncode == 0 and
+              "sequoia budget" in p.stderr and j.get("tree", {}).get("verify") in verifiers and
+              j["tree"]["nodes"] > 1 and j["target_passes"] > 0, p.stderr[-400:])
+
     # tree = "auto" in a batch job (the same cache)
     job = os.path.join(tmp, "auto.toml")
     out = os.path.join(tmp, "auto.jsonl")
