@@ -23,26 +23,7 @@
 namespace redwood::spec {
 namespace {
 
-using testutil::ClassEnumerator;
-using testutil::Law;
-using testutil::NodeLawFn;
-using testutil::Shape;
-using testutil::Toy;
-
-std::vector<double> norm(std::vector<double> x) {
-  double s = 0;
-  for (double v : x) s += v;
-  for (double& v : x) v /= s;
-  return x;
-}
-
-std::vector<double> random_dist(uint64_t salt, int V, double zero_rate) {
-  std::vector<double> x(static_cast<size_t>(V));
-  for (int t = 0; t < V; ++t)
-    x[static_cast<size_t>(t)] = testutil::unit(salt + 7, {}, t) < zero_rate ? 0.0 : testutil::unit(salt, {}, t);
-  if (std::accumulate(x.begin(), x.end(), 0.0) == 0) x[0] = 1;
-  return norm(x);
-}
+using namespace testutil;  // toy models, shapes, exact laws, chi-square (tests/util/spec_testing.h)
 
 // Law of the selected token Y_I given the drafts (composing the stage rules).
 std::vector<double> selection_law(const MultiDraftNode& n, const std::vector<int32_t>& drafts, size_t V) {
@@ -100,16 +81,6 @@ std::vector<double> wrong_pi_law(const std::vector<double>& p, const std::vector
   }
   for (size_t y = 0; y < p.size(); ++y) law[y] += rej * (s > 0 ? res[y] / s : p[y]);
   return law;
-}
-
-std::vector<double> averaged_law(const NodeLawFn& f, const std::vector<double>& p, const std::vector<double>& q,
-                                 int k) {
-  std::vector<double> out(p.size(), 0.0);
-  testutil::for_each_tuple(q, k, [&](const std::vector<int32_t>& t, double pr) {
-    const auto law = f(p, q, t);
-    for (size_t y = 0; y < p.size(); ++y) out[y] += pr * law[y];
-  });
-  return out;
 }
 
 // ---- the LP ------------------------------------------------------------------------------
@@ -230,28 +201,6 @@ TEST(MultiDraftInduced, StagedEqualsBruteForce) {
 
 // ---- exact output law -------------------------------------------------------------------------
 
-struct PQ {
-  const char* name;
-  std::vector<double> p, q;  // target, draft
-};
-
-std::vector<PQ> edge_cases() {
-  return {
-      {"p = q", {0.2, 0.3, 0.5}, {0.2, 0.3, 0.5}},
-      {"disjoint supports", {0.5, 0.5, 0.0, 0.0}, {0.0, 0.0, 0.3, 0.7}},
-      {"zeros in target", {0.0, 0.0, 0.6, 0.4}, {0.25, 0.25, 0.25, 0.25}},
-      {"draft zero where target > 0", {0.1, 0.2, 0.3, 0.4}, {0.7, 0.3, 0.0, 0.0}},
-      {"Ber counterexample", {0.5, 0.5}, {1.0, 0.0}},
-      {"ties", {0.4, 0.4, 0.2}, {0.4, 0.4, 0.2}},
-      {"ties 2", {0.25, 0.25, 0.25, 0.25}, {0.4, 0.4, 0.1, 0.1}},
-      {"one-hot draft (X1 = X2 always)", {0.3, 0.0, 0.7}, {1.0, 0.0, 0.0}},
-      {"one-hot target", {0.0, 1.0, 0.0}, {0.3, 0.3, 0.4}},
-      {"near-degenerate", {1e-30, 1.0 - 1e-30, 0.0}, {1.0 - 1e-30, 1e-30, 0.0}},
-      {"notes A5", {0.2, 0.3, 0.5}, {0.7, 0.2, 0.1}},
-      {"notes B2", {1.0 / 3, 0.2, 1 - 1.0 / 3 - 0.2}, {1.0 / 3, 1.0 / 3, 1.0 / 3}},
-  };
-}
-
 TEST(MultiDraftExact, SingleNodeLawEqualsTarget) {
   int checked = 0;
   auto run = [&](const std::string& name, const std::vector<double>& p, const std::vector<double>& q) {
@@ -279,29 +228,7 @@ TEST(MultiDraftExact, WrongInducedLawIsDetected) {
 }
 
 TEST(MultiDraftExact, TreeAndSequenceLawEqualsTarget) {
-  const std::vector<std::pair<std::string, Shape>> shapes = {
-      {"chain3", testutil::chains(1, 3)},
-      {"star3", testutil::chains(3, 1)},
-      {"2 seqs x 2", testutil::chains(2, 2)},
-      {"3 seqs x 2", testutil::chains(3, 2)},
-      {"2 seqs x 3", testutil::chains(2, 3)},
-      {"binary2", testutil::full_tree(2, 2)},
-      {"irregular", testutil::shape_from_parents({-1, 0, 1, 2, 1, 0, 5, 0, 7, 7})},
-  };
-  for (const auto& [name, shape] : shapes)
-    for (int V : {4, 5})
-      for (double temp : {0.6, 1.0}) {
-        SCOPED_TRACE(name + " V=" + std::to_string(V) + " T=" + std::to_string(temp));
-        Toy P = testutil::logit_model(V, 11, 1.0, temp, 0.2), Q = testutil::logit_model(V, 12, 1.5, temp, 0.25);
-        for (int m = 1; m <= 3; ++m) {
-          ClassEnumerator e(shape, P, Q, md_law);
-          EXPECT_LE(testutil::max_abs_diff(e.law(m), e.target_law({}, m)), 1e-12) << "m=" << m;
-        }
-      }
-  Toy P = testutil::logit_model(8, 21, 1.0, 1.0, 0.2), Q = testutil::logit_model(8, 22, 1.5, 1.0, 0.25);
-  const Shape seq = testutil::chains(2, 2);
-  ClassEnumerator e(seq, P, Q, md_law);
-  EXPECT_LE(testutil::max_abs_diff(e.law(3), e.target_law({}, 3)), 1e-12);
+  EXPECT_EQ(expect_class_laws_equal_target(md_law), 7 * 2 * 2);
 }
 
 // ---- Theorem 2 (two identical drafts) --------------------------------------------------------
@@ -404,10 +331,6 @@ TEST(MultiDraftTheorem2, NotesExample) {
 
 // ---- Monte Carlo through verify_tree ------------------------------------------------------------
 
-constexpr long kSamplesPerSeed = 250000;  // x 4 seeds = 10^6 per configuration
-constexpr double kAlpha = 1e-4;
-const uint64_t kSeeds[] = {1, 2, 3, 4};
-
 TEST(MultiDraftMonteCarlo, LosslessChiSquare) {
   struct Cfg {
     std::string name;
@@ -432,33 +355,8 @@ TEST(MultiDraftMonteCarlo, LosslessChiSquare) {
   };
   for (const Cfg& c : cfgs) {
     Toy P = c.P(), Q = c.Q();
-    ClassEnumerator e(c.shape, P, Q, md_law);
-    const Law want = e.target_law({}, c.m);
-    const double hit_exact =
-        testutil::hit_probability(md_law, P.law({}), Q.law({}), static_cast<int>(c.shape.kids[0].size()));
-    long hits = 0, total = 0;
-    for (uint64_t seed : kSeeds) {
-      Rng rng(seed * 7919 + 17);
-      std::map<std::vector<int32_t>, long> counts;
-      for (long i = 0; i < kSamplesPerSeed; ++i) {
-        bool hit = false;
-        const auto out = testutil::one_iteration(Verifier::kMultiDraftIS, c.shape, P, Q, c.m, rng, &hit);
-        ASSERT_EQ(out.size(), static_cast<size_t>(c.m)) << "accepted ids are not a tree path";
-        ++counts[out];
-        hits += hit;
-      }
-      total += kSamplesPerSeed;
-      int dof = 0;
-      const double pv = testutil::chi_square_p(counts, want, kSamplesPerSeed, &dof);
-      std::printf("[ chi2 ] %-32s seed %llu: dof %d p = %.4g\n", c.name.c_str(), static_cast<unsigned long long>(seed),
-                  dof, pv);
+    for (double pv : testutil::run_class_mc(c.name, Verifier::kMultiDraftIS, c.shape, P, Q, c.m, md_law))
       EXPECT_GT(pv, kAlpha) << c.name;
-    }
-    const double rate = static_cast<double>(hits) / static_cast<double>(total);
-    const double sigma = std::sqrt(hit_exact * (1 - hit_exact) / static_cast<double>(total));
-    std::printf("[ acc  ] %-32s first token accepted %.5f, exact %.5f (3 sigma = %.5f)\n", c.name.c_str(), rate,
-                hit_exact, 3 * sigma);
-    EXPECT_LE(std::abs(rate - hit_exact), 3 * sigma + 1e-12);
   }
 }
 
@@ -606,33 +504,16 @@ TEST(MultiDraftTruncation, VerifyTreeSamplesTheTargetLaw) {
   Toy P = testutil::logit_model(6, 41, 1.0, 1.0, 0.1), Q = testutil::logit_model(6, 42, 1.5, 1.0, 0.1);
   const Shape shape = testutil::chains(3, 1);
   const int M = 3;
-  g_alphabet = M;
-  ClassEnumerator e(shape, P, Q, truncated_law);
-  const Law want = e.target_law({}, 1);
-  const double hit_exact = testutil::hit_probability(truncated_law, P.law({}), Q.law({}), 3);
-  g_alphabet = 0;
   MultiDraftNode n;
   n.begin(P.law({}), Q.law({}), 3, kDefaultIsLpSize, M);
   std::printf("[ acc  ] md-is truncated to %d of 6: p(Omega0) %.4f, acceptance %.5f\n", M, n.kept_mass(),
               n.acceptance());
   EXPECT_LT(n.kept_mass(), 1.0);
-  long hits = 0, total = 0;
-  for (uint64_t seed : kSeeds) {
-    Rng rng(seed * 104729 + 3);
-    std::map<std::vector<int32_t>, long> counts;
-    for (long i = 0; i < kSamplesPerSeed; ++i) {
-      bool hit = false;
-      ++counts[testutil::one_iteration(Verifier::kMultiDraftIS, shape, P, Q, 1, rng, &hit, VerifyOptions{M})];
-      hits += hit;
-    }
-    total += kSamplesPerSeed;
-    const double pv = testutil::chi_square_p(counts, want, kSamplesPerSeed);
-    std::printf("[ chi2 ] md-is truncated seed %llu: p = %.4g\n", static_cast<unsigned long long>(seed), pv);
+  g_alphabet = M;  // for the exact law (truncated_law); the sampled path takes VerifyOptions{M}
+  for (double pv : testutil::run_class_mc("md-is truncated", Verifier::kMultiDraftIS, shape, P, Q, 1, truncated_law,
+                                          VerifyOptions{M}, 104729, 3))
     EXPECT_GT(pv, kAlpha);
-  }
-  const double rate = static_cast<double>(hits) / static_cast<double>(total);
-  const double sigma = std::sqrt(hit_exact * (1 - hit_exact) / static_cast<double>(total));
-  EXPECT_LE(std::abs(rate - hit_exact), 3 * sigma + 1e-12) << rate << " vs " << hit_exact;
+  g_alphabet = 0;
 }
 
 TEST(MultiDraftTruncation, OptionIsOnlyForMultiDraftIs) {

@@ -21,18 +21,7 @@
 namespace redwood::spec {
 namespace {
 
-using testutil::ClassEnumerator;
-using testutil::Law;
-using testutil::NodeLawFn;
-using testutil::Shape;
-using testutil::Toy;
-
-std::vector<double> norm(std::vector<double> x) {
-  double s = 0;
-  for (double v : x) s += v;
-  for (double& v : x) v /= s;
-  return x;
-}
+using namespace testutil;  // toy models, shapes, exact laws, chi-square (tests/util/spec_testing.h)
 
 double f_of(const std::vector<double>& p, const std::vector<double>& q, int k, double rho) {
   const double b = spectr_beta(p, q, rho);
@@ -75,25 +64,6 @@ std::vector<double> naive_law(const std::vector<double>& p, const std::vector<do
 std::vector<double> target_sample_law(const std::vector<double>& p, const std::vector<double>&,
                                       const std::vector<int32_t>&) {
   return p;
-}
-
-// Exact law of one position averaged over k i.i.d. drafts.
-std::vector<double> averaged_law(const NodeLawFn& f, const std::vector<double>& p, const std::vector<double>& q,
-                                 int k) {
-  std::vector<double> out(p.size(), 0.0);
-  testutil::for_each_tuple(q, k, [&](const std::vector<int32_t>& t, double pr) {
-    const auto law = f(p, q, t);
-    for (size_t y = 0; y < p.size(); ++y) out[y] += pr * law[y];
-  });
-  return out;
-}
-
-std::vector<double> random_dist(uint64_t salt, int V, double zero_rate) {
-  std::vector<double> x(static_cast<size_t>(V));
-  for (int t = 0; t < V; ++t)
-    x[static_cast<size_t>(t)] = testutil::unit(salt + 7, {}, t) < zero_rate ? 0.0 : testutil::unit(salt, {}, t);
-  if (std::accumulate(x.begin(), x.end(), 0.0) == 0) x[0] = 1;
-  return norm(x);
 }
 
 // ---- rho* -------------------------------------------------------------------------------
@@ -189,28 +159,6 @@ TEST(SpecTrRho, KOneIsSingleDraft) {
 
 // ---- exact output law -------------------------------------------------------------------
 
-struct PQ {
-  const char* name;
-  std::vector<double> p, q;  // target, draft
-};
-
-std::vector<PQ> edge_cases() {
-  return {
-      {"p = q", {0.2, 0.3, 0.5}, {0.2, 0.3, 0.5}},
-      {"disjoint supports", {0.5, 0.5, 0.0, 0.0}, {0.0, 0.0, 0.3, 0.7}},
-      {"zeros in target", {0.0, 0.0, 0.6, 0.4}, {0.25, 0.25, 0.25, 0.25}},
-      {"draft zero where target > 0", {0.1, 0.2, 0.3, 0.4}, {0.7, 0.3, 0.0, 0.0}},
-      {"Ber counterexample", {0.5, 0.5}, {1.0, 0.0}},
-      {"ties", {0.4, 0.4, 0.2}, {0.4, 0.4, 0.2}},
-      {"ties 2", {0.25, 0.25, 0.25, 0.25}, {0.4, 0.4, 0.1, 0.1}},
-      {"one-hot draft", {0.3, 0.0, 0.7}, {1.0, 0.0, 0.0}},
-      {"one-hot target", {0.0, 1.0, 0.0}, {0.3, 0.3, 0.4}},
-      {"near-degenerate", {1e-30, 1.0 - 1e-30, 0.0}, {1.0 - 1e-30, 1e-30, 0.0}},
-      {"notes A5", {0.2, 0.3, 0.5}, {0.7, 0.2, 0.1}},
-      {"notes B2", {1.0 / 3, 0.2, 1 - 1.0 / 3 - 0.2}, {1.0 / 3, 1.0 / 3, 1.0 / 3}},
-  };
-}
-
 TEST(SpecTrExact, SingleNodeLawEqualsTarget) {
   int checked = 0;
   auto run = [&](const std::string& name, const std::vector<double>& p, const std::vector<double>& q) {
@@ -241,38 +189,8 @@ TEST(SpecTrExact, NaiveRuleIsNotLossless) {
   EXPECT_GT(testutil::max_abs_diff(averaged_law(naive_law, p, q, 3), p), 0.05);
 }
 
-std::vector<std::pair<std::string, Shape>> exact_shapes() {
-  return {
-      {"chain3", testutil::chains(1, 3)},
-      {"star3", testutil::chains(3, 1)},
-      {"2 seqs x 2", testutil::chains(2, 2)},
-      {"3 seqs x 2", testutil::chains(3, 2)},
-      {"2 seqs x 3", testutil::chains(2, 3)},
-      {"binary2", testutil::full_tree(2, 2)},
-      {"irregular", testutil::shape_from_parents({-1, 0, 1, 2, 1, 0, 5, 0, 7, 7})},
-  };
-}
-
 TEST(SpecTrExact, TreeAndSequenceLawEqualsTarget) {
-  int checked = 0;
-  for (const auto& [name, shape] : exact_shapes())
-    for (int V : {4, 5})
-      for (double temp : {0.6, 1.0}) {
-        SCOPED_TRACE(name + " V=" + std::to_string(V) + " T=" + std::to_string(temp));
-        Toy P = testutil::logit_model(V, 11, 1.0, temp, 0.2), Q = testutil::logit_model(V, 12, 1.5, temp, 0.25);
-        for (int m = 1; m <= 3; ++m) {
-          ClassEnumerator e(shape, P, Q, spectr_law);
-          const Law got = e.law(m);
-          EXPECT_LE(testutil::max_abs_diff(got, e.target_law({}, m)), 1e-12) << "m=" << m;
-        }
-        ++checked;
-      }
-  // A larger vocabulary on the sequence shape (V = 8, 2 sequences of 2).
-  Toy P = testutil::logit_model(8, 21, 1.0, 1.0, 0.2), Q = testutil::logit_model(8, 22, 1.5, 1.0, 0.25);
-  const Shape seq = testutil::chains(2, 2);
-  ClassEnumerator e(seq, P, Q, spectr_law);
-  EXPECT_LE(testutil::max_abs_diff(e.law(3), e.target_law({}, 3)), 1e-12);
-  EXPECT_EQ(checked, 7 * 2 * 2);
+  EXPECT_EQ(expect_class_laws_equal_target(spectr_law), 7 * 2 * 2);
 }
 
 TEST(SpecTrExact, NaiveRuleFailsOnSequences) {
@@ -338,10 +256,6 @@ TEST(SpecTrAcceptance, AtLeastOneMinusOneOverEOfOptimum) {
 
 // ---- Monte Carlo through verify_tree ----------------------------------------------------
 
-constexpr long kSamplesPerSeed = 250000;  // x 4 seeds = 10^6 per configuration
-constexpr double kAlpha = 1e-4;
-const uint64_t kSeeds[] = {1, 2, 3, 4};
-
 struct McConfig {
   std::string name;
   Verifier v;
@@ -354,33 +268,7 @@ struct McConfig {
 // 3 sigma of the exact value.
 std::vector<double> run_mc(const McConfig& c, const NodeLawFn& f) {
   Toy P = c.P(), Q = c.Q();
-  ClassEnumerator e(c.shape, P, Q, f);
-  const Law want = e.target_law({}, c.m);
-  const double hit_exact = testutil::hit_probability(f, P.law({}), Q.law({}), static_cast<int>(c.shape.kids[0].size()));
-  std::vector<double> pv;
-  long hits = 0, total = 0;
-  for (uint64_t seed : kSeeds) {
-    Rng rng(seed * 7919 + 17);
-    std::map<std::vector<int32_t>, long> counts;
-    for (long i = 0; i < kSamplesPerSeed; ++i) {
-      bool hit = false;
-      const auto out = testutil::one_iteration(c.v, c.shape, P, Q, c.m, rng, &hit);
-      EXPECT_EQ(out.size(), static_cast<size_t>(c.m)) << "accepted ids are not a tree path";
-      ++counts[out];
-      hits += hit;
-    }
-    total += kSamplesPerSeed;
-    int dof = 0;
-    pv.push_back(testutil::chi_square_p(counts, want, kSamplesPerSeed, &dof));
-    std::printf("[ chi2 ] %-36s seed %llu: dof %d p = %.4g\n", c.name.c_str(), static_cast<unsigned long long>(seed),
-                dof, pv.back());
-  }
-  const double rate = static_cast<double>(hits) / static_cast<double>(total);
-  const double sigma = std::sqrt(hit_exact * (1 - hit_exact) / static_cast<double>(total));
-  std::printf("[ acc  ] %-36s first token accepted %.5f, exact %.5f (3 sigma = %.5f)\n", c.name.c_str(), rate,
-              hit_exact, 3 * sigma);
-  EXPECT_LE(std::abs(rate - hit_exact), 3 * sigma + 1e-12) << c.name;
-  return pv;
+  return testutil::run_class_mc(c.name, c.v, c.shape, P, Q, c.m, f);
 }
 
 TEST(SpecTrMonteCarlo, LosslessChiSquare) {
@@ -456,7 +344,7 @@ TEST(SpecTrMonteCarlo, NaiveRuleFails) {
 // ---- target-sample ------------------------------------------------------------------------
 
 TEST(TargetSample, ExactLawAnyChildren) {
-  for (const auto& [name, shape] : exact_shapes())
+  for (const auto& [name, shape] : testutil::class_shapes())
     for (int V : {3, 5}) {
       SCOPED_TRACE(name + " V=" + std::to_string(V));
       Toy P = testutil::logit_model(V, 31, 1.0, 0.8, 0.2), Q = testutil::logit_model(V, 32, 2.0, 0.8, 0.3);

@@ -19,79 +19,26 @@
 #include "src/spec/sequoia_dp.h"
 #include "src/spec/verify.h"
 #include "src/util/error.h"
+#include "tests/util/spec_testing.h"
 
 namespace redwood::spec {
 namespace {
 
-using Ctx = std::vector<int32_t>;
-using Law = std::map<std::vector<int32_t>, double>;
-
-// ---- toy autoregressive models ----------------------------------------------------
-
-uint64_t mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-double unit(uint64_t salt, const Ctx& c, int t) {
-  uint64_t h = mix(salt ^ mix(c.size()));
-  for (int32_t x : c) h = mix(h ^ (static_cast<uint64_t>(x) + 1) * 0x2545f4914f6cdd1dull);
-  return static_cast<double>(mix(h ^ static_cast<uint64_t>(t)) >> 11) * 0x1.0p-53;
-}
-
-// dist(ctx): float probabilities (as the runtime would hand them over).
-class Toy {
- public:
-  using Fn = std::function<std::vector<double>(const Ctx&)>;  // non-negative weights
-  Toy(int V, Fn f) : V_(V), f_(std::move(f)) {}
-  int vocab() const { return V_; }
-  const std::vector<float>& dist(const Ctx& c) {
-    auto it = cache_.find(c);
-    if (it != cache_.end()) return it->second;
-    const std::vector<double> w = f_(c);
-    const double s = std::accumulate(w.begin(), w.end(), 0.0);
-    std::vector<float> p(w.size());
-    for (size_t i = 0; i < w.size(); ++i) p[i] = static_cast<float>(w[i] / s);
-    return cache_[c] = std::move(p);
-  }
-  // The law the verifier must reproduce: the float entries normalised in double.
-  std::vector<double> law(const Ctx& c) {
-    const auto& p = dist(c);
-    double s = 0;
-    for (float x : p) s += x;
-    std::vector<double> out(p.size());
-    for (size_t i = 0; i < p.size(); ++i) out[i] = p[i] / s;
-    return out;
-  }
-
- private:
-  int V_;
-  Fn f_;
-  std::map<Ctx, std::vector<float>> cache_;
-};
-
-// Logits = shared part + own noise (so target and draft correlate), temperature
-// applied, some tokens masked to probability 0 (independently per model, so
-// both "p > 0 where q = 0" and "q > 0 where p = 0" occur).
-Toy logit_model(int V, uint64_t salt, double noise, double temperature, double mask_rate) {
-  return Toy(V, [=](const Ctx& c) {
-    std::vector<double> logit(static_cast<size_t>(V)), w(static_cast<size_t>(V));
-    for (int t = 0; t < V; ++t)
-      logit[static_cast<size_t>(t)] = 1.5 * (2 * unit(1, c, t) - 1) + noise * (2 * unit(salt, c, t) - 1);
-    const int best = static_cast<int>(std::max_element(logit.begin(), logit.end()) - logit.begin());
-    for (int t = 0; t < V; ++t) {
-      const bool masked = t != best && unit(salt + 1000, c, t) < mask_rate;
-      w[static_cast<size_t>(t)] = masked ? 0.0 : std::exp(logit[static_cast<size_t>(t)] / temperature);
-    }
-    return w;
-  });
-}
-
-Toy constant_model(std::vector<double> w) {
-  const int V = static_cast<int>(w.size());
-  return Toy(V, [w](const Ctx&) { return w; });
-}
+// Toy models, laws and chi-square from tests/util/spec_testing.h.
+using testutil::add_prefixed;
+using testutil::chi_square_p;
+using testutil::constant_model;
+using testutil::Ctx;
+using testutil::draw;
+using testutil::gamma_q;
+using testutil::kAlpha;
+using testutil::kSamplesPerSeed;
+using testutil::kSeeds;
+using testutil::Law;
+using testutil::logit_model;
+using testutil::max_abs_diff;
+using testutil::Toy;
+using testutil::unit;
 
 // ---- trees --------------------------------------------------------------------------
 
@@ -109,16 +56,7 @@ StaticTree tree_from_parents(std::vector<int32_t> parent) {
 }
 
 StaticTree kary(int width, int levels) {  // levels drafted below the root
-  std::vector<int32_t> parent{-1};
-  std::function<void(int32_t, int)> grow = [&](int32_t u, int left) {
-    if (left == 0) return;
-    for (int j = 0; j < width; ++j) {
-      parent.push_back(u);
-      grow(static_cast<int32_t>(parent.size() - 1), left - 1);
-    }
-  };
-  grow(0, levels);
-  return tree_from_parents(parent);
+  return tree_from_parents(testutil::full_tree(width, levels).parent);
 }
 
 std::vector<std::vector<int32_t>> children_of(const StaticTree& t) {
@@ -181,15 +119,6 @@ void for_each_draw(Verifier sampling, std::span<const float> q, int k,
   rec(1.0);
 }
 
-void add_prefixed(Law& out, double w, int32_t first, const Law& rest) {
-  if (w == 0) return;
-  for (const auto& [seq, pr] : rest) {
-    std::vector<int32_t> s{first};
-    s.insert(s.end(), seq.begin(), seq.end());
-    out[s] += w * pr;
-  }
-}
-
 // Law of the first m emitted tokens of one speculative iteration on `tree`,
 // completed by the target's own conditionals when the iteration emits fewer
 // than m tokens (the next iterations, lossless by the same argument).
@@ -198,18 +127,7 @@ class Enumerator {
   Enumerator(Verifier verifier, Verifier sampling, const StaticTree& tree, Toy& P, Toy& Q)
       : v_(verifier), s_(sampling), kids_(children_of(tree)), P_(P), Q_(Q) {}
 
-  Law target_law(const Ctx& c, int m) {
-    if (m == 0) return {{{}, 1.0}};
-    Law out;
-    const auto p = P_.law(c);
-    for (int t = 0; t < P_.vocab(); ++t) {
-      if (p[static_cast<size_t>(t)] == 0) continue;
-      Ctx c2 = c;
-      c2.push_back(t);
-      add_prefixed(out, p[static_cast<size_t>(t)], t, target_law(c2, m - 1));
-    }
-    return out;
-  }
+  Law target_law(const Ctx& c, int m) { return testutil::target_law(P_, c, m); }
 
   Law node_law(int32_t u, const Ctx& c, int m) {
     if (m == 0) return {{{}, 1.0}};
@@ -258,13 +176,6 @@ class Enumerator {
   Toy& Q_;
   std::map<std::tuple<int32_t, Ctx, int>, Law> memo_;
 };
-
-double max_abs_diff(const Law& a, const Law& b) {
-  double d = 0;
-  for (const auto& [k, v] : a) d = std::max(d, std::abs(v - (b.count(k) ? b.at(k) : 0.0)));
-  for (const auto& [k, v] : b) d = std::max(d, std::abs(v - (a.count(k) ? a.at(k) : 0.0)));
-  return d;
-}
 
 double total_mass(const Law& a) {
   double s = 0;
@@ -419,74 +330,10 @@ TEST(VerifyProperties, PaperCounterexamples) {
 
 // ---- Monte Carlo ------------------------------------------------------------------------
 
-// Regularised upper incomplete gamma Q(a, x) (series / continued fraction).
-double gamma_q(double a, double x) {
-  if (x <= 0) return 1.0;
-  const double lg = std::lgamma(a);
-  if (x < a + 1) {
-    double sum = 1.0 / a, term = sum;
-    for (int n = 1; n < 1000; ++n) {
-      term *= x / (a + n);
-      sum += term;
-      if (std::abs(term) < std::abs(sum) * 1e-15) break;
-    }
-    return 1.0 - sum * std::exp(-x + a * std::log(x) - lg);
-  }
-  // Lentz's method for the continued fraction.
-  const double tiny = 1e-300;
-  double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
-  for (int i = 1; i < 1000; ++i) {
-    const double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    if (std::abs(d) < tiny) d = tiny;
-    c = b + an / c;
-    if (std::abs(c) < tiny) c = tiny;
-    d = 1 / d;
-    const double del = d * c;
-    h *= del;
-    if (std::abs(del - 1) < 1e-15) break;
-  }
-  return std::exp(-x + a * std::log(x) - lg) * h;
-}
-
 TEST(Stats, GammaQ) {
   EXPECT_NEAR(gamma_q(1.5, 21.108 / 2), 1e-4, 2e-7);   // chi2(3): 21.108 is the 1e-4 quantile
   EXPECT_NEAR(gamma_q(7.5, 44.263 / 2), 1e-4, 2e-7);   // chi2(15)
   EXPECT_NEAR(gamma_q(1.0, 2.0), std::exp(-2.0), 1e-14);
-}
-
-// Pearson chi-square p-value of the counts against a law (cells with zero
-// expected mass must be empty: any count there is p = 0).
-double chi_square_p(const std::map<std::vector<int32_t>, long>& counts, const Law& law, long n, int* dof_out = nullptr) {
-  double chi = 0;
-  int cells = 0;
-  for (const auto& [k, c] : counts)
-    if (!law.count(k) || law.at(k) <= 0) return 0.0;
-  for (const auto& [k, pr] : law) {
-    if (pr <= 0) continue;
-    const double e = pr * static_cast<double>(n);
-    const double o = counts.count(k) ? static_cast<double>(counts.at(k)) : 0.0;
-    chi += (o - e) * (o - e) / e;
-    ++cells;
-  }
-  if (dof_out) *dof_out = cells - 1;
-  return gamma_q((cells - 1) / 2.0, chi / 2);
-}
-
-int32_t draw(std::span<const float> p, Rng& rng) {
-  double s = 0;
-  for (float x : p) s += x;
-  const double u = rng.uniform() * s;
-  double cum = 0;
-  int32_t last = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] <= 0) continue;
-    cum += p[i];
-    last = static_cast<int32_t>(i);
-    if (u < cum) break;
-  }
-  return last;
 }
 
 // One speculative iteration end to end: draft the tree (children by
@@ -550,10 +397,6 @@ struct McConfig {
   std::function<Toy()> P, Q;
   int m = 1;
 };
-
-constexpr long kSamplesPerSeed = 250000;  // x 4 seeds = 10^6 per configuration
-constexpr double kAlpha = 1e-4;
-const uint64_t kSeeds[] = {1, 2, 3, 4};
 
 // Returns the p-values (one per seed).
 std::vector<double> run_mc(const McConfig& c) {

@@ -7,33 +7,21 @@
 #include <numeric>
 #include <string>
 
+#include "src/spec/dist_util.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {
 
 namespace {
 
-constexpr double kResidualFloor = 1e-15;  // as in verify.cpp / spectr.cpp
-constexpr double kPivotEps = 1e-13;       // LP entries are probabilities (<= 1)
-constexpr size_t kHeadSize = 1024;        // tokens ranked by the sort key (see PairRule::build)
+constexpr double kPivotEps = 1e-13;  // LP entries are probabilities (<= 1)
+constexpr size_t kHeadSize = 1024;   // tokens ranked by the sort key (see PairRule::build)
 
 void check_same(std::span<const double> p, std::span<const double> x, const char* what) {
   if (p.empty()) throw Error("multidraft: target distribution is empty");
   if (x.size() != p.size())
     throw Error(std::string("multidraft: ") + what + " distribution has " + std::to_string(x.size()) +
                 " entries, target has " + std::to_string(p.size()));
-}
-
-int32_t inverse_cdf(std::span<const double> w, double target) {
-  double cum = 0;
-  int32_t last = -1;
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (!(w[i] > 0)) continue;
-    cum += w[i];
-    last = static_cast<int32_t>(i);
-    if (target < cum) return last;
-  }
-  return last < 0 ? 0 : last;
 }
 
 }  // namespace
@@ -398,21 +386,13 @@ std::span<const double> MultiDraftNode::residual() {
     res_[x] = std::max(p_[x] - pI[x], 0.0);
     s += res_[x];
   }
-  if (s > kResidualFloor) {
-    const double inv = 1.0 / s;
-    for (double& v : res_) v *= inv;
-  } else {
-    std::copy(p_.begin(), p_.end(), res_.begin());
-  }
+  detail::normalise_residual(res_, p_, s);
   have_res_ = true;
   return res_;
 }
 
 int32_t MultiDraftNode::sample_residual(double u) {
-  const auto r = residual();
-  double total = 0;
-  for (const double v : r) total += v;
-  return inverse_cdf(r, u * total);
+  return detail::sample_residual_at(residual(), u);
 }
 
 }  // namespace redwood::spec

@@ -27,27 +27,14 @@ namespace redwood::spec {
 
 namespace {
 
-// Sum of a distribution (probs() normalises, up to float rounding) with the
-// checks the verifiers apply.
-double checked_total(std::span<const float> q) {
-  double tot = 0;
-  for (const float x : q) {
-    if (!(x >= 0.0f) || !std::isfinite(x)) throw Error("draft distribution has a negative or non-finite entry");
-    tot += x;
-  }
-  if (!(tot > 0)) throw Error("draft distribution sums to zero");
-  return tot;
-}
-
-class OptTreePolicy : public TreePolicy {
+// value_ = p^ per node.
+class OptTreePolicy : public detail::TopNPolicy {
  public:
-  OptTreePolicy(int budget, int depth, double delta) : n_(budget - 1), levels_(depth), delta_(delta) {
-    if (budget < 1) throw Error("opt-tree: budget must be >= 1");
-    if (depth < 1) throw Error("opt-tree: depth must be >= 1");
+  OptTreePolicy(int budget, int depth, double delta) : TopNPolicy("opt-tree", budget, depth), delta_(delta) {
     if (!(delta >= 0) || !std::isfinite(delta)) throw Error("opt-tree: delta must be finite and >= 0");
   }
   void begin_step() override {
-    pp_ = {1.0};
+    value_ = {1.0};
     e_ = 0;
   }
   std::vector<int32_t> grow(DraftTree& t, std::span<const int32_t> expanded, Rng& rng) override {
@@ -59,15 +46,10 @@ class OptTreePolicy : public TreePolicy {
     std::vector<Cand> cand;
     for (size_t i = 0; i < expanded.size(); ++i) {
       const int32_t u = expanded[i];
-      const auto q = t.dist(u);
-      const double tot = checked_total(q);
-      const int k = static_cast<int>(std::min<size_t>(static_cast<size_t>(n_), q.size()));
-      const auto top = sample_children(Verifier::kGreedy, q, k, rng);  // deterministic
-      for (size_t r = 0; r < top.size(); ++r) {
-        const double d = std::min(1.0, static_cast<double>(q[static_cast<size_t>(top[r])]) / tot);
-        if (!(d > 0)) break;
-        cand.push_back({pp_[static_cast<size_t>(u)] * d, static_cast<int32_t>(i), static_cast<int32_t>(r), top[r]});
-      }
+      const auto top = detail::top_children(t.dist(u), n_, rng);
+      for (size_t r = 0; r < top.size(); ++r)
+        cand.push_back({value_[static_cast<size_t>(u)] * top[r].prob, static_cast<int32_t>(i), static_cast<int32_t>(r),
+                        top[r].token});
     }
     auto better = [](const Cand& a, const Cand& b) {
       if (a.v != b.v) return a.v > b.v;
@@ -84,12 +66,12 @@ class OptTreePolicy : public TreePolicy {
     std::vector<int32_t> layer;
     for (const Cand& c : cand) {
       layer.push_back(t.add(expanded[static_cast<size_t>(c.pos)], c.tok));
-      pp_.push_back(c.v);
+      value_.push_back(c.v);
     }
     if (layer.empty()) return {};
-    const auto best = detail::best_nodes(pp_, n_);
+    const auto best = detail::best_nodes(value_, n_);
     double e_sub = 0;
-    for (int32_t b : best) e_sub += pp_[static_cast<size_t>(b)];
+    for (int32_t b : best) e_sub += value_[static_cast<size_t>(b)];
     const double gain = e_sub - e_;
     e_ = e_sub;
     if (t.depth[static_cast<size_t>(layer[0])] + 1 >= levels_ || !(gain > delta_)) return {};
@@ -98,23 +80,11 @@ class OptTreePolicy : public TreePolicy {
       if (std::binary_search(best.begin(), best.end(), c)) next.push_back(c);
     return next;
   }
-  std::vector<int32_t> final_nodes(const DraftTree& t) const override {
-    if (static_cast<int>(pp_.size()) != t.size()) throw Error("opt-tree: tree and policy disagree");
-    std::vector<int32_t> keep = {0};
-    for (int32_t b : detail::best_nodes(pp_, n_)) keep.push_back(b);
-    return keep;
-  }
-  bool needs_old_dists() const override { return false; }
-  int max_nodes() const override { return n_ + 1; }
-  // One pass per layer over at most n nodes.
-  int max_draft_rows() const override { return n_ * std::max(0, levels_ - 2); }
-  int max_levels() const override { return levels_; }
+  // final_nodes and the bounds (one pass per layer over at most n nodes): TopNPolicy.
 
  private:
-  int n_, levels_;
   double delta_;
-  std::vector<double> pp_;  // p^ per node
-  double e_ = 0;            // E_sub of the tree before the last layer
+  double e_ = 0;  // E_sub of the tree before the last layer
 };
 
 }  // namespace

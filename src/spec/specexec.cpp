@@ -20,64 +20,43 @@ namespace redwood::spec {
 
 namespace {
 
-class SpecExecPolicy : public TreePolicy {
+// value_ = cumulative log-probability per node.
+class SpecExecPolicy : public detail::TopNPolicy {
  public:
-  SpecExecPolicy(int budget, int depth, int width) : n_(budget - 1), levels_(depth), width_(width) {
-    if (budget < 1) throw Error("specexec: budget must be >= 1");
-    if (depth < 1) throw Error("specexec: depth must be >= 1");
+  SpecExecPolicy(int budget, int depth, int width) : TopNPolicy("specexec", budget, depth), width_(width) {
     if (width < 1) throw Error("specexec: width must be >= 1");
   }
-  void begin_step() override { lp_ = {0.0}; }
+  void begin_step() override { value_ = {0.0}; }
   std::vector<int32_t> grow(DraftTree& t, std::span<const int32_t> expanded, Rng& rng) override {
     if (n_ < 1 || levels_ < 2) return {};
     for (int32_t u : expanded) {
-      const auto q = t.dist(u);
-      double tot = 0;
-      for (const float x : q) {
-        if (!(x >= 0.0f) || !std::isfinite(x)) throw Error("draft distribution has a negative or non-finite entry");
-        tot += x;
-      }
-      if (!(tot > 0)) throw Error("draft distribution sums to zero");
-      const int k = static_cast<int>(std::min<size_t>(static_cast<size_t>(width_), q.size()));
-      for (const int32_t y : sample_children(Verifier::kGreedy, q, k, rng)) {  // deterministic
-        const double d = std::min(1.0, static_cast<double>(q[static_cast<size_t>(y)]) / tot);
-        if (!(d > 0)) break;
-        t.add(u, y);
-        lp_.push_back(lp_[static_cast<size_t>(u)] + std::log(d));
+      for (const detail::TopChild& c : detail::top_children(t.dist(u), width_, rng)) {  // deterministic
+        t.add(u, c.token);
+        value_.push_back(value_[static_cast<size_t>(u)] + std::log(c.prob));
       }
     }
-    const auto keep = detail::best_nodes(lp_, n_);
+    const auto keep = detail::best_nodes(value_, n_);
     const bool full = static_cast<int>(keep.size()) == n_;
     double weakest = 0;
     if (full) {
       int32_t w = keep[0];
       for (int32_t b : keep)
-        if (lp_[static_cast<size_t>(b)] < lp_[static_cast<size_t>(w)] ||
-            (lp_[static_cast<size_t>(b)] == lp_[static_cast<size_t>(w)] && b > w))
+        if (value_[static_cast<size_t>(b)] < value_[static_cast<size_t>(w)] ||
+            (value_[static_cast<size_t>(b)] == value_[static_cast<size_t>(w)] && b > w))
           w = b;
-      weakest = lp_[static_cast<size_t>(w)];
+      weakest = value_[static_cast<size_t>(w)];
     }
     std::vector<int32_t> next;
     for (int32_t c : keep)
       if (!t.expanded(c) && t.depth[static_cast<size_t>(c)] + 1 < levels_ &&
-          (!full || lp_[static_cast<size_t>(c)] > weakest))
+          (!full || value_[static_cast<size_t>(c)] > weakest))
         next.push_back(c);
     return next;
   }
-  std::vector<int32_t> final_nodes(const DraftTree& t) const override {
-    if (static_cast<int>(lp_.size()) != t.size()) throw Error("specexec: tree and policy disagree");
-    std::vector<int32_t> keep = {0};
-    for (int32_t b : detail::best_nodes(lp_, n_)) keep.push_back(b);
-    return keep;
-  }
-  bool needs_old_dists() const override { return false; }
-  int max_nodes() const override { return n_ + 1; }
-  int max_draft_rows() const override { return n_ * std::max(0, levels_ - 2); }
-  int max_levels() const override { return levels_; }
+  // final_nodes and the bounds: TopNPolicy.
 
  private:
-  int n_, levels_, width_;
-  std::vector<double> lp_;  // cumulative log-probability per node
+  int width_;
 };
 
 }  // namespace

@@ -5,15 +5,12 @@
 #include <cmath>
 #include <string>
 
+#include "src/spec/dist_util.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {
 
 namespace {
-
-// A residual whose total mass is at most this is a rounding-level event (its
-// probability is that mass): fall back to p instead of normalising noise.
-constexpr double kResidualFloor = 1e-15;
 
 void check_pair(std::span<const double> p, std::span<const double> q, int k) {
   if (p.empty()) throw Error("spectr: target distribution is empty");
@@ -21,18 +18,6 @@ void check_pair(std::span<const double> p, std::span<const double> q, int k) {
     throw Error("spectr: draft distribution has " + std::to_string(q.size()) + " entries, target has " +
                 std::to_string(p.size()));
   if (k < 1) throw Error("spectr: number of drafts must be >= 1, got " + std::to_string(k));
-}
-
-int32_t inverse_cdf(std::span<const double> w, double target) {
-  double cum = 0;
-  int32_t last = -1;
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (!(w[i] > 0)) continue;
-    cum += w[i];
-    last = static_cast<int32_t>(i);
-    if (target < cum) return last;
-  }
-  return last < 0 ? 0 : last;
 }
 
 // 1 - (1 - beta)^k for the rho* search, where it is evaluated ~60 times: an
@@ -183,21 +168,13 @@ std::span<const double> SpecTrNode::residual() {
       s += res_[x];
     }
   }
-  if (s > kResidualFloor) {
-    const double inv = 1.0 / s;
-    for (double& v : res_) v *= inv;
-  } else {
-    std::copy(p_.begin(), p_.end(), res_.begin());  // beta = 0: nothing accepted, the output is p
-  }
+  detail::normalise_residual(res_, p_, s);  // beta = 0 (s = 0): nothing accepted, the output is p
   have_res_ = true;
   return res_;
 }
 
 int32_t SpecTrNode::sample_residual(double u) {
-  const auto r = residual();
-  double total = 0;
-  for (const double v : r) total += v;
-  return inverse_cdf(r, u * total);
+  return detail::sample_residual_at(residual(), u);
 }
 
 }  // namespace redwood::spec

@@ -113,6 +113,36 @@ std::vector<int32_t> best_nodes(std::span<const double> value, int n) {
   std::sort(ids.begin(), ids.end());
   return ids;
 }
+
+std::vector<TopChild> top_children(std::span<const float> q, int limit, Rng& rng) {
+  // The sum (probs() normalises, up to float rounding) with the checks the verifiers apply.
+  double tot = 0;
+  for (const float x : q) {
+    if (!(x >= 0.0f) || !std::isfinite(x)) throw Error("draft distribution has a negative or non-finite entry");
+    tot += x;
+  }
+  if (!(tot > 0)) throw Error("draft distribution sums to zero");
+  const int k = static_cast<int>(std::min<size_t>(static_cast<size_t>(limit), q.size()));
+  std::vector<TopChild> out;
+  for (const int32_t y : sample_children(Verifier::kGreedy, q, k, rng)) {  // deterministic
+    const double d = std::min(1.0, static_cast<double>(q[static_cast<size_t>(y)]) / tot);
+    if (!(d > 0)) break;
+    out.push_back({y, d});
+  }
+  return out;
+}
+
+TopNPolicy::TopNPolicy(const char* name, int budget, int depth) : name_(name), n_(budget - 1), levels_(depth) {
+  if (budget < 1) throw Error(std::string(name) + ": budget must be >= 1");
+  if (depth < 1) throw Error(std::string(name) + ": depth must be >= 1");
+}
+
+std::vector<int32_t> TopNPolicy::final_nodes(const DraftTree& t) const {
+  if (static_cast<int>(value_.size()) != t.size()) throw Error(std::string(name_) + ": tree and policy disagree");
+  std::vector<int32_t> keep = {0};
+  for (int32_t b : best_nodes(value_, n_)) keep.push_back(b);
+  return keep;
+}
 }  // namespace detail
 
 // ---- static shapes --------------------------------------------------------------

@@ -10,6 +10,7 @@
 // largest path probabilities, gain test) and SpecExec (parallel best-first by
 // cumulative log-probability). Notes: shared/papers/NOTES-dyspec-opttree.md.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -131,6 +132,37 @@ namespace detail {
 // lower id (a parent before its children, so a selection whose values never
 // increase from parent to child stays connected); ids ascending.
 std::vector<int32_t> best_nodes(std::span<const double> value, int n);
+
+// The top-min(limit, V) children of an expanded node by draft probability
+// (sample_children(kGreedy): deterministic, ties to the lower id), each with
+// its normalised probability min(1, q(y) / sum q), cut before the first whose
+// probability is not positive. Throws redwood::Error when q has a negative or
+// non-finite entry or sums to zero.
+struct TopChild {
+  int32_t token;
+  double prob;
+};
+std::vector<TopChild> top_children(std::span<const float> q, int limit, Rng& rng);
+
+// The common part of OPT-Tree and SpecExec: a value per node (value_[0] for
+// the root), the verified tree is the root plus the n = budget - 1 nodes with
+// the largest value (best_nodes), at most `depth` levels, draft passes over at
+// most n nodes per level below the root's. `name` prefixes the error messages.
+class TopNPolicy : public TreePolicy {
+ public:
+  // Throws redwood::Error when budget < 1 or depth < 1.
+  TopNPolicy(const char* name, int budget, int depth);
+  std::vector<int32_t> final_nodes(const DraftTree& t) const override;
+  bool needs_old_dists() const override { return false; }
+  int max_nodes() const override { return n_ + 1; }
+  int max_draft_rows() const override { return n_ * std::max(0, levels_ - 2); }
+  int max_levels() const override { return levels_; }
+
+ protected:
+  const char* name_;
+  int n_, levels_;
+  std::vector<double> value_;  // per node
+};
 }  // namespace detail
 
 }  // namespace redwood::spec

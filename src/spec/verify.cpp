@@ -11,6 +11,7 @@
 #include <cmath>
 #include <string>
 
+#include "src/spec/dist_util.h"
 #include "src/spec/multidraft.h"
 #include "src/spec/spectr.h"
 #include "src/util/error.h"
@@ -21,7 +22,7 @@ namespace {
 
 // A rejection whose residual mass is at most this is a rounding-level event
 // (its probability IS that mass): keep R rather than normalise noise.
-constexpr double kResidualFloor = 1e-15;
+using detail::kResidualFloor;
 
 // GCC/Clang vector extension: four double lanes (AVX2 register), no intrinsics.
 using v4d = double __attribute__((vector_size(32)));
@@ -87,20 +88,7 @@ double checked_sum(std::span<const float> x, const char* what) {
   return st.sum;
 }
 
-// Index of the first entry whose cumulative sum exceeds target, skipping zeros;
-// the last positive entry when rounding leaves target beyond the total.
-template <typename T>
-int32_t inverse_cdf(std::span<const T> w, double target) {
-  double cum = 0;
-  int32_t last = -1;
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (!(w[i] > 0)) continue;
-    cum += static_cast<double>(w[i]);
-    last = static_cast<int32_t>(i);
-    if (target < cum) return last;
-  }
-  return last < 0 ? 0 : last;
-}
+using detail::inverse_cdf;  // float or double weights
 
 // Two-level CDF of a float distribution: one O(V) vectorisable pass for block
 // sums, then each draw walks the block sums and scans one block. The law is q

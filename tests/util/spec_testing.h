@@ -1,16 +1,22 @@
-// Test helpers for the multi-draft verifiers (target-sample, SpecTr, multi-draft
-// IS): toy autoregressive models, exact enumeration of the path-class walk that
-// verify_tree runs, max-flow optimum of the multi-draft coupling, chi-square.
-// Convention as in src/spec: p = TARGET, q = DRAFT. Test-only code.
+// Test helpers for the tree verifiers (test_verify, and the multi-draft ones:
+// target-sample, SpecTr, multi-draft IS): toy autoregressive models, exact
+// enumeration of the path-class walk that verify_tree runs, max-flow optimum of
+// the multi-draft coupling, chi-square, Monte Carlo through verify_tree.
+// Convention as in src/spec: p = TARGET, q = DRAFT. Test-only code (gtest).
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <numeric>
 #include <span>
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "src/spec/verify.h"
@@ -87,6 +93,46 @@ inline Toy constant_model(std::vector<double> w) {
   return Toy(V, [w](const Ctx&) { return w; });
 }
 
+// ---- single-position distributions --------------------------------------------------
+
+inline std::vector<double> norm(std::vector<double> x) {
+  double s = 0;
+  for (double v : x) s += v;
+  for (double& v : x) v /= s;
+  return x;
+}
+
+// A random distribution over V tokens, each zero with probability ~zero_rate
+// (never all zero).
+inline std::vector<double> random_dist(uint64_t salt, int V, double zero_rate) {
+  std::vector<double> x(static_cast<size_t>(V));
+  for (int t = 0; t < V; ++t) x[static_cast<size_t>(t)] = unit(salt + 7, {}, t) < zero_rate ? 0.0 : unit(salt, {}, t);
+  if (std::accumulate(x.begin(), x.end(), 0.0) == 0) x[0] = 1;
+  return norm(x);
+}
+
+// Edge cases for one position (entries are weights: normalise with norm()).
+struct PQ {
+  const char* name;
+  std::vector<double> p, q;  // target, draft
+};
+inline std::vector<PQ> edge_cases() {
+  return {
+      {"p = q", {0.2, 0.3, 0.5}, {0.2, 0.3, 0.5}},
+      {"disjoint supports", {0.5, 0.5, 0.0, 0.0}, {0.0, 0.0, 0.3, 0.7}},
+      {"zeros in target", {0.0, 0.0, 0.6, 0.4}, {0.25, 0.25, 0.25, 0.25}},
+      {"draft zero where target > 0", {0.1, 0.2, 0.3, 0.4}, {0.7, 0.3, 0.0, 0.0}},
+      {"Ber counterexample", {0.5, 0.5}, {1.0, 0.0}},
+      {"ties", {0.4, 0.4, 0.2}, {0.4, 0.4, 0.2}},
+      {"ties 2", {0.25, 0.25, 0.25, 0.25}, {0.4, 0.4, 0.1, 0.1}},
+      {"one-hot draft (X1 = X2 always)", {0.3, 0.0, 0.7}, {1.0, 0.0, 0.0}},
+      {"one-hot target", {0.0, 1.0, 0.0}, {0.3, 0.3, 0.4}},
+      {"near-degenerate", {1e-30, 1.0 - 1e-30, 0.0}, {1.0 - 1e-30, 1e-30, 0.0}},
+      {"notes A5", {0.2, 0.3, 0.5}, {0.7, 0.2, 0.1}},
+      {"notes B2", {1.0 / 3, 0.2, 1 - 1.0 / 3 - 0.2}, {1.0 / 3, 1.0 / 3, 1.0 / 3}},
+  };
+}
+
 // ---- shapes: parent[0] = -1 is the root (the committed context) ----------------------
 
 struct Shape {
@@ -127,6 +173,18 @@ inline Shape full_tree(int w, int levels) {
   grow(0, levels);
   return shape_from_parents(parent);
 }
+// The shapes of the exact path-class tests: chains, sequences, trees.
+inline std::vector<std::pair<std::string, Shape>> class_shapes() {
+  return {
+      {"chain3", chains(1, 3)},
+      {"star3", chains(3, 1)},
+      {"2 seqs x 2", chains(2, 2)},
+      {"3 seqs x 2", chains(3, 2)},
+      {"2 seqs x 3", chains(2, 3)},
+      {"binary2", full_tree(2, 2)},
+      {"irregular", shape_from_parents({-1, 0, 1, 2, 1, 0, 5, 0, 7, 7})},
+  };
+}
 
 // ---- laws --------------------------------------------------------------------------
 
@@ -137,6 +195,19 @@ inline void add_prefixed(Law& out, double w, int32_t first, const Law& rest) {
     s.insert(s.end(), seq.begin(), seq.end());
     out[s] += w * pr;
   }
+}
+// Law of the next m tokens drawn from P's own conditionals after context c.
+inline Law target_law(Toy& P, const Ctx& c, int m) {
+  if (m == 0) return {{{}, 1.0}};
+  Law out;
+  const auto p = P.law(c);
+  for (int t = 0; t < P.vocab(); ++t) {
+    if (p[static_cast<size_t>(t)] == 0) continue;
+    Ctx c2 = c;
+    c2.push_back(t);
+    add_prefixed(out, p[static_cast<size_t>(t)], t, target_law(P, c2, m - 1));
+  }
+  return out;
 }
 inline double max_abs_diff(const Law& a, const Law& b) {
   double d = 0;
@@ -184,6 +255,17 @@ inline double hit_probability(const NodeLawFn& f, const std::vector<double>& p, 
   return hit;
 }
 
+// Exact law of one position averaged over k i.i.d. drafts.
+inline std::vector<double> averaged_law(const NodeLawFn& f, const std::vector<double>& p, const std::vector<double>& q,
+                                        int k) {
+  std::vector<double> out(p.size(), 0.0);
+  for_each_tuple(q, k, [&](const std::vector<int32_t>& t, double pr) {
+    const auto law = f(p, q, t);
+    for (size_t y = 0; y < p.size(); ++y) out[y] += pr * law[y];
+  });
+  return out;
+}
+
 // Exact law of the first m emitted tokens of one iteration of the path-class
 // walk (verify_tree for target-sample / SpecTr / multi-draft IS) on `shape`
 // with children drawn i.i.d. from Q, completed by the target's own conditionals
@@ -192,18 +274,7 @@ class ClassEnumerator {
  public:
   ClassEnumerator(const Shape& shape, Toy& P, Toy& Q, NodeLawFn f) : shape_(shape), P_(P), Q_(Q), f_(std::move(f)) {}
 
-  Law target_law(const Ctx& c, int m) {
-    if (m == 0) return {{{}, 1.0}};
-    Law out;
-    const auto p = P_.law(c);
-    for (int t = 0; t < P_.vocab(); ++t) {
-      if (p[static_cast<size_t>(t)] == 0) continue;
-      Ctx c2 = c;
-      c2.push_back(t);
-      add_prefixed(out, p[static_cast<size_t>(t)], t, target_law(c2, m - 1));
-    }
-    return out;
-  }
+  Law target_law(const Ctx& c, int m) { return testutil::target_law(P_, c, m); }
   Law law(int m) { return class_law({0}, {}, m); }
 
   Law class_law(const std::vector<int32_t>& cls, const Ctx& c, int m) {
@@ -244,6 +315,31 @@ class ClassEnumerator {
   NodeLawFn f_;
   std::map<std::tuple<std::vector<int32_t>, Ctx, int>, Law> memo_;
 };
+
+// The exact law of the first m = 1..3 tokens of the path-class walk with node
+// law f equals the target's on every class_shapes() shape with toy models
+// (V = 4, 5; T = 0.6, 1.0), and the first 3 on 2 sequences of 2 with V = 8.
+// Returns the number of (shape, V, T) cases checked.
+inline int expect_class_laws_equal_target(const NodeLawFn& f) {
+  int checked = 0;
+  for (const auto& [name, shape] : class_shapes())
+    for (int V : {4, 5})
+      for (double temp : {0.6, 1.0}) {
+        SCOPED_TRACE(name + " V=" + std::to_string(V) + " T=" + std::to_string(temp));
+        Toy P = logit_model(V, 11, 1.0, temp, 0.2), Q = logit_model(V, 12, 1.5, temp, 0.25);
+        for (int m = 1; m <= 3; ++m) {
+          ClassEnumerator e(shape, P, Q, f);
+          EXPECT_LE(max_abs_diff(e.law(m), e.target_law({}, m)), 1e-12) << "m=" << m;
+        }
+        ++checked;
+      }
+  // A larger vocabulary on the sequence shape (V = 8, 2 sequences of 2).
+  Toy P = logit_model(8, 21, 1.0, 1.0, 0.2), Q = logit_model(8, 22, 1.5, 1.0, 0.25);
+  const Shape seq = chains(2, 2);
+  ClassEnumerator e(seq, P, Q, f);
+  EXPECT_LE(max_abs_diff(e.law(3), e.target_law({}, 3)), 1e-12);
+  return checked;
+}
 
 // ---- optimal multi-draft acceptance (exact) ------------------------------------------
 
@@ -403,6 +499,49 @@ inline std::vector<int32_t> one_iteration(spec::Verifier v, const Shape& shape, 
   }
   out.resize(static_cast<size_t>(m));
   return out;
+}
+
+// ---- Monte Carlo through verify_tree ---------------------------------------------------
+
+inline constexpr long kSamplesPerSeed = 250000;  // x 4 seeds = 10^6 per configuration
+inline constexpr double kAlpha = 1e-4;
+inline constexpr uint64_t kSeeds[] = {1, 2, 3, 4};
+
+// kSamplesPerSeed iterations of one_iteration(v) per seed (Rng(seed * seed_mul
+// + seed_add)), tallied against the exact law of the first m tokens of the
+// path-class walk with node law f. Returns the chi-square p-values (one per
+// seed); checks that every output spells a tree path and that the hit rate
+// (first token is a root draft) is within 3 sigma of the exact value.
+inline std::vector<double> run_class_mc(const std::string& name, spec::Verifier v, const Shape& shape, Toy& P, Toy& Q,
+                                        int m, const NodeLawFn& f, const spec::VerifyOptions& options = {},
+                                        uint64_t seed_mul = 7919, uint64_t seed_add = 17) {
+  ClassEnumerator e(shape, P, Q, f);
+  const Law want = e.target_law({}, m);
+  const double hit_exact = hit_probability(f, P.law({}), Q.law({}), static_cast<int>(shape.kids[0].size()));
+  std::vector<double> pv;
+  long hits = 0, total = 0;
+  for (uint64_t seed : kSeeds) {
+    Rng rng(seed * seed_mul + seed_add);
+    std::map<std::vector<int32_t>, long> counts;
+    for (long i = 0; i < kSamplesPerSeed; ++i) {
+      bool hit = false;
+      const auto out = one_iteration(v, shape, P, Q, m, rng, &hit, options);
+      EXPECT_EQ(out.size(), static_cast<size_t>(m)) << "accepted ids are not a tree path";
+      ++counts[out];
+      hits += hit;
+    }
+    total += kSamplesPerSeed;
+    int dof = 0;
+    pv.push_back(chi_square_p(counts, want, kSamplesPerSeed, &dof));
+    std::printf("[ chi2 ] %-36s seed %llu: dof %d p = %.4g\n", name.c_str(), static_cast<unsigned long long>(seed), dof,
+                pv.back());
+  }
+  const double rate = static_cast<double>(hits) / static_cast<double>(total);
+  const double sigma = std::sqrt(hit_exact * (1 - hit_exact) / static_cast<double>(total));
+  std::printf("[ acc  ] %-36s first token accepted %.5f, exact %.5f (3 sigma = %.5f)\n", name.c_str(), rate, hit_exact,
+              3 * sigma);
+  EXPECT_LE(std::abs(rate - hit_exact), 3 * sigma + 1e-12) << name;
+  return pv;
 }
 
 }  // namespace redwood::testutil
