@@ -28,20 +28,11 @@ import sys
 import tempfile
 import time
 
-FAILED: list[str] = []
-PASSED = 0
+from harness import check, summary as finish
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
 
-
-def check(name: str, cond: bool, msg: str = "") -> None:
-    global PASSED
-    if cond:
-        PASSED += 1
-        print(f"PASS {name}", flush=True)
-    else:
-        FAILED.append(name)
-        print(f"FAIL {name}: {msg}", flush=True)
 
 
 def write(path: str, text: str) -> str:
@@ -237,8 +228,7 @@ def main() -> int:
           [r["id"] for r in lines_of(o)] == [1] and json.load(open(o + ".summary.json"))["prompts"]["bad_lines"] == 2,
           p.stderr[-600:])
 
-    print(f"{PASSED} passed, {len(FAILED)} failed" + (f": {', '.join(FAILED)}" if FAILED else ""))
-    return 1 if FAILED else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -21,21 +21,12 @@ import sys
 import tempfile
 import zlib
 
-FAILED: list[str] = []
-PASSED = 0
+from harness import check, summary as finish
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Must match src/cli/bench_suite.cpp (kColours, kBaselineColour).
 COLOURS = {"chain": (0x1F, 0x77, 0xB4), "sequoia": (0xD6, 0x27, 0x28), "autoregressive": (0x44, 0x44, 0x44)}
 
-
-def check(name: str, cond: bool, msg: str = "") -> None:
-    global PASSED
-    if cond:
-        PASSED += 1
-        print(f"PASS {name}", flush=True)
-    else:
-        FAILED.append(name)
-        print(f"FAIL {name}: {msg}", flush=True)
 
 
 def decode_png(path: str) -> tuple[int, int, list[bytes]]:
@@ -126,7 +117,7 @@ def main() -> int:
     p = subprocess.run([args.redwood, "bench", "run", suite, "--out", out], capture_output=True, text=True, timeout=600)
     check("bench run", p.returncode == 0, p.stderr[-1500:])
     if p.returncode != 0:
-        print(f"{PASSED} passed, {len(FAILED)} failed")
+        finish()
         return 1
     rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
     trees = sorted((r["tree"], r["budget"]) for r in rows)
@@ -160,8 +151,7 @@ def main() -> int:
                        capture_output=True, text=True, timeout=60)
     check("bad suite: one line with file:line: key", p.returncode == 1 and p.stderr.count("\n") == 1 and
           "bad.toml:4: matrix.budgets: expected an array of numbers, got a string" in p.stderr, p.stderr)
-    print(f"{PASSED} passed, {len(FAILED)} failed" + (f": {', '.join(FAILED)}" if FAILED else ""))
-    return 1 if FAILED else 0
+    return finish()
 
 
 if __name__ == "__main__":

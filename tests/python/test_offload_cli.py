@@ -21,18 +21,9 @@ import subprocess
 import sys
 import tempfile
 
-FAILED: list[str] = []
-PASSED = 0
+from harness import check, summary as finish
 
 
-def check(name: str, cond: bool, msg: str = "") -> None:
-    global PASSED
-    if cond:
-        PASSED += 1
-        print(f"PASS {name}", flush=True)
-    else:
-        FAILED.append(name)
-        print(f"FAIL {name}: {msg}", flush=True)
 
 
 def run(args, cmd: list[str]) -> subprocess.CompletedProcess:
@@ -114,8 +105,7 @@ def main() -> int:
     check("malformed size", p.returncode == 1 and "invalid size" in p.stderr
           and len(p.stderr.strip().splitlines()) == 1, p.stderr)
 
-    print(f"{PASSED} passed, {len(FAILED)} failed" + (f": {', '.join(FAILED)}" if FAILED else ""))
-    return 1 if FAILED else 0
+    return finish()
 
 
 if __name__ == "__main__":

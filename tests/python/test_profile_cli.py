@@ -17,18 +17,9 @@ import subprocess
 import sys
 import tempfile
 
-FAILED: list[str] = []
-PASSED = 0
+from harness import check, summary as finish
 
 
-def check(name: str, cond: bool, msg: str = "") -> None:
-    global PASSED
-    if cond:
-        PASSED += 1
-        print(f"PASS {name}", flush=True)
-    else:
-        FAILED.append(name)
-        print(f"FAIL {name}: {msg}", flush=True)
 
 
 def main() -> int:
@@ -176,8 +167,7 @@ def main() -> int:
     bad("temperature", ["--temperature", "hot"], "--temperature")
     bad("missing prompts", ["--prompts", os.path.join(tmp, "none.jsonl")], "none.jsonl")
     bad("bad prompt line", ["--prompts", os.path.join(tmp, "broken.jsonl")], "broken.jsonl:1")
-    print(f"{PASSED} passed, {len(FAILED)} failed" + (": " + ", ".join(FAILED) if FAILED else ""))
-    return 1 if FAILED else 0
+    return finish()
 
 
 if __name__ == "__main__":
