@@ -20,6 +20,11 @@ TEST(CostCurve, InterpolatesLinearlyAndExtendsTheLastSlope) {
   EXPECT_DOUBLE_EQ(c.at(16), 0.040);
   EXPECT_NEAR(c.at(28), 0.064, 1e-15);  // beyond: slope of [4, 16]
   EXPECT_DOUBLE_EQ(CostCurve({{8}, {0.5}}).at(100), 0.5);
+  // Noise that makes a larger pass cheaper is flattened, never extrapolated downwards.
+  const CostCurve noisy{{1, 2, 4}, {0.5, 0.6, 0.55}};
+  EXPECT_DOUBLE_EQ(noisy.at(4), 0.6);
+  EXPECT_DOUBLE_EQ(noisy.at(64), 0.6);
+  EXPECT_DOUBLE_EQ(noisy.at(3), 0.6);
   EXPECT_THROW((void)CostCurve{}.at(1), Error);
 }
 

@@ -67,11 +67,10 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     ds->target_desc = &m.desc;
     ds->draft_desc = &d->desc;
     if (auto_tree) {
-      if (job.threshold || job.delta || job.width || !job.acceptance.empty() || !job.verify.empty() ||
-          job.is_alphabet)
+      if (job.threshold || job.delta || job.width || !job.verify.empty() || job.is_alphabet)
         throw Error(job.where("speculation.tree") +
                     ": tree = \"auto\" chooses a Sequoia tree and its verifier; it takes only budget and depth "
-                    "(caps)");
+                    "(caps) and acceptance (a profile)");
     } else {
       try {
         ds->config = spec::make_spec_config(
@@ -158,7 +157,8 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     load_weights(m, run, shape, d ? &d->desc : nullptr);
     if (auto_tree) {
       const AutoTreeResult a =
-          choose_tree_auto(m, *d, run, job.sampling, job.budget, job.depth, hooks.quiet ? nullptr : hooks.log);
+          choose_tree_auto(m, *d, run, job.sampling, job.budget, job.depth, hooks.quiet ? nullptr : hooks.log,
+                           job.acceptance);
       if (a.config) {
         ds->config = *a.config;
         auto_choice = "sequoia budget " + std::to_string(a.best.budget) + " depth " + std::to_string(a.best.depth);

@@ -11,6 +11,7 @@
 #include "src/planner/model_config.h"
 #include "src/planner/predict.h"
 #include "src/spec/sequoia_dp.h"
+#include "src/util/error.h"
 
 namespace redwood::cli {
 
@@ -28,7 +29,13 @@ int run_predict(const PredictCli& c) {
   const ModelDesc draft = planner::model_desc_from_config(planner::load_model_config(c.draft_config));
   planner::PredictOptions o = c.o;
   o.acceptance = c.acceptance.empty() ? spec::default_acceptance(16) : spec::read_acceptance_file(c.acceptance);
-  if (!c.device_mem.empty()) o.device_budget = offload::parse_size(c.device_mem, "--device-mem");
+  if (!c.device_mem.empty()) {
+    o.device_budget = offload::parse_size(c.device_mem, "--device-mem");
+    if (o.device_budget == 0) throw Error("--device-mem must be positive (omit it to use the hardware's memory)");
+    if (o.device_budget > hw.device_memory)
+      throw Error("--device-mem " + c.device_mem + " exceeds the " + hw.name + "'s " +
+                  offload::format_size(hw.device_memory));
+  }
   const planner::Prediction p = planner::predict(hw, target, draft, o);
   if (c.json)
     std::puts(planner::prediction_json(p).dump(2).c_str());

@@ -61,7 +61,7 @@ void measure_acceptance(LoadedModel& m, LoadedModel& d, const std::vector<std::v
   std::vector<float> p, q;
   const int V = m.desc.hp.vocab;
   int64_t positions = 0;
-  int used_prompts = 0;
+  std::vector<size_t> used;  // the prompts measured (the chains run on the same ones)
   for (size_t i = 0; i < prompts.size() && positions < r.count; ++i) {
     spec::GenerationRequest req;
     req.prompt = prompts[i];
@@ -87,12 +87,12 @@ void measure_acceptance(LoadedModel& m, LoadedModel& d, const std::vector<std::v
       for (auto& c : counters)
         for (int k = 0; k < r.repeats; ++k) c.add(p, q, rng);
     }
-    ++used_prompts;
+    used.push_back(i);
     if (!r.quiet) std::fprintf(stderr, "\rprofile: %lld/%d positions", static_cast<long long>(positions), r.count);
   }
   if (!r.quiet) std::fprintf(stderr, "\n");
   prof.positions = positions;
-  prof.prompt_count = used_prompts;
+  prof.prompt_count = static_cast<int>(used.size());
   for (const auto& c : counters) prof.vectors.push_back(c.result());
   prof.acceptance = spec::non_increasing(prof.vectors[0].acceptance);
 
@@ -106,11 +106,11 @@ void measure_acceptance(LoadedModel& m, LoadedModel& d, const std::vector<std::v
     ds.draft_desc = &d.desc;
     ds.config = spec::make_spec_config(
         spec::TreeOptions{"chain:" + std::to_string(r.chain_depth), 64, 8, {}, {}, {}, "", "", {}}, sp);
-    for (int i = 0; i < used_prompts; ++i) {
+    for (const size_t i : used) {
       spec::GenerationRequest req;
-      req.prompt = prompts[static_cast<size_t>(i)];
+      req.prompt = prompts[i];
       req.sampling = sp;
-      req.sampling.seed = sp.seed + static_cast<uint64_t>(i);
+      req.sampling.seed = sp.seed + i;
       req.max_tokens = r.max_tokens;
       const spec::Generation g = spec::generate(*m.transformer, *m.tokenizer, req, &ds);
       const auto& hist = g.spec->accepted_by_depth;  // [k] = steps that accepted k drafted tokens
@@ -257,10 +257,19 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   std::snprintf(sampling_key, sizeof sampling_key, "T=%.6g;top_p=%.6g;top_k=%d", sampling.temperature,
                 sampling.top_p, sampling.top_k);
   const std::string acc_path = dir + "/acceptance-" + quick_key(files, sampling_key) + ".json";
+  // The hardware key holds what decides pass times: the budgets as given and
+  // the plan they produced for this run's shape (which layers are resident,
+  // host-staged or streamed, the ring), threads and the tree cap.
+  std::string plan_key = "resident";
+  if (m.plan) {
+    plan_key.clear();
+    for (const offload::Tier t : m.plan->layer_tier) plan_key += std::to_string(static_cast<int>(t));
+    plan_key += "|" + std::to_string(m.plan->ring_slots) + "x" + std::to_string(m.plan->slot_bytes);
+  }
   const std::string hw_path =
       dir + "/hardware-" +
       quick_key(files, run.device_mem + "|" + run.host_mem + "|" + std::to_string(run.ring) + "|" +
-                           std::to_string(cpu_threads()) + "|" + std::to_string(max_budget)) +
+                           std::to_string(cpu_threads()) + "|" + std::to_string(max_budget) + "|" + plan_key) +
       ".json";
   spec::AcceptanceProfile acc;
   if (!acceptance_file.empty()) {
@@ -290,9 +299,26 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     measure_acceptance(m, d, prompts, r, acc);
     write_file_atomic(acc_path, spec::profile_json(acc));
   }
+  // Profiles given explicitly are used as they are; say so when they were
+  // measured for other models or another memory plan.
+  auto total_bytes = [](const std::vector<std::string>& fs) {
+    uint64_t b = 0;
+    for (const auto& f : fs) b += std::filesystem::file_size(f);
+    return b;
+  };
+  const uint64_t target_bytes = total_bytes(m.desc.files), draft_bytes = total_bytes(d.desc.files);
+  if (!acceptance_file.empty() && log && acc.target.bytes != 0 &&
+      (acc.target.bytes != target_bytes || acc.draft.bytes != draft_bytes))
+    std::fprintf(log, "redwood: warning: %s was measured for %s + %s, not these models; using it anyway\n",
+                 acceptance_file.c_str(), acc.target.path.c_str(), acc.draft.path.c_str());
   planner::MeasuredProfile hw;
   if (!hardware_file.empty()) {
     hw = planner::read_measured(hardware_file);
+    const int resident = m.plan ? m.plan->count(offload::Tier::kDevice) : static_cast<int>(m.desc.layers.size());
+    if (log && (hw.target.bytes != target_bytes || hw.draft.bytes != draft_bytes || hw.layers_resident != resident))
+      std::fprintf(log, "redwood: warning: %s was measured for other models or another memory plan (%d resident "
+                        "layers there, %d here); using it anyway\n",
+                   hardware_file.c_str(), hw.layers_resident, resident);
   } else if (std::filesystem::exists(hw_path)) {
     hw = planner::read_measured(hw_path);
   } else {
@@ -301,7 +327,9 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     HardwareRun r;
     for (int n = 1; n < max_budget; n *= 2) r.sizes.push_back(n);
     r.sizes.push_back(max_budget);
-    for (int w = 1; w < std::max(2, max_budget); w *= 2) r.widths.push_back(w);
+    for (int w = 1; w < max_budget - 1; w *= 2) r.widths.push_back(w);
+    r.widths.push_back(std::max(1, max_budget - 1));  // a d = 2 tree's level: n - 1 nodes
+    if (r.widths.size() > 1 && r.widths[r.widths.size() - 2] >= r.widths.back()) r.widths.pop_back();
     r.quiet = true;
     hw.target = spec::identify_files(m.desc.path, m.desc.files);
     hw.draft = spec::identify_files(d.desc.path, d.desc.files);
@@ -323,9 +351,18 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   res.autoregressive = planner::evaluate_tree(1, 1, 1.0, hw.target_pass.at(1), in.draft_step_s);
   res.best = res.autoregressive;
   std::vector<std::pair<spec::Verifier, std::vector<double>>> schemes;
-  for (const spec::AcceptanceVector& v : acc.vectors) schemes.emplace_back(v.verifier, spec::non_increasing(v.acceptance));
-  if (schemes.empty())  // a bare {"acceptance": [...]} file: the default verifier
+  for (const spec::AcceptanceVector& v : acc.vectors)
+    if ((v.verifier == spec::Verifier::kGreedy) == sampling.greedy())
+      schemes.emplace_back(v.verifier, spec::non_increasing(v.acceptance));
+  if (acc.vectors.empty())  // a bare {"acceptance": [...]} file: the default verifier
     schemes.emplace_back(sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia, acc.acceptance);
+  if (schemes.empty()) {
+    char t[64];
+    std::snprintf(t, sizeof t, "%.6g", acc.temperature);
+    throw Error((acceptance_file.empty() ? acc_path : acceptance_file) + " was measured at temperature " + t +
+                (sampling.greedy() ? "; this run is greedy: profile again with --temperature 0"
+                                   : "; this run samples: profile again at its --temperature"));
+  }
   spec::Verifier best_v = schemes.front().first;
   std::vector<double> best_acc;
   for (const auto& [v, a] : schemes) {

@@ -1,6 +1,7 @@
 // The measured cost model's file and curves (see measured.h).
 #include "src/planner/measured.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -14,11 +15,16 @@ using json = nlohmann::ordered_json;
 
 double CostCurve::at(double v) const {
   if (x.empty() || x.size() != seconds.size()) throw Error("cost curve is empty");
-  if (x.size() == 1 || v <= x.front()) return seconds.front();
+  // Larger passes never cost less: timing noise that makes a later point
+  // cheaper is flattened (running maximum), and beyond the grid the last
+  // segment's slope continues only upwards.
+  std::vector<double> y(seconds.size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = i == 0 ? seconds[0] : std::max(y[i - 1], seconds[i]);
+  if (x.size() == 1 || v <= x.front()) return y.front();
   size_t i = 1;
   while (i + 1 < x.size() && v > x[i]) ++i;  // segment [i-1, i] (the last one beyond the grid)
-  const double x0 = x[i - 1], x1 = x[i], y0 = seconds[i - 1], y1 = seconds[i];
-  return std::max(0.0, y0 + (y1 - y0) * (v - x0) / (x1 - x0));
+  const double x0 = x[i - 1], x1 = x[i], y0 = y[i - 1], y1 = y[i];
+  return y0 + (y1 - y0) * (v - x0) / (x1 - x0);
 }
 
 namespace {

@@ -3,8 +3,10 @@
 // tokens plus the child sampling of those w nodes), timed in the ACTUAL
 // configuration (backend, memory budgets, residency, streaming) on this
 // machine: warm-up passes first, then several repeats, the median kept.
-// Between grid points the curves are linear; beyond the last point they
-// continue the last segment's slope (before the first: the first value).
+// The curves are made non-decreasing (running maximum over the grid: a larger
+// pass never costs less), are linear between grid points, continue the last
+// segment's (non-negative) slope beyond the last point and take the first
+// value before the first.
 //
 // The profile file (JSON) names both models (sizes, XXH3 hashes) and the
 // configuration, so a cached profile is only reused for the same setup.
@@ -19,7 +21,7 @@ namespace redwood::planner {
 struct CostCurve {
   std::vector<int> x;           // strictly increasing, >= 1
   std::vector<double> seconds;  // same size, > 0
-  double at(double x) const;    // throws redwood::Error when empty
+  double at(double x) const;    // see above; throws redwood::Error when empty
 };
 
 struct MeasuredProfile {

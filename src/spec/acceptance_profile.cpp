@@ -268,7 +268,8 @@ AcceptanceProfile parse_acceptance_profile(const std::string& text, const std::s
   }
   if (!j.contains("chain") || !j["chain"].is_object()) fail("chain must be an object");
   const json& c = j["chain"];
-  if (!c.contains("depth") || !c["depth"].is_number_unsigned()) fail("chain.depth must be a count");
+  if (!c.contains("depth") || !c["depth"].is_number_unsigned() || c["depth"].get<uint64_t>() > 4096)
+    fail("chain.depth must be a count (at most 4096)");
   p.chain.depth = c["depth"];
   const json& r = c.value("steps_reaching_depth", json());
   if (!r.is_array() || r.size() != static_cast<size_t>(p.chain.depth) + 1)

@@ -133,6 +133,12 @@ def main() -> int:
               "sequoia budget" in p.stderr and j.get("tree", {}).get("verify") in verifiers and
               j["tree"]["nodes"] > 1 and j["target_passes"] > 0, p.stderr[-400:])
 
+    p = subprocess.run([rw, "generate", "--model", args.model, "--draft", draft, "--tree", "auto", "--acceptance",
+                        os.path.join(tmp, "prof0.6.json"), "--hardware-profile", fake, "--prompt", "Hi",
+                        "--max-tokens", "4"], capture_output=True, text=True, timeout=300, env=env)
+    check("--tree auto: a sampled profile for a greedy run is a clear error", p.returncode == 1 and
+          "measured at temperature 0.6; this run is greedy" in p.stderr, p.stderr[-300:])
+
     # tree = "auto" in a batch job (the same cache)
     job = os.path.join(tmp, "auto.toml")
     out = os.path.join(tmp, "auto.jsonl")
