@@ -11,6 +11,7 @@
 
 #include "src/spec/acceptance_profile.h"
 #include "src/util/error.h"
+#include "tests/util/errors.h"
 
 namespace redwood::spec {
 namespace {
@@ -152,12 +153,7 @@ TEST(AcceptanceProfile, RoundTrips) {
 
 TEST(AcceptanceProfile, MalformedFilesAreClearErrors) {
   const std::string good = profile_json(sample_profile());
-  auto replace = [&](const std::string& from, const std::string& to) {
-    std::string s = good;
-    const size_t at = s.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    return at == std::string::npos ? s : s.replace(at, from.size(), to);
-  };
+  auto replace = [&](const std::string& from, const std::string& to) { return testutil::replace_once(good, from, to); };
   const std::pair<std::string, std::string> cases[] = {
       {"{", "p.json: not valid JSON"},
       {"[1, 2]", "p.json: expected a JSON object"},
@@ -175,14 +171,8 @@ TEST(AcceptanceProfile, MalformedFilesAreClearErrors) {
       {replace("\"steps_reaching_depth\": [\n      10", "\"steps_reaching_depth\": [\n      1"),
        "p.json: chain.steps_reaching_depth must be non-increasing"},
   };
-  for (const auto& [text, want] : cases) {
-    try {
-      (void)parse_acceptance_profile(text, "p.json");
-      ADD_FAILURE() << "accepted: " << text.substr(0, 80);
-    } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), want);
-    }
-  }
+  for (const auto& [text, want] : cases)
+    EXPECT_EQ(testutil::error_of([&] { (void)parse_acceptance_profile(text, "p.json"); }), want) << text.substr(0, 80);
   EXPECT_THROW(read_acceptance_profile(testing::TempDir() + "/missing.json"), Error);
 }
 

@@ -17,6 +17,7 @@
 #include "src/jobs/results.h"
 #include "src/jobs/suite.h"
 #include "src/util/error.h"
+#include "tests/util/errors.h"
 #include "tests/fuzz/jobs_harness.h"
 
 namespace redwood::jobs {
@@ -24,14 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testutil::error_of;
 
 const char* kMinimal = "[model]\ntarget = \"m.gguf\"\n";
 

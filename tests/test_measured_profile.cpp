@@ -7,6 +7,7 @@
 
 #include "src/planner/measured.h"
 #include "src/util/error.h"
+#include "tests/util/errors.h"
 
 namespace redwood::planner {
 namespace {
@@ -57,12 +58,7 @@ TEST(MeasuredProfile, RoundTrips) {
 
 TEST(MeasuredProfile, MalformedFilesAreClearErrors) {
   const std::string good = measured_json(sample());
-  auto replace = [&](const std::string& from, const std::string& to) {
-    std::string s = good;
-    const size_t at = s.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    return at == std::string::npos ? s : s.replace(at, from.size(), to);
-  };
+  auto replace = [&](const std::string& from, const std::string& to) { return testutil::replace_once(good, from, to); };
   const std::pair<std::string, std::string> cases[] = {
       {"nope", "hw.json: not valid JSON"},
       {"[]", "hw.json: expected a JSON object"},
@@ -74,14 +70,8 @@ TEST(MeasuredProfile, MalformedFilesAreClearErrors) {
       {replace("\"seconds\": 0.05", "\"seconds\": -0.05"), "hw.json: target_pass[1].seconds must be a positive number"},
       {replace("\"draft_level\": [", "\"draft_level\": [], \"x\": ["), "hw.json: draft_level must be a non-empty array"},
   };
-  for (const auto& [text, want] : cases) {
-    try {
-      (void)parse_measured(text, "hw.json");
-      ADD_FAILURE() << "accepted: " << text.substr(0, 60);
-    } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), want);
-    }
-  }
+  for (const auto& [text, want] : cases)
+    EXPECT_EQ(testutil::error_of([&] { (void)parse_measured(text, "hw.json"); }), want) << text.substr(0, 80);
   EXPECT_THROW(read_measured("/nonexistent/hw.json"), Error);
 }
 

@@ -17,6 +17,7 @@
 #include "src/planner/predict.h"
 #include "src/spec/sequoia_dp.h"
 #include "src/util/error.h"
+#include "tests/util/errors.h"
 
 using namespace redwood;
 using namespace redwood::planner;
@@ -47,14 +48,7 @@ vocab = 1000
 dtype = "F16"
 )";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testutil::error_of;
 
 }  // namespace
 
