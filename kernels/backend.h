@@ -28,7 +28,7 @@ struct AttentionArgs {
   const float* q = nullptr;  // [n][n_heads * head_dim] (RoPE applied)
   const float* k = nullptr;  // [>= n_past + n][n_kv_heads * head_dim]
   const float* v = nullptr;
-  float* out = nullptr;      // [n][n_heads * head_dim]
+  float* out = nullptr;  // [n][n_heads * head_dim]
   int n = 0, n_past = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   const int32_t* parents = nullptr;  // [block size], block-relative, -1 = root (for kernels that walk the tree)
@@ -42,6 +42,27 @@ class Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
 
+  // ---- memory ----
+  // True when backend memory is host memory (the CPU backend): callers may then
+  // pass host pointers straight to the ops and skip upload/download.
+  virtual bool host_memory() const = 0;
+  // Backend memory of `bytes` (64-byte aligned at least; contents undefined).
+  // Throws redwood::Error when it cannot be had.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  // Host -> backend, backend -> host (returns when dst holds the data), and
+  // backend -> backend. Ordered with the ops like a single stream.
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Waits for every op issued so far (a no-op on the CPU backend).
+  virtual void synchronize() {}
+  // The CUDA stream the ops run on (cudaStream_t), for the offload engine's
+  // slot link to order copies against; null on the CPU backend.
+  virtual void* stream() { return nullptr; }
+
+  // ---- ops ----
+
   // y[t][r] = sum_c W[r][c] * x[t][c] for t < n. Dequantizes on the fly.
   virtual void matmul(const WeightView& w, const float* x, int n, float* y) = 0;
   // out[t] = row ids[t] of E (dequantized).
@@ -49,8 +70,7 @@ class Backend {
   // out[t] = x[t] / rms(x[t]) * w, w a float vector of length dim.
   virtual void rmsnorm(const float* x, const float* w, int n, int dim, float eps, float* out) = 0;
   // Rotates each head of x[t] (n_heads * head_dim floats) by position pos[t].
-  virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base,
-                    RopeMode mode) = 0;
+  virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) = 0;
   virtual void attention(const AttentionArgs& a) = 0;
   // gate[i] = silu(gate[i]) * up[i]
   virtual void swiglu(float* gate, const float* up, size_t count) = 0;
@@ -58,7 +78,47 @@ class Backend {
   virtual void add(float* x, const float* y, size_t count) = 0;
 };
 
+// Backend memory owned RAII-style (move-only).
+class BackendBuffer {
+ public:
+  BackendBuffer() = default;
+  BackendBuffer(Backend& be, size_t bytes) : be_(&be), p_(bytes ? be.alloc(bytes) : nullptr), n_(bytes) {}
+  BackendBuffer(BackendBuffer&& o) noexcept : be_(o.be_), p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = o.be_, p_ = o.p_, n_ = o.n_;
+      o.p_ = nullptr, o.n_ = 0;
+    }
+    return *this;
+  }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+  ~BackendBuffer() { reset(); }
+  void reset() {
+    if (p_) be_->release(p_);
+    p_ = nullptr, n_ = 0;
+  }
+  template <class T = void>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  size_t size() const { return n_; }
+
+ private:
+  Backend* be_ = nullptr;
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
 // The CPU backend (oneTBB, AVX2/FMA/F16C when compiled for it, scalar otherwise).
 std::unique_ptr<Backend> make_cpu_backend();
+
+// The CUDA backend on device `device` (kernels/cuda/backend.cu; cuBLAS and
+// fused kernels). Throws redwood::Error when it was not built or no device is
+// usable.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// Whether make_cuda_backend can succeed (built with CUDA and a device present).
+bool cuda_backend_available();
 
 }  // namespace redwood

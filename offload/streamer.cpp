@@ -48,11 +48,18 @@ uint64_t hash_matrices(const LayerDesc& L, Ptr&& ptr) {
 }  // namespace
 
 StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, const StreamOptions& opts)
-    : layers_(m.layers), opts_(opts), resident_(m, [&plan](int i) {
-        return static_cast<size_t>(i) < plan.layer_tier.size() && plan.layer_tier[i] == Tier::kDevice;
-      }) {
+    : layers_(m.layers), opts_(opts) {
   const int n = static_cast<int>(m.layers.size());
   if (static_cast<int>(plan.layer_tier.size()) != n) throw Error("memory plan does not match the model's layers");
+  resident_ = std::make_unique<ResidentWeights>(m, [&plan](int i) { return plan.layer_tier[i] == Tier::kDevice; });
+  if (opts.backend && !opts.backend->host_memory()) {
+    if (!opts.link) throw Error("offload: a backend with its own memory needs its slot link");
+    dev_ = std::make_unique<BackendCopies>(*opts.backend, static_cast<int>(m.hp.dim));
+    dev_globals_ = dev_->globals(resident_->globals(), m.hp.tied_lm_head);
+    for (int i = 0; i < n; ++i) dev_layers_.push_back(dev_->layer(resident_->acquire(i)));
+    opts.backend->synchronize();
+    resident_.reset();
+  }
   stream_index_.assign(n, -1);
   layout_.resize(n);
   host_copy_.assign(n, nullptr);
@@ -234,7 +241,7 @@ const LayerWeights& StreamedWeights::acquire(int layer) {
   const int idx = stream_index_.at(layer);
   if (idx < 0) {
     layer_start_ = Clock::now();
-    return resident_.acquire(layer);
+    return resident_layer(layer);
   }
   const uint64_t seq = next_consume_;
   if (stream_[seq % stream_.size()] != layer)
@@ -246,7 +253,7 @@ const LayerWeights& StreamedWeights::acquire(int layer) {
   cur_.storage_bytes += s.storage;
   cur_.host_bytes += s.host;
   cur_.io_seconds += s.seconds;
-  const LayerWeights& r = resident_.acquire(layer);  // norms
+  const LayerWeights& r = resident_layer(layer);  // norms
   const LayerLayout& lay = layout_[layer];
   const auto mats = layer_matrices(layers_[layer]);
   LayerWeights& w = bound_[si];

@@ -38,6 +38,10 @@ struct StreamOptions {
   bool verify_io = false;          // checksum every streamed layer against a first, separate read
   Trace* trace = nullptr;          // optional; must outlive the streamer
   std::shared_ptr<SlotLink> link;  // where slots live (null: the CPU backend's RAM)
+  // The backend the pass runs on. When its memory is not host memory (CUDA),
+  // globals, norms and device-resident layers are copied into it and the host
+  // copies freed; the link must then put slots in the same memory.
+  Backend* backend = nullptr;
 };
 
 // What one forward pass cost.
@@ -59,7 +63,7 @@ class StreamedWeights final : public WeightSource {
   StreamedWeights(const StreamedWeights&) = delete;
   StreamedWeights& operator=(const StreamedWeights&) = delete;
 
-  const GlobalWeights& globals() override { return resident_.globals(); }
+  const GlobalWeights& globals() override { return dev_ ? dev_globals_ : resident_->globals(); }
   void begin_pass() override;
   const LayerWeights& acquire(int layer) override;
   void release(int layer) override;
@@ -90,7 +94,11 @@ class StreamedWeights final : public WeightSource {
 
   std::vector<LayerDesc> layers_;  // copies: the streamer outlives no one's ModelDesc
   StreamOptions opts_;
-  ResidentWeights resident_;         // globals, norms, device-resident layers
+  std::unique_ptr<ResidentWeights> resident_;  // globals, norms, device-resident layers (host memory)
+  std::unique_ptr<BackendCopies> dev_;         // the same in backend memory (then resident_ is freed)
+  GlobalWeights dev_globals_;
+  std::vector<LayerWeights> dev_layers_;
+  const LayerWeights& resident_layer(int layer) { return dev_ ? dev_layers_[layer] : resident_->acquire(layer); }
   std::vector<int> stream_;          // non-resident layers in order
   std::vector<int> stream_index_;    // layer -> index in stream_, or -1
   std::vector<LayerLayout> layout_;  // per layer (streamed ones)

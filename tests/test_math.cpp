@@ -65,3 +65,106 @@ TEST(Math, RopeThetaAndRotation) {
   EXPECT_NEAR(b, std::sin(0.5f), 1e-7);
   EXPECT_NEAR(silu(1.0f), 1.0f / (1.0f + std::exp(-1.0f)), 1e-7);
 }
+
+// ---- math shared with the CUDA kernels (flash attention, device sampling) ----
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+// The CUDA attention kernel's reduction, run on the host: keys dealt round-robin
+// to 4 partial states (one per warp), each updated with online_softmax_add,
+// then merged with online_softmax_merge. Must equal the two-pass softmax.
+TEST(Math, OnlineSoftmaxAsTheAttentionKernelUsesIt) {
+  std::mt19937 g(3);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  for (int len : {1, 2, 3, 5, 64, 1000}) {
+    const int dim = 8;
+    std::vector<float> s(len), v(static_cast<size_t>(len) * dim);
+    for (auto& x : s) x = nd(g);
+    for (auto& x : v) x = nd(g);
+    double mx = -INFINITY, sum = 0;
+    for (float x : s) mx = std::max<double>(mx, x);
+    std::vector<double> want(dim, 0.0);
+    for (int j = 0; j < len; ++j) {
+      const double w = std::exp(s[j] - mx);
+      sum += w;
+      for (int d = 0; d < dim; ++d) want[d] += w * v[static_cast<size_t>(j) * dim + d];
+    }
+    constexpr int kWarps = 4;
+    float m[kWarps], l[kWarps];
+    std::vector<float> acc(kWarps * dim, 0.0f);
+    for (int w = 0; w < kWarps; ++w) m[w] = -INFINITY, l[w] = 0;
+    for (int j = 0; j < len; ++j) {
+      const int w = j % kWarps;
+      float so, wn;
+      online_softmax_add(m[w], l[w], s[j], so, wn);
+      for (int d = 0; d < dim; ++d) acc[w * dim + d] = acc[w * dim + d] * so + wn * v[static_cast<size_t>(j) * dim + d];
+    }
+    for (int w = 1; w < kWarps; ++w) {  // warps past len are empty: merged with weight 0
+      float s1, s2;
+      online_softmax_merge(m[0], l[0], m[w], l[w], s1, s2);
+      for (int d = 0; d < dim; ++d) acc[d] = acc[d] * s1 + acc[w * dim + d] * s2;
+    }
+    for (int d = 0; d < dim; ++d) EXPECT_NEAR(acc[d] / l[0], want[d] / sum, 1e-5 * (1 + std::abs(want[d] / sum)));
+  }
+  float m = -INFINITY, l = 0, s1, s2;  // two empty states stay empty, no NaN
+  online_softmax_merge(m, l, -INFINITY, 0.0f, s1, s2);
+  EXPECT_EQ(s1, 0.0f);
+  EXPECT_EQ(s2, 0.0f);
+  EXPECT_EQ(l, 0.0f);
+}
+
+TEST(Math, CounterUniformIsInOpenUnitIntervalAndUniform) {
+  double sum = 0;
+  const int n = 1 << 20;
+  std::vector<int> bins(16, 0);
+  for (int i = 0; i < n; ++i) {
+    const float u = counter_uniform(42, static_cast<uint64_t>(i));
+    ASSERT_GT(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    sum += u;
+    ++bins[static_cast<int>(u * 16)];
+  }
+  EXPECT_NEAR(sum / n, 0.5, 1e-3);
+  double chi = 0;
+  for (int b : bins) chi += (b - n / 16.0) * (b - n / 16.0) / (n / 16.0);
+  EXPECT_LT(chi, 37.7);  // chi-square, 15 degrees of freedom, p = 0.001
+  EXPECT_NE(counter_uniform(1, 0), counter_uniform(2, 0));
+}
+
+// Gumbel top-k (the device's without-replacement draw) has the sequential
+// SWOR law: P(a then b) = p_a * p_b / (1 - p_a). Chi-square over ordered pairs,
+// 200k draws; the same test with the keys' sign flipped (a wrong key) fails.
+TEST(Math, GumbelTopKDrawsWithoutReplacement) {
+  const std::vector<float> p = {0.5f, 0.3f, 0.15f, 0.05f, 0.0f};
+  const int V = static_cast<int>(p.size()), draws = 200000;
+  auto chi_square = [&](bool wrong) {
+    std::vector<long> counts(V * V, 0);
+    for (int r = 0; r < draws; ++r) {
+      std::vector<std::pair<float, int>> keys;
+      for (int i = 0; i < V; ++i) {
+        const float u = counter_uniform(7, static_cast<uint64_t>(r) * V + i);
+        float k = p[i] > 0 ? gumbel_key(p[i], u) : -1e30f * (1.0f + u);
+        if (wrong && p[i] > 0) k = std::log(p[i]) + std::log(-std::log(u));
+        keys.push_back({k, i});
+      }
+      std::stable_sort(keys.begin(), keys.end(), [](auto& a, auto& b) { return a.first > b.first; });
+      ++counts[keys[0].second * V + keys[1].second];
+    }
+    double chi = 0;
+    for (int a = 0; a < V; ++a)
+      for (int b = 0; b < V; ++b) {
+        if (a == b || p[a] == 0) continue;
+        const double e = draws * static_cast<double>(p[a]) * p[b] / (1.0 - p[a]);
+        if (e == 0) {
+          if (counts[a * V + b] > 0) return static_cast<double>(INFINITY);
+          continue;
+        }
+        chi += (counts[a * V + b] - e) * (counts[a * V + b] - e) / e;
+      }
+    return chi;
+  };
+  EXPECT_LT(chi_square(false), 32.9);  // 12 cells with mass, 11 dof, p = 0.0005
+  EXPECT_GT(chi_square(true), 1000.0);
+}

@@ -90,7 +90,9 @@ struct BlockQ4_1 {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
 
 // Element j (0..31) of a block: low nibbles hold elements 0..15, high 16..31.
-RD_HD float dequant_q8_0(const BlockQ8_0& b, int j) { return f16_to_f32(b.d) * b.qs[j]; }
+RD_HD float dequant_q8_0(const BlockQ8_0& b, int j) {
+  return f16_to_f32(b.d) * b.qs[j];
+}
 RD_HD float dequant_q4_0(const BlockQ4_0& b, int j) {
   const int q = j < 16 ? (b.qs[j] & 0xf) : (b.qs[j - 16] >> 4);
   return f16_to_f32(b.d) * (q - 8);
@@ -112,9 +114,64 @@ RD_HD void rope_rotate(float& a, float& b, float c, float s) {
   b = a0 * s + b0 * c;
 }
 
-RD_HD float silu(float x) { return x / (1.0f + expf(-x)); }
+RD_HD float silu(float x) {
+  return x / (1.0f + expf(-x));
+}
 
 // 1 / sqrt(mean(x^2) + eps) given the sum of squares over n elements.
-RD_HD float rms_scale(float sum_sq, int n, float eps) { return 1.0f / sqrtf(sum_sq / (float)n + eps); }
+RD_HD float rms_scale(float sum_sq, int n, float eps) {
+  return 1.0f / sqrtf(sum_sq / (float)n + eps);
+}
+
+// ---- online softmax (flash-style attention) ----
+// Running max m and normaliser l of exp(s - m) over the scores seen so far;
+// start with m = -inf, l = 0. Adding score s: the accumulator of weighted values
+// is multiplied by *scale_old and the new value added with weight *w_new.
+RD_HD void online_softmax_add(float& m, float& l, float s, float& scale_old, float& w_new) {
+  const float m_new = s > m ? s : m;
+  scale_old = m == -INFINITY ? 0.0f : expf(m - m_new);
+  w_new = expf(s - m_new);
+  l = l * scale_old + w_new;
+  m = m_new;
+}
+
+// Merges state (m2, l2) into (m, l); accumulators combine as acc*scale1 + acc2*scale2.
+// Either side may be empty (m = -inf, l = 0).
+RD_HD void online_softmax_merge(float& m, float& l, float m2, float l2, float& scale1, float& scale2) {
+  const float m_new = m2 > m ? m2 : m;
+  if (m_new == -INFINITY) {
+    scale1 = scale2 = 0.0f;
+    return;
+  }
+  scale1 = m == -INFINITY ? 0.0f : expf(m - m_new);
+  scale2 = m2 == -INFINITY ? 0.0f : expf(m2 - m_new);
+  l = l * scale1 + l2 * scale2;
+  m = m_new;
+}
+
+// ---- sampling ----
+// Gumbel-top-k key of a token with probability p given a uniform u in (0, 1):
+// the k largest keys are k draws without replacement, in draw order (the
+// exponential-race form log p - log(-log u)). p = 0 gives -inf (never drawn
+// before a positive token).
+RD_HD float gumbel_key(float p, float u) {
+  if (!(p > 0.0f)) return -INFINITY;
+  return logf(p) - logf(-logf(u));
+}
+
+// exp((logit - max) / temperature): the unnormalised tempered probability.
+RD_HD float tempered(float logit, float max_logit, float temperature) {
+  return expf((logit - max_logit) / temperature);
+}
+
+// A counter-based uniform in (0, 1) (splitmix64 of seed and counter, 24 bits):
+// the same draws on the host and the device, in any order or thread layout.
+RD_HD float counter_uniform(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (counter + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return ((float)(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
+}
 
 }  // namespace redwood::math

@@ -4,6 +4,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/simd.h"
+#include "src/util/error.h"
 
 namespace redwood {
 namespace {
@@ -19,6 +21,17 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
+
+  bool host_memory() const override { return true; }
+  void* alloc(size_t bytes) override {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) throw Error("out of memory: could not allocate " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void upload(void* dst, const void* src, size_t bytes) override { memcpy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { memcpy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { memmove(dst, src, bytes); }
 
   void matmul(const WeightView& w, const float* x, int n, float* y) override { cpu::matmul(w, x, n, y); }
 
@@ -73,6 +86,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace redwood

@@ -6,17 +6,29 @@
 
 namespace redwood {
 
-KvCache::KvCache(int n_layers, int kv_dim, int capacity) : kv_dim_(kv_dim), capacity_(capacity) {
+KvCache::KvCache(Backend& be, int n_layers, int kv_dim, int capacity) : be_(&be), kv_dim_(kv_dim), capacity_(capacity) {
   if (n_layers <= 0 || kv_dim <= 0 || capacity <= 0) throw Error("invalid KV cache shape");
-  k_.resize(n_layers);
-  v_.resize(n_layers);
+  const size_t bytes = static_cast<size_t>(capacity) * kv_dim * sizeof(float);
   for (int l = 0; l < n_layers; ++l) {
-    k_[l].assign(static_cast<size_t>(capacity) * kv_dim, 0.0f);
-    v_[l].assign(static_cast<size_t>(capacity) * kv_dim, 0.0f);
+    k_.emplace_back(be, bytes);
+    v_.emplace_back(be, bytes);
   }
 }
 
-uint64_t KvCache::bytes() const { return 2ull * k_.size() * capacity_ * kv_dim_ * sizeof(float); }
+KvCache::KvCache(const KvCache& o)
+    : be_(o.be_), kv_dim_(o.kv_dim_), capacity_(o.capacity_), committed_(o.committed_), block_parent_(o.block_parent_) {
+  const size_t used = static_cast<size_t>(committed_ + pending()) * kv_dim_ * sizeof(float);
+  for (size_t l = 0; l < o.k_.size(); ++l) {
+    k_.emplace_back(*be_, o.k_[l].size());
+    v_.emplace_back(*be_, o.v_[l].size());
+    be_->copy(k_.back().as(), o.k_[l].as(), used);
+    be_->copy(v_.back().as(), o.v_[l].as(), used);
+  }
+}
+
+uint64_t KvCache::bytes() const {
+  return 2ull * k_.size() * capacity_ * kv_dim_ * sizeof(float);
+}
 
 void KvCache::append_pending(std::span<const int32_t> parents) {
   if (committed_ + pending() + static_cast<int>(parents.size()) > capacity_)
@@ -36,15 +48,23 @@ void KvCache::commit_path(std::span<const int32_t> rows) {
     if (r <= prev || r >= pending()) throw Error("KV cache commit_path: rows must ascend within the pending block");
     prev = r;
   }
+  // Row j moves down from committed + rows[j] to committed + j. In ascending
+  // order no row is overwritten before it moves (rows[j] >= j); runs of
+  // consecutive rows move as one copy. Copies are ordered like the ops.
   const size_t row = static_cast<size_t>(kv_dim_) * sizeof(float);
-  for (size_t l = 0; l < k_.size(); ++l)
-    for (size_t j = 0; j < rows.size(); ++j) {
-      if (rows[j] == static_cast<int32_t>(j)) continue;
+  for (size_t j = 0; j < rows.size();) {
+    size_t e = j + 1;
+    while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
+    if (rows[j] != static_cast<int32_t>(j)) {
       const size_t dst = static_cast<size_t>(committed_ + j) * kv_dim_;
       const size_t src = static_cast<size_t>(committed_ + rows[j]) * kv_dim_;
-      memmove(k_[l].data() + dst, k_[l].data() + src, row);
-      memmove(v_[l].data() + dst, v_[l].data() + src, row);
+      for (size_t l = 0; l < k_.size(); ++l) {
+        be_->copy(k(static_cast<int>(l)) + dst, k(static_cast<int>(l)) + src, row * (e - j));
+        be_->copy(v(static_cast<int>(l)) + dst, v(static_cast<int>(l)) + src, row * (e - j));
+      }
     }
+    j = e;
+  }
   committed_ += static_cast<int>(rows.size());
   block_parent_.clear();
 }

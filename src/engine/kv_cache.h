@@ -1,21 +1,26 @@
 // Per-model KV cache: for each layer, K and V rows [capacity][n_kv_heads * head_dim]
-// (float32). Rows 0..committed()-1 hold the committed sequence. After them lies the
-// pending block: rows written by passes since the last commit (a draft tree grows
-// level by level over several passes). A pass over n new tokens appends rows
-// committed()+pending()..+n-1; its parents index the whole block (block-relative).
-// commit_prefix(n) (a chain: prefill, decode) or commit_path(rows) (the accepted
-// path of a tree, compacted in place) makes rows part of the sequence and clears
-// the block; discard() drops it.
+// (float32), in backend memory (VRAM on the CUDA backend). Rows 0..committed()-1 hold the committed sequence. After
+// them lies the pending block: rows written by passes since the last commit (a draft tree grows level by level over
+// several passes). A pass over n new tokens appends rows committed()+pending()..+n-1; its parents index the whole block
+// (block-relative). commit_prefix(n) (a chain: prefill, decode) or commit_path(rows) (the accepted path of a tree,
+// compacted in place) makes rows part of the sequence and clears the block; discard() drops it.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "kernels/backend.h"
+
 namespace redwood {
 
 class KvCache {
  public:
-  KvCache(int n_layers, int kv_dim, int capacity);
+  KvCache(Backend& be, int n_layers, int kv_dim, int capacity);
+  // A deep copy (new backend memory, contents copied); moves transfer it.
+  KvCache(const KvCache& o);
+  KvCache& operator=(const KvCache&) = delete;
+  KvCache(KvCache&&) noexcept = default;
+  KvCache& operator=(KvCache&&) noexcept = default;
 
   int capacity() const { return capacity_; }
   int committed() const { return committed_; }
@@ -28,8 +33,9 @@ class KvCache {
   int n_layers() const { return static_cast<int>(k_.size()); }
   uint64_t bytes() const;
 
-  float* k(int layer) { return k_[layer].data(); }
-  float* v(int layer) { return v_[layer].data(); }
+  // Backend memory.
+  float* k(int layer) { return k_[layer].as<float>(); }
+  float* v(int layer) { return v_[layer].as<float>(); }
 
   // Commit the first n pending rows (a chain) and drop the rest of the block.
   void commit_prefix(int n);
@@ -41,10 +47,11 @@ class KvCache {
   void truncate(int n);
 
  private:
+  Backend* be_;
   int kv_dim_, capacity_;
   int committed_ = 0;
   std::vector<int32_t> block_parent_;
-  std::vector<std::vector<float>> k_, v_;
+  std::vector<BackendBuffer> k_, v_;
 };
 
 }  // namespace redwood

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/common/math.h"
 #include "src/util/error.h"
 
 namespace redwood {
@@ -31,7 +32,7 @@ void probs(const SamplingParams& p, std::span<const float> logits, std::vector<f
   }
   const float mx = *std::max_element(logits.begin(), logits.end());
   double sum = 0;
-  for (size_t i = 0; i < V; ++i) sum += out[i] = std::exp((logits[i] - mx) / p.temperature);
+  for (size_t i = 0; i < V; ++i) sum += out[i] = math::tempered(logits[i], mx, p.temperature);
   for (auto& x : out) x = static_cast<float>(x / sum);
   const bool use_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < V;
   if (!use_k && p.top_p >= 1.0f) return;
@@ -58,7 +59,9 @@ void probs(const SamplingParams& p, std::span<const float> logits, std::vector<f
   for (size_t i = 0; i < V; ++i) out[i] = static_cast<float>(kept[i] / ks);
 }
 
-Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate(p); }
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
+  validate(p);
+}
 
 int32_t Sampler::sample(std::span<const float> logits) {
   if (p_.greedy()) return argmax(logits);

@@ -19,20 +19,21 @@ ChainBatch::ChainBatch(std::span<const int32_t> toks, int start) : tokens(toks.b
 Transformer::Transformer(const ModelDesc& m, WeightSource& w, Backend& be) : hp_(m.hp), w_(w), be_(be) {}
 
 KvCache Transformer::make_cache(int capacity) const {
-  return KvCache(hp_.n_layers, hp_.n_kv_heads * hp_.head_dim, capacity);
+  return KvCache(be_, hp_.n_layers, hp_.n_kv_heads * hp_.head_dim, capacity);
 }
 
 void Transformer::ensure_scratch(int n) {
   if (n <= cap_n_) return;
-  const size_t N = static_cast<size_t>(n);
-  x_.resize(N * hp_.dim);
-  xn_.resize(N * hp_.dim);
-  q_.resize(N * hp_.n_heads * hp_.head_dim);
-  k_.resize(N * hp_.n_kv_heads * hp_.head_dim);
-  v_.resize(N * hp_.n_kv_heads * hp_.head_dim);
-  att_.resize(N * hp_.n_heads * hp_.head_dim);
-  gate_.resize(N * hp_.ffn_dim);
-  up_.resize(N * hp_.ffn_dim);
+  const size_t N = static_cast<size_t>(n) * sizeof(float);
+  x_ = BackendBuffer(be_, N * hp_.dim);
+  xn_ = BackendBuffer(be_, N * hp_.dim);
+  q_ = BackendBuffer(be_, N * hp_.n_heads * hp_.head_dim);
+  k_ = BackendBuffer(be_, N * hp_.n_kv_heads * hp_.head_dim);
+  v_ = BackendBuffer(be_, N * hp_.n_kv_heads * hp_.head_dim);
+  att_ = BackendBuffer(be_, N * hp_.n_heads * hp_.head_dim);
+  gate_ = BackendBuffer(be_, N * hp_.ffn_dim);
+  up_ = BackendBuffer(be_, N * hp_.ffn_dim);
+  if (!be_.host_memory()) logits_ = BackendBuffer(be_, N * hp_.vocab);
   cap_n_ = n;
 }
 
@@ -72,57 +73,87 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     anc_off_[i + 1] = static_cast<int32_t>(anc_.size());
   }
 
+  // Index arrays into backend memory in one upload.
+  const int n_block = pend + n;
+  meta_.clear();
+  meta_.insert(meta_.end(), b.tokens.begin(), b.tokens.end());
+  meta_.insert(meta_.end(), b.positions.begin(), b.positions.end());
+  meta_.insert(meta_.end(), block_parents_.begin(), block_parents_.end());
+  meta_.insert(meta_.end(), anc_off_.begin(), anc_off_.end());
+  meta_.insert(meta_.end(), anc_.begin(), anc_.end());
+  if (meta_dev_.size() < meta_.size() * sizeof(int32_t))
+    meta_dev_ = BackendBuffer(be_, std::max(meta_.size(), static_cast<size_t>(4096)) * 2 * sizeof(int32_t));
+  be_.upload(meta_dev_.as(), meta_.data(), meta_.size() * sizeof(int32_t));
+  const int32_t* d_tokens = meta_dev_.as<const int32_t>();
+  const int32_t* d_pos = d_tokens + n;
+  const int32_t* d_parents = d_pos + n;
+  const int32_t* d_anc_off = d_parents + n_block;
+  const int32_t* d_anc = d_anc_off + n + 1;
+
+  float* x = x_.as<float>();
+  float* xn = xn_.as<float>();
+  float* q = q_.as<float>();
+  float* k = k_.as<float>();
+  float* v = v_.as<float>();
+  float* att = att_.as<float>();
+  float* gate = gate_.as<float>();
+  float* up = up_.as<float>();
   const int dim = hp_.dim, hd = hp_.head_dim;
   const int kv_dim = hp_.n_kv_heads * hd;
   const auto& g = w_.globals();
   w_.begin_pass();
-  be_.embed(g.tok_embd, b.tokens.data(), n, x_.data());
+  be_.embed(g.tok_embd, d_tokens, n, x);
 
   for (int l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = w_.acquire(l);
     // attention block
-    be_.rmsnorm(x_.data(), L.attn_norm, n, dim, hp_.rms_eps, xn_.data());
-    be_.matmul(L.wq, xn_.data(), n, q_.data());
-    be_.matmul(L.wk, xn_.data(), n, k_.data());
-    be_.matmul(L.wv, xn_.data(), n, v_.data());
-    be_.rope(q_.data(), n, hp_.n_heads, hd, b.positions.data(), hp_.rope_base, hp_.rope_mode);
-    be_.rope(k_.data(), n, hp_.n_kv_heads, hd, b.positions.data(), hp_.rope_base, hp_.rope_mode);
+    be_.rmsnorm(x, L.attn_norm, n, dim, hp_.rms_eps, xn);
+    be_.matmul(L.wq, xn, n, q);
+    be_.matmul(L.wk, xn, n, k);
+    be_.matmul(L.wv, xn, n, v);
+    be_.rope(q, n, hp_.n_heads, hd, d_pos, hp_.rope_base, hp_.rope_mode);
+    be_.rope(k, n, hp_.n_kv_heads, hd, d_pos, hp_.rope_base, hp_.rope_mode);
     float* kc = kv.k(l) + static_cast<size_t>(n_past + pend) * kv_dim;
     float* vc = kv.v(l) + static_cast<size_t>(n_past + pend) * kv_dim;
-    memcpy(kc, k_.data(), sizeof(float) * n * kv_dim);
-    memcpy(vc, v_.data(), sizeof(float) * n * kv_dim);
+    be_.copy(kc, k, sizeof(float) * n * kv_dim);
+    be_.copy(vc, v, sizeof(float) * n * kv_dim);
     AttentionArgs a;
-    a.q = q_.data();
+    a.q = q;
     a.k = kv.k(l);
     a.v = kv.v(l);
-    a.out = att_.data();
+    a.out = att;
     a.n = n;
     a.n_past = n_past;
     a.n_heads = hp_.n_heads;
     a.n_kv_heads = hp_.n_kv_heads;
     a.head_dim = hd;
-    a.parents = block_parents_.data();
-    a.anc_off = anc_off_.data();
-    a.anc = anc_.data();
+    a.parents = d_parents;
+    a.anc_off = d_anc_off;
+    a.anc = d_anc;
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     be_.attention(a);
-    be_.matmul(L.wo, att_.data(), n, xn_.data());
-    be_.add(x_.data(), xn_.data(), static_cast<size_t>(n) * dim);
+    be_.matmul(L.wo, att, n, xn);
+    be_.add(x, xn, static_cast<size_t>(n) * dim);
     // feed-forward block
-    be_.rmsnorm(x_.data(), L.ffn_norm, n, dim, hp_.rms_eps, xn_.data());
-    be_.matmul(L.w_gate, xn_.data(), n, gate_.data());
-    be_.matmul(L.w_up, xn_.data(), n, up_.data());
-    be_.swiglu(gate_.data(), up_.data(), static_cast<size_t>(n) * hp_.ffn_dim);
-    be_.matmul(L.w_down, gate_.data(), n, xn_.data());
-    be_.add(x_.data(), xn_.data(), static_cast<size_t>(n) * dim);
+    be_.rmsnorm(x, L.ffn_norm, n, dim, hp_.rms_eps, xn);
+    be_.matmul(L.w_gate, xn, n, gate);
+    be_.matmul(L.w_up, xn, n, up);
+    be_.swiglu(gate, up, static_cast<size_t>(n) * hp_.ffn_dim);
+    be_.matmul(L.w_down, gate, n, xn);
+    be_.add(x, xn, static_cast<size_t>(n) * dim);
     w_.release(l);
   }
   kv.append_pending(b.parents);
 
-  const float* last = x_.data() + (rows == LogitsRows::kAll ? 0 : static_cast<size_t>(n - 1) * dim);
+  const float* last = x + (rows == LogitsRows::kAll ? 0 : static_cast<size_t>(n - 1) * dim);
   const int m = static_cast<int>(out_rows);
-  be_.rmsnorm(last, g.output_norm, m, dim, hp_.rms_eps, xn_.data());
-  be_.matmul(g.lm_head, xn_.data(), m, logits.data());
+  be_.rmsnorm(last, g.output_norm, m, dim, hp_.rms_eps, xn);
+  if (be_.host_memory()) {
+    be_.matmul(g.lm_head, xn, m, logits.data());
+  } else {
+    be_.matmul(g.lm_head, xn, m, logits_.as<float>());
+    be_.download(logits.data(), logits_.as(), sizeof(float) * m * hp_.vocab);
+  }
   w_.end_pass();
   PassStats s;
   s.n_tokens = n;

@@ -58,10 +58,13 @@ class Transformer {
   LlamaHParams hp_;
   WeightSource& w_;
   Backend& be_;
-  // Activation scratch, sized for the largest n seen.
+  // Activation scratch in backend memory, sized for the largest n seen.
   int cap_n_ = 0;
-  std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_;
-  std::vector<int32_t> anc_off_, anc_, block_parents_;
+  BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, logits_;
+  // The pass's index arrays (host), and their copy in backend memory:
+  // tokens | positions | block parents | ancestor offsets | ancestors.
+  std::vector<int32_t> anc_off_, anc_, block_parents_, meta_;
+  BackendBuffer meta_dev_;
 };
 
 // Runs a prompt chain through the model in passes of at most `chunk` tokens

@@ -4,9 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -41,17 +41,28 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   return *this;
 }
 
-AlignedBuffer::~AlignedBuffer() { std::free(p_); }
+AlignedBuffer::~AlignedBuffer() {
+  std::free(p_);
+}
 
 void norm_to_f32(DType t, const void* src, int64_t n, float* dst) {
   const auto* p = static_cast<const uint8_t*>(src);
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     switch (t) {
-      case DType::F32: memcpy(&dst[i], p + 4 * i, 4); break;
-      case DType::F16: memcpy(&h, p + 2 * i, 2); dst[i] = math::f16_to_f32(h); break;
-      case DType::BF16: memcpy(&h, p + 2 * i, 2); dst[i] = math::bf16_to_f32(h); break;
-      default: throw Error("norm weights must be F32/F16/BF16");
+      case DType::F32:
+        memcpy(&dst[i], p + 4 * i, 4);
+        break;
+      case DType::F16:
+        memcpy(&h, p + 2 * i, 2);
+        dst[i] = math::f16_to_f32(h);
+        break;
+      case DType::BF16:
+        memcpy(&h, p + 2 * i, 2);
+        dst[i] = math::bf16_to_f32(h);
+        break;
+      default:
+        throw Error("norm weights must be F32/F16/BF16");
     }
   }
 }
@@ -65,7 +76,6 @@ struct Files {
       if (fd >= 0) ::close(fd);
   }
 };
-
 
 }  // namespace
 
@@ -128,6 +138,91 @@ ResidentWeights::ResidentWeights(const ModelDesc& m, const std::function<bool(in
     W.w_up = view(L.w_up, p[7]);
     W.w_down = view(L.w_down, p[8]);
   }
+}
+
+WeightView BackendCopies::matrix(const WeightView& host) {
+  if (!host.data) return host;
+  const uint64_t bytes = static_cast<uint64_t>(host.rows) * *row_bytes(host.type, host.cols);
+  buffers_.emplace_back(be_, bytes);
+  be_.upload(buffers_.back().as(), host.data, bytes);
+  bytes_ += bytes;
+  WeightView v = host;
+  v.data = buffers_.back().as();
+  return v;
+}
+
+const float* BackendCopies::norm(const float* host) {
+  if (!host) return nullptr;
+  const size_t bytes = sizeof(float) * static_cast<size_t>(dim_);
+  buffers_.emplace_back(be_, bytes);
+  be_.upload(buffers_.back().as(), host, bytes);
+  bytes_ += bytes;
+  return buffers_.back().as<const float>();
+}
+
+LayerWeights BackendCopies::layer(const LayerWeights& h) {
+  LayerWeights d;
+  d.attn_norm = norm(h.attn_norm);
+  d.ffn_norm = norm(h.ffn_norm);
+  d.wq = matrix(h.wq);
+  d.wk = matrix(h.wk);
+  d.wv = matrix(h.wv);
+  d.wo = matrix(h.wo);
+  d.w_gate = matrix(h.w_gate);
+  d.w_up = matrix(h.w_up);
+  d.w_down = matrix(h.w_down);
+  return d;
+}
+
+GlobalWeights BackendCopies::globals(const GlobalWeights& h, bool tied_lm_head) {
+  GlobalWeights d;
+  d.tok_embd = matrix(h.tok_embd);
+  d.output_norm = norm(h.output_norm);
+  d.lm_head = tied_lm_head ? d.tok_embd : matrix(h.lm_head);
+  return d;
+}
+
+DeviceWeights::DeviceWeights(const ModelDesc& m, Backend& be) : copies_(be, static_cast<int>(m.hp.dim)) {
+  Files files;
+  for (const auto& f : m.files) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(f + ": cannot open: " + strerror(errno));
+    files.fds.push_back(fd);
+  }
+  // One tensor at a time through a host buffer (reused: uploads are ordered and
+  // the backend copies the source before returning).
+  AlignedBuffer tmp;
+  std::vector<float> normv;
+  auto upload_view = [&](const TensorExtent& t) {
+    if (tmp.size() < t.bytes) tmp = AlignedBuffer(t.bytes);
+    read_exact(files.fds.at(t.file), m.files[t.file], tmp.data(), t.bytes, t.offset);
+    return copies_.matrix(WeightView{t.type, t.rows, t.cols, tmp.data()});
+  };
+  auto upload_norm = [&](const TensorExtent& t) {
+    if (tmp.size() < t.bytes) tmp = AlignedBuffer(t.bytes);
+    read_exact(files.fds.at(t.file), m.files[t.file], tmp.data(), t.bytes, t.offset);
+    normv.resize(static_cast<size_t>(t.cols));
+    norm_to_f32(t.type, tmp.data(), t.cols, normv.data());
+    return copies_.norm(normv.data());
+  };
+  globals_.tok_embd = upload_view(m.tok_embd);
+  globals_.output_norm = upload_norm(m.output_norm);
+  globals_.lm_head = m.hp.tied_lm_head ? globals_.tok_embd : upload_view(m.lm_head);
+  layers_.resize(m.layers.size());
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const auto& L = m.layers[i];
+    auto& W = layers_[i];
+    W.attn_norm = upload_norm(L.attn_norm);
+    W.ffn_norm = upload_norm(L.ffn_norm);
+    W.wq = upload_view(L.wq);
+    W.wk = upload_view(L.wk);
+    W.wv = upload_view(L.wv);
+    W.wo = upload_view(L.wo);
+    W.w_gate = upload_view(L.w_gate);
+    W.w_up = upload_view(L.w_up);
+    W.w_down = upload_view(L.w_down);
+  }
+  be.synchronize();
 }
 
 }  // namespace redwood

@@ -55,7 +55,9 @@ class AlignedBuffer {
 
 // Bytes a tensor of `bytes` takes in ResidentWeights' buffers (64-byte aligned
 // pieces); the memory planner counts with the same rule.
-inline constexpr uint64_t resident_tensor_bytes(uint64_t bytes) { return align_up(bytes, 64); }
+inline constexpr uint64_t resident_tensor_bytes(uint64_t bytes) {
+  return align_up(bytes, 64);
+}
 
 // Converts a norm vector (F32/F16/BF16 bytes) to float.
 void norm_to_f32(DType t, const void* src, int64_t n, float* dst);
@@ -77,6 +79,43 @@ class ResidentWeights final : public WeightSource {
   std::vector<AlignedBuffer> buffers_;
   std::vector<std::vector<float>> norms_;
   uint64_t bytes_ = 0;
+};
+
+// Copies of host weights in backend memory (VRAM on the CUDA backend), one
+// allocation per tensor. Used by DeviceWeights, and by the streamer for the
+// parts it keeps resident (globals, resident layers, every layer's norms).
+class BackendCopies {
+ public:
+  BackendCopies(Backend& be, int dim) : be_(be), dim_(dim) {}
+  // Matrices (views with data) and norms of a host layer; empty views stay empty.
+  LayerWeights layer(const LayerWeights& host);
+  GlobalWeights globals(const GlobalWeights& host, bool tied_lm_head);
+  uint64_t bytes() const { return bytes_; }
+
+  // One tensor: a matrix (empty view -> empty view) or a norm vector of dim floats.
+  WeightView matrix(const WeightView& host);
+  const float* norm(const float* host);
+
+ private:
+  Backend& be_;
+  int dim_;
+  std::vector<BackendBuffer> buffers_;
+  uint64_t bytes_ = 0;
+};
+
+// Every weight in backend memory: the model is read into host memory layer by
+// layer and uploaded (for a backend whose memory is not host memory).
+class DeviceWeights final : public WeightSource {
+ public:
+  DeviceWeights(const ModelDesc& m, Backend& be);
+  const GlobalWeights& globals() override { return globals_; }
+  const LayerWeights& acquire(int layer) override { return layers_[layer]; }
+  uint64_t bytes() const { return copies_.bytes(); }
+
+ private:
+  BackendCopies copies_;
+  GlobalWeights globals_;
+  std::vector<LayerWeights> layers_;
 };
 
 }  // namespace redwood

@@ -1,0 +1,107 @@
+// Tree-masked attention over [committed prefix | block], flash-style: one pass
+// over the keys with an online softmax (math::online_softmax_add/merge, shared
+// with the CPU tests), no score matrix and no dense n x n mask in memory. The
+// mask is the CSR ancestor list the forward pass builds from the parent array:
+// token i reads the n_past committed rows and then its ancestors' block rows.
+//
+// One block per (token, query head), kWarps warps; warp w takes keys w, w +
+// kWarps, ...; lane l owns head dimensions l, l + 32, ... (E per lane), so a
+// key's score is one warp reduction. The warps' partial states merge at the end.
+#include "kernels/common/math.h"
+#include "kernels/cuda/common.cuh"
+#include "src/util/error.h"
+
+namespace redwood::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+
+template <int E>
+__global__ void tree_attention_kernel(AttentionArgs a) {
+  const int i = blockIdx.x / a.n_heads;
+  const int h = blockIdx.x % a.n_heads;
+  const int kh = h / (a.n_heads / a.n_kv_heads);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int hd = a.head_dim;
+  const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
+  const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
+  const int32_t* anc = a.anc + a.anc_off[i];
+  const int len = a.n_past + (a.anc_off[i + 1] - a.anc_off[i]);
+
+  float q[E], acc[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int d = lane + 32 * e;
+    q[e] = d < hd ? a.q[i * q_stride + h * hd + d] : 0.0f;
+    acc[e] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int j = warp; j < len; j += kWarps) {
+    const int64_t row = j < a.n_past ? j : a.n_past + anc[j - a.n_past];
+    const float* k = a.k + row * kv_stride + kh * hd;
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int d = lane + 32 * e;
+      if (d < hd) s += q[e] * k[d];
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    float scale_old, w_new;
+    math::online_softmax_add(m, l, s * a.scale, scale_old, w_new);
+    const float* v = a.v + row * kv_stride + kh * hd;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int d = lane + 32 * e;
+      acc[e] = acc[e] * scale_old + (d < hd ? w_new * v[d] : 0.0f);
+    }
+  }
+
+  __shared__ float sm_m[kWarps], sm_l[kWarps];
+  __shared__ float sm_acc[kWarps][32 * E];
+  if (lane == 0) sm_m[warp] = m, sm_l[warp] = l;
+#pragma unroll
+  for (int e = 0; e < E; ++e) sm_acc[warp][lane + 32 * e] = acc[e];
+  __syncthreads();
+  if (warp != 0) return;
+  for (int w = 1; w < kWarps; ++w) {
+    float s1, s2;
+    math::online_softmax_merge(m, l, sm_m[w], sm_l[w], s1, s2);
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] = acc[e] * s1 + sm_acc[w][lane + 32 * e] * s2;
+  }
+  float* out = a.out + i * q_stride + h * hd;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int d = lane + 32 * e;
+    if (d < hd) out[d] = acc[e] / l;
+  }
+}
+
+}  // namespace
+
+void attention(cudaStream_t st, const AttentionArgs& a) {
+  if (a.n <= 0) return;
+  if (a.head_dim <= 0 || a.head_dim > 256) throw Error("CUDA attention: head_dim must be in [1, 256]");
+  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+    throw Error("CUDA attention: n_heads must be a multiple of n_kv_heads");
+  const unsigned grid = static_cast<unsigned>(a.n) * static_cast<unsigned>(a.n_heads);
+  const unsigned threads = 32 * kWarps;
+  switch ((a.head_dim + 31) / 32) {
+#define RD_ATT_CASE(E)                                     \
+  case E:                                                  \
+    tree_attention_kernel<E><<<grid, threads, 0, st>>>(a); \
+    break;
+    RD_ATT_CASE(1)
+    RD_ATT_CASE(2)
+    RD_ATT_CASE(3)
+    RD_ATT_CASE(4)
+    RD_ATT_CASE(5)
+    RD_ATT_CASE(6)
+    RD_ATT_CASE(7)
+    RD_ATT_CASE(8)
+#undef RD_ATT_CASE
+  }
+  RD_CUDA_LAUNCHED("tree_attention_kernel");
+}
+
+}  // namespace redwood::cuda

@@ -1,0 +1,250 @@
+// The CUDA backend: the Backend interface on one device and one stream.
+// Element-wise and row-wise ops are here; matmul (cuBLAS + dequantizing GEMV)
+// and tree attention have their own files. Per-element math is shared with the
+// CPU backend (kernels/common/math.h), so the CPU tests cover it.
+//
+// Every op is asynchronous on the backend's stream; download() and
+// synchronize() are the only host waits. Memory is cudaMalloc'd VRAM.
+#include <cstdio>
+#include <string>
+
+#include "kernels/common/math.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device.h"
+#include "src/util/error.h"
+
+namespace redwood::cuda {
+
+void fail(const char* what, const char* call, const char* file, int line) {
+  std::string msg = "CUDA: ";
+  msg.append(call).append(" failed: ").append(what).append(" (").append(file).append(":");
+  msg.append(std::to_string(line)).append(")");
+  throw Error(msg);
+}
+
+const char* cublas_status_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "cuBLAS error";
+  }
+}
+
+void* Scratch::get(size_t n, cudaStream_t st) {
+  if (n <= bytes) return p;
+  if (p) {
+    RD_CUDA_CHECK(cudaStreamSynchronize(st));  // the old buffer may still be read
+    RD_CUDA_CHECK(cudaFree(p));
+    p = nullptr;
+  }
+  RD_CUDA_CHECK(cudaMalloc(&p, n));
+  bytes = n;
+  return p;
+}
+
+void Scratch::free() {
+  if (p) cudaFree(p);
+  p = nullptr;
+  bytes = 0;
+}
+
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+__device__ float block_sum(float v, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = threadIdx.x < warps ? shared[threadIdx.x] : 0.0f;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  v = shared[0];
+  __syncthreads();
+  return v;
+}
+
+// One block per row.
+__global__ void rmsnorm_kernel(const float* x, const float* w, int dim, float eps, float* out) {
+  __shared__ float red[32];
+  const float* xi = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float* o = out + static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xi[i] * xi[i];
+  const float s = math::rms_scale(block_sum(ss, red), dim, eps);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xi[i] * s * w[i];
+}
+
+// One thread per (token, head, pair).
+__global__ void rope_kernel(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, int half_mode) {
+  const int half = head_dim / 2;
+  const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = static_cast<int64_t>(n) * n_heads * half;
+  if (id >= total) return;
+  const int i = static_cast<int>(id % half);
+  const int64_t th = id / half;  // token * n_heads + head
+  const int t = static_cast<int>(th / n_heads);
+  float* v = x + th * head_dim;
+  const float theta = math::rope_theta(pos[t], i, head_dim, base);
+  float s, c;
+  sincosf(theta, &s, &c);
+  if (half_mode)
+    math::rope_rotate(v[i], v[i + half], c, s);
+  else
+    math::rope_rotate(v[2 * i], v[2 * i + 1], c, s);
+}
+
+__global__ void swiglu_kernel(float* gate, const float* up, size_t count) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) gate[i] = math::silu(gate[i]) * up[i];
+}
+
+__global__ void add_kernel(float* x, const float* y, size_t count) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) x[i] += y[i];
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    RD_CUDA_CHECK(cudaSetDevice(device));
+    RD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    RD_CUDA_CHECK(cublasCreate(&mm_.blas));
+    RD_CUDA_CHECK(cublasSetStream(mm_.blas, stream_));
+    mm_.stream = stream_;
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);  // teardown: no op may outlive its buffers
+    mm_.weights.free();
+    mm_.acts.free();
+    cublasDestroy(mm_.blas);
+    cudaStreamDestroy(stream_);
+  }
+
+  const char* name() const override { return "cuda"; }
+  bool host_memory() const override { return false; }
+
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw Error("CUDA: cannot allocate " + std::to_string(bytes >> 20) + " MiB of device memory (" +
+                  std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) +
+                  "): " + cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void release(void* p) override {
+    // cudaFree waits for the device; buffers are released between passes.
+    if (p) cudaFree(p);
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    // Pageable sources are staged by the driver before this returns, so the
+    // caller may reuse src at once; pinned sources are copied asynchronously.
+    RD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    RD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    RD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (dst == src || bytes == 0) return;
+    auto* d = static_cast<uint8_t*>(dst);
+    const auto* s = static_cast<const uint8_t*>(src);
+    // cudaMemcpyAsync does not allow overlap: an overlapping move (the KV
+    // cache's compaction) goes in chunks no longer than the distance, in the
+    // direction that never overwrites bytes still to be read.
+    const size_t dist = d < s ? static_cast<size_t>(s - d) : static_cast<size_t>(d - s);
+    if (dist >= bytes) {
+      RD_CUDA_CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, stream_));
+    } else if (d < s) {
+      for (size_t off = 0; off < bytes; off += dist)
+        RD_CUDA_CHECK(
+            cudaMemcpyAsync(d + off, s + off, std::min(dist, bytes - off), cudaMemcpyDeviceToDevice, stream_));
+    } else {
+      for (size_t end = bytes; end > 0;) {
+        const size_t len = std::min(dist, end);
+        end -= len;
+        RD_CUDA_CHECK(cudaMemcpyAsync(d + end, s + end, len, cudaMemcpyDeviceToDevice, stream_));
+      }
+    }
+  }
+  void synchronize() override { RD_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void* stream() override { return stream_; }
+
+  void matmul(const WeightView& w, const float* x, int n, float* y) override { cuda::matmul(mm_, w, x, n, y); }
+  void embed(const WeightView& e, const int32_t* ids, int n, float* out) override {
+    cuda::embed(stream_, e, ids, n, out);
+  }
+
+  void rmsnorm(const float* x, const float* w, int n, int dim, float eps, float* out) override {
+    if (n <= 0) return;
+    rmsnorm_kernel<<<n, kThreads, 0, stream_>>>(x, w, dim, eps, out);
+    RD_CUDA_LAUNCHED("rmsnorm_kernel");
+  }
+  void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) override {
+    const size_t total = static_cast<size_t>(n) * n_heads * (head_dim / 2);
+    if (total == 0) return;
+    rope_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_>>>(x, n, n_heads, head_dim, pos, base,
+                                                                     mode == RopeMode::kHalf ? 1 : 0);
+    RD_CUDA_LAUNCHED("rope_kernel");
+  }
+  void attention(const AttentionArgs& a) override { cuda::attention(stream_, a); }
+  void swiglu(float* gate, const float* up, size_t count) override {
+    if (count == 0) return;
+    swiglu_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(gate, up, count);
+    RD_CUDA_LAUNCHED("swiglu_kernel");
+  }
+  void add(float* x, const float* y, size_t count) override {
+    if (count == 0) return;
+    add_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(x, y, count);
+    RD_CUDA_LAUNCHED("add_kernel");
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  MatmulContext mm_;
+};
+
+}  // namespace
+}  // namespace redwood::cuda
+
+namespace redwood {
+
+bool cuda_backend_available() {
+  return cuda::device_count() > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  const int n = cuda::device_count();
+  if (n == 0) throw Error("--backend cuda: no CUDA device is available (no driver or no GPU)");
+  if (device < 0 || device >= n)
+    throw Error("--backend cuda: device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
+                " found)");
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+}  // namespace redwood

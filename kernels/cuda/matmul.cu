@@ -1,0 +1,260 @@
+// CUDA matmuls: y[t][r] = sum_c W[r][c] x[t][c].
+// - n <= gemv_max_n: a dequantizing GEMV, one warp per output row, all n tokens
+//   at once (weights read once per pass: the memory-bound decode/draft case).
+// - larger n (tree and prefill passes): W dequantized in row chunks to fp16
+//   (bf16 for BF16 weights; F16 used in place) and x converted likewise, then
+//   cublasGemmEx on tensor cores with fp32 accumulation and fp32 output.
+//   F32 weights use cublasGemmEx in fp32.
+// Dequantization is math::dequant_* (kernels/common/math.h), shared with the CPU.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/common/math.h"
+#include "kernels/cuda/common.cuh"
+#include "src/util/error.h"
+
+namespace redwood::cuda {
+namespace {
+
+constexpr int kMaxGemvN = 8;
+constexpr int kWarpsPerBlock = 4;
+
+template <DType T>
+struct Row;  // element access within one weight row
+
+template <>
+struct Row<DType::F32> {
+  __device__ static float at(const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; }
+};
+template <>
+struct Row<DType::F16> {
+  __device__ static float at(const uint8_t* row, int64_t c) {
+    return math::f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+  }
+};
+template <>
+struct Row<DType::BF16> {
+  __device__ static float at(const uint8_t* row, int64_t c) {
+    return math::bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+  }
+};
+template <>
+struct Row<DType::Q8_0> {
+  __device__ static float at(const uint8_t* row, int64_t c) {
+    return math::dequant_q8_0(reinterpret_cast<const math::BlockQ8_0*>(row)[c / 32], static_cast<int>(c % 32));
+  }
+};
+template <>
+struct Row<DType::Q4_0> {
+  __device__ static float at(const uint8_t* row, int64_t c) {
+    return math::dequant_q4_0(reinterpret_cast<const math::BlockQ4_0*>(row)[c / 32], static_cast<int>(c % 32));
+  }
+};
+template <>
+struct Row<DType::Q4_1> {
+  __device__ static float at(const uint8_t* row, int64_t c) {
+    return math::dequant_q4_1(reinterpret_cast<const math::BlockQ4_1*>(row)[c / 32], static_cast<int>(c % 32));
+  }
+};
+
+// One warp per row r; lanes stride over the columns (consecutive lanes read
+// consecutive elements, so quantized blocks are read by whole warps).
+template <DType T, int N>
+__global__ void gemv_kernel(const uint8_t* w, int64_t rows, int64_t cols, uint64_t row_bytes, const float* x,
+                            float* y) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
+  float acc[N];
+#pragma unroll
+  for (int t = 0; t < N; ++t) acc[t] = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) {
+    const float wv = Row<T>::at(row, c);
+#pragma unroll
+    for (int t = 0; t < N; ++t) acc[t] += wv * x[static_cast<int64_t>(t) * cols + c];
+  }
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    float v = acc[t];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) y[static_cast<int64_t>(t) * rows + r] = v;
+  }
+}
+
+template <DType T>
+void launch_gemv_n(cudaStream_t st, const WeightView& w, const float* x, int n, float* y) {
+  const uint64_t rb = *row_bytes(w.type, static_cast<uint64_t>(w.cols));
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const unsigned grid = grid_for(static_cast<size_t>(w.rows), kWarpsPerBlock);
+  const unsigned threads = 32 * kWarpsPerBlock;
+  // Tokens in groups of up to 8: each group reads the weights once more.
+  for (int t0 = 0; t0 < n; t0 += kMaxGemvN) {
+    const int m = std::min(kMaxGemvN, n - t0);
+    const float* xs = x + static_cast<int64_t>(t0) * w.cols;
+    float* ys = y + static_cast<int64_t>(t0) * w.rows;
+    switch (m) {
+#define RD_GEMV_CASE(K)                                                            \
+  case K:                                                                          \
+    gemv_kernel<T, K><<<grid, threads, 0, st>>>(base, w.rows, w.cols, rb, xs, ys); \
+    break;
+      RD_GEMV_CASE(1)
+      RD_GEMV_CASE(2)
+      RD_GEMV_CASE(3)
+      RD_GEMV_CASE(4)
+      RD_GEMV_CASE(5)
+      RD_GEMV_CASE(6)
+      RD_GEMV_CASE(7)
+      RD_GEMV_CASE(8)
+#undef RD_GEMV_CASE
+    }
+    RD_CUDA_LAUNCHED("gemv_kernel");
+  }
+}
+
+// Dequantize rows [r0, r0 + count) to half / bf16 (Out).
+template <DType T, typename Out>
+__global__ void dequant_kernel(const uint8_t* w, int64_t r0, int64_t count, int64_t cols, uint64_t row_bytes,
+                               Out* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count * cols) return;
+  const int64_t r = i / cols, c = i % cols;
+  const float v = Row<T>::at(w + static_cast<uint64_t>(r0 + r) * row_bytes, c);
+  if constexpr (std::is_same_v<Out, __half>)
+    out[i] = __float2half_rn(v);
+  else
+    out[i] = __float2bfloat16_rn(v);
+}
+
+template <typename Out>
+__global__ void convert_kernel(const float* x, size_t count, Out* out) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  if constexpr (std::is_same_v<Out, __half>)
+    out[i] = __float2half_rn(x[i]);
+  else
+    out[i] = __float2bfloat16_rn(x[i]);
+}
+
+template <DType T>
+__global__ void embed_kernel(const uint8_t* e, int64_t rows, int64_t cols, uint64_t row_bytes, const int32_t* ids,
+                             int n, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(n) * cols) return;
+  const int64_t t = i / cols, c = i % cols;
+  const int32_t id = ids[t];
+  // Ids are validated on the host; an out-of-range id writes NaN, never reads out of bounds.
+  out[i] =
+      (id >= 0 && id < rows) ? Row<T>::at(e + static_cast<uint64_t>(id) * row_bytes, c) : __int_as_float(0x7fc00000);
+}
+
+// Runs the statement with constexpr DType T = t (C++17 device code: no template lambdas).
+#define RD_DTYPE_DISPATCH(t, ...)      \
+  switch (t) {                         \
+    case DType::F32: {                 \
+      constexpr DType T = DType::F32;  \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::F16: {                 \
+      constexpr DType T = DType::F16;  \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::BF16: {                \
+      constexpr DType T = DType::BF16; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q8_0: {                \
+      constexpr DType T = DType::Q8_0; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q4_0: {                \
+      constexpr DType T = DType::Q4_0; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q4_1: {                \
+      constexpr DType T = DType::Q4_1; \
+      __VA_ARGS__;                     \
+    } break;                           \
+  }
+
+constexpr unsigned kThreads = 256;
+// Rows of W dequantized per cuBLAS call: bounds the fp16 scratch to 64 MiB.
+constexpr size_t kScratchElems = size_t{32} << 20;
+
+}  // namespace
+
+void gemv(cudaStream_t st, const WeightView& w, const float* x, int n, float* y) {
+  if (n <= 0 || w.rows == 0) return;
+  RD_DTYPE_DISPATCH(w.type, launch_gemv_n<T>(st, w, x, n, y));
+}
+
+void dequant_rows_half(cudaStream_t st, const WeightView& w, int64_t r0, int64_t count, void* dst) {
+  const uint64_t rb = *row_bytes(w.type, static_cast<uint64_t>(w.cols));
+  const size_t total = static_cast<size_t>(count) * w.cols;
+  if (total == 0) return;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const unsigned grid = grid_for(total, kThreads);
+  if (w.type == DType::BF16) {
+    dequant_kernel<DType::BF16, __nv_bfloat16>
+        <<<grid, kThreads, 0, st>>>(base, r0, count, w.cols, rb, static_cast<__nv_bfloat16*>(dst));
+  } else {
+    auto* out = static_cast<__half*>(dst);
+    RD_DTYPE_DISPATCH(w.type, dequant_kernel<T, __half><<<grid, kThreads, 0, st>>>(base, r0, count, w.cols, rb, out));
+  }
+  RD_CUDA_LAUNCHED("dequant_kernel");
+}
+
+void embed(cudaStream_t st, const WeightView& e, const int32_t* ids, int n, float* out) {
+  const size_t total = static_cast<size_t>(n) * e.cols;
+  if (total == 0) return;
+  const uint64_t rb = *row_bytes(e.type, static_cast<uint64_t>(e.cols));
+  const unsigned grid = grid_for(total, kThreads);
+  const auto* base = static_cast<const uint8_t*>(e.data);
+  RD_DTYPE_DISPATCH(e.type, embed_kernel<T><<<grid, kThreads, 0, st>>>(base, e.rows, e.cols, rb, ids, n, out));
+  RD_CUDA_LAUNCHED("embed_kernel");
+}
+
+void matmul(MatmulContext& c, const WeightView& w, const float* x, int n, float* y) {
+  if (n <= 0 || w.rows == 0) return;
+  if (n <= c.gemv_max_n) {
+    gemv(c.stream, w, x, n, y);
+    return;
+  }
+  const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  const float alpha = 1.0f, beta = 0.0f;
+  if (w.type == DType::F32) {
+    RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w.data, CUDA_R_32F, cols, x,
+                               CUDA_R_32F, cols, &beta, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  // Activations to the weights' 16-bit type.
+  const bool bf16 = w.type == DType::BF16;
+  const cudaDataType_t t16 = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const size_t xcount = static_cast<size_t>(n) * cols;
+  void* x16 = c.acts.get(xcount * 2, c.stream);
+  if (bf16)
+    convert_kernel<__nv_bfloat16>
+        <<<grid_for(xcount, kThreads), kThreads, 0, c.stream>>>(x, xcount, static_cast<__nv_bfloat16*>(x16));
+  else
+    convert_kernel<__half><<<grid_for(xcount, kThreads), kThreads, 0, c.stream>>>(x, xcount, static_cast<__half*>(x16));
+  RD_CUDA_LAUNCHED("convert_kernel");
+  if (w.type == DType::F16 || w.type == DType::BF16) {
+    RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w.data, t16, cols, x16, t16,
+                               cols, &beta, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  // Quantized: dequantize a chunk of rows, multiply it, next chunk.
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, static_cast<int64_t>(kScratchElems / cols)));
+  void* w16 = c.weights.get(static_cast<size_t>(chunk) * cols * 2, c.stream);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t m = std::min<int64_t>(chunk, rows - r0);
+    dequant_rows_half(c.stream, w, r0, m, w16);
+    RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), n, cols, &alpha, w16, t16, cols,
+                               x16, t16, cols, &beta, y + r0, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+}  // namespace redwood::cuda

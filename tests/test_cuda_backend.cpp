@@ -1,0 +1,390 @@
+// The CUDA backend against the CPU backend: every op on random inputs and
+// several shapes (odd sizes, n = 1), outputs poisoned with NaN before each run
+// so unwritten elements fail, NaN never within tolerance; then full forward
+// passes (resident and streamed through VRAM slots), a speculative decode, and
+// the device sampling kernels against the host laws. Every test is skipped
+// when no CUDA device is present (they compile always with the CUDA backend).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/common/math.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/sampling.h"
+#include "offload/streamer.h"
+#include "src/engine/sampler.h"
+#include "src/engine/transformer.h"
+#include "src/engine/weights.h"
+#include "src/spec/speculate.h"
+#include "tests/util/tiny_gguf.h"
+
+using namespace redwood;
+
+namespace {
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+    gpu = make_cuda_backend();
+    cpu = make_cpu_backend();
+  }
+  // A device copy of host data.
+  template <class T>
+  BackendBuffer up(const std::vector<T>& h) {
+    BackendBuffer b(*gpu, h.size() * sizeof(T));
+    gpu->upload(b.as(), h.data(), h.size() * sizeof(T));
+    return b;
+  }
+  // A device buffer of count floats filled with NaN (poison).
+  BackendBuffer poisoned(size_t count) {
+    std::vector<float> nan(count, std::numeric_limits<float>::quiet_NaN());
+    return up(nan);
+  }
+  template <class T>
+  std::vector<T> down(const BackendBuffer& b, size_t count) {
+    std::vector<T> h(count);
+    gpu->download(h.data(), b.as(), count * sizeof(T));
+    return h;
+  }
+  std::unique_ptr<Backend> gpu, cpu;
+};
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Relative L2 error; infinite when either side has a non-finite value.
+double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i]) || !std::isfinite(want[i])) return INFINITY;
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Random weights of any type: quantized blocks with random scales and codes.
+std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const uint64_t bytes = rows * *row_bytes(t, cols);
+  std::vector<uint8_t> w(bytes);
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  auto put16 = [&](uint8_t* p, uint16_t v) { memcpy(p, &v, 2); };
+  switch (t) {
+    case DType::F32:
+      for (uint64_t i = 0; i < bytes / 4; ++i) {
+        const float f = nd(g);
+        memcpy(w.data() + 4 * i, &f, 4);
+      }
+      break;
+    case DType::F16:
+      for (uint64_t i = 0; i < bytes / 2; ++i) put16(w.data() + 2 * i, math::f32_to_f16(nd(g)));
+      break;
+    case DType::BF16:
+      for (uint64_t i = 0; i < bytes / 2; ++i) put16(w.data() + 2 * i, math::f32_to_bf16(nd(g)));
+      break;
+    default: {
+      const auto& info = dtype_info(t);
+      for (uint64_t b = 0; b < bytes / info.block_bytes; ++b) {
+        uint8_t* p = w.data() + b * info.block_bytes;
+        for (uint32_t i = 0; i < info.block_bytes; ++i) p[i] = static_cast<uint8_t>(g());
+        put16(p, math::f32_to_f16(0.01f + 0.02f * (g() % 100) / 100.0f));
+        if (t == DType::Q4_1) put16(p + 2, math::f32_to_f16(-0.1f));
+      }
+    }
+  }
+  return w;
+}
+
+constexpr DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+
+}  // namespace
+
+TEST_F(Cuda, MatmulMatchesCpuForEveryTypeShapeAndN) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (DType t : kAllTypes) {
+    const bool q = dtype_info(t).block_elems > 1;
+    const std::vector<Shape> shapes = q ? std::vector<Shape>{{1, 32}, {7, 96}, {129, 256}, {64, 4096}}
+                                        : std::vector<Shape>{{1, 1}, {5, 33}, {129, 257}, {64, 4096}};
+    for (const Shape& s : shapes)
+      for (int n : {1, 2, 3, 8, 9, 17, 64}) {
+        const auto wbytes = random_weights(t, s.rows, s.cols, 7);
+        const auto x = randn(static_cast<size_t>(n) * s.cols, 11);
+        std::vector<float> want(static_cast<size_t>(n) * s.rows);
+        cpu->matmul({t, s.rows, s.cols, wbytes.data()}, x.data(), n, want.data());
+        auto dw = up(wbytes);
+        auto dx = up(x);
+        auto dy = poisoned(want.size());
+        gpu->matmul({t, s.rows, s.cols, dw.as()}, dx.as<float>(), n, dy.as<float>());
+        const auto got = down<float>(dy, want.size());
+        // GEMV (n <= 8) accumulates in fp32 from the same dequantized values;
+        // the cuBLAS path rounds activations (and F32/quantized weights) to 16 bits.
+        const double tol = n <= 8 ? 1e-5 : (t == DType::BF16 ? 2e-2 : 5e-3);
+        EXPECT_LT(rel_err(got, want), tol) << dtype_name(t) << " " << s.rows << "x" << s.cols << " n=" << n;
+      }
+  }
+}
+
+TEST_F(Cuda, EmbedMatchesCpu) {
+  for (DType t : kAllTypes) {
+    const int64_t rows = 50, cols = 96;
+    const auto e = random_weights(t, rows, cols, 3);
+    const std::vector<int32_t> ids = {0, 49, 7, 7, 13};
+    std::vector<float> want(ids.size() * cols);
+    cpu->embed({t, rows, cols, e.data()}, ids.data(), static_cast<int>(ids.size()), want.data());
+    auto de = up(e);
+    auto dids = up(ids);
+    auto dout = poisoned(want.size());
+    gpu->embed({t, rows, cols, de.as()}, dids.as<int32_t>(), static_cast<int>(ids.size()), dout.as<float>());
+    EXPECT_EQ(down<float>(dout, want.size()), want) << dtype_name(t);
+  }
+}
+
+TEST_F(Cuda, RowAndElementOpsMatchCpu) {
+  for (int n : {1, 3, 17}) {
+    for (int dim : {1, 63, 576, 4096}) {
+      const auto x = randn(static_cast<size_t>(n) * dim, 1);
+      const auto w = randn(dim, 2);
+      std::vector<float> want(x.size());
+      cpu->rmsnorm(x.data(), w.data(), n, dim, 1e-5f, want.data());
+      auto dx = up(x), dw = up(w);
+      auto dout = poisoned(x.size());
+      gpu->rmsnorm(dx.as<float>(), dw.as<float>(), n, dim, 1e-5f, dout.as<float>());
+      EXPECT_LT(rel_err(down<float>(dout, x.size()), want), 1e-6) << "rmsnorm n=" << n << " dim=" << dim;
+    }
+    for (RopeMode mode : {RopeMode::kInterleaved, RopeMode::kHalf})
+      for (int hd : {2, 64, 128}) {
+        const int heads = 3;
+        auto x = randn(static_cast<size_t>(n) * heads * hd, 5);
+        std::vector<int32_t> pos(n);
+        for (int i = 0; i < n; ++i) pos[i] = 1000 * i + 3;
+        auto dx = up(x);
+        auto dpos = up(pos);
+        cpu->rope(x.data(), n, heads, hd, pos.data(), 10000.0f, mode);
+        gpu->rope(dx.as<float>(), n, heads, hd, dpos.as<int32_t>(), 10000.0f, mode);
+        EXPECT_LT(rel_err(down<float>(dx, x.size()), x), 1e-5) << "rope hd=" << hd;
+      }
+    const size_t count = static_cast<size_t>(n) * 1001;
+    auto g = randn(count, 8), u = randn(count, 9);
+    auto dg = up(g), du = up(u);
+    cpu->swiglu(g.data(), u.data(), count);
+    gpu->swiglu(dg.as<float>(), du.as<float>(), count);
+    EXPECT_LT(rel_err(down<float>(dg, count), g), 1e-6);
+    cpu->add(g.data(), u.data(), count);
+    gpu->add(dg.as<float>(), du.as<float>(), count);
+    EXPECT_LT(rel_err(down<float>(dg, count), g), 1e-6);
+  }
+}
+
+TEST_F(Cuda, OverlappingCopiesMoveLikeMemmove) {
+  std::vector<int32_t> base(1000);
+  std::iota(base.begin(), base.end(), 0);
+  for (int shift : {-300, -7, -1, 1, 7, 300})
+    for (size_t len : {1u, 5u, 400u}) {
+      auto d = up(base);
+      std::vector<int32_t> want = base;
+      const size_t src = 400, dst = static_cast<size_t>(400 + shift);
+      memmove(want.data() + dst, want.data() + src, len * 4);
+      gpu->copy(d.as<int32_t>() + dst, d.as<int32_t>() + src, len * 4);
+      EXPECT_EQ(down<int32_t>(d, base.size()), want) << "shift " << shift << " len " << len;
+    }
+}
+
+TEST_F(Cuda, TreeAttentionMatchesReference) {
+  std::mt19937 g(4);
+  for (int hd : {16, 64, 128, 80})
+    for (int n_past : {0, 1, 37})
+      for (int n : {1, 5, 64}) {
+        const int heads = 4, kv_heads = 2;
+        std::vector<int32_t> parents(n);
+        for (int i = 0; i < n; ++i) parents[i] = i == 0 ? -1 : static_cast<int32_t>(g() % (i + 1)) - 1;
+        std::vector<int32_t> off(n + 1, 0), anc;
+        for (int i = 0; i < n; ++i) {
+          std::vector<int32_t> path;
+          for (int j = i; j >= 0; j = parents[j]) path.push_back(j);
+          anc.insert(anc.end(), path.rbegin(), path.rend());
+          off[i + 1] = static_cast<int32_t>(anc.size());
+        }
+        const auto q = randn(static_cast<size_t>(n) * heads * hd, 1);
+        const auto k = randn(static_cast<size_t>(n_past + n) * kv_heads * hd, 2);
+        const auto v = randn(k.size(), 3);
+        std::vector<float> want(q.size());
+        AttentionArgs a;
+        a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = want.data();
+        a.n = n, a.n_past = n_past, a.n_heads = heads, a.n_kv_heads = kv_heads, a.head_dim = hd;
+        a.parents = parents.data(), a.anc_off = off.data(), a.anc = anc.data();
+        a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        cpu::attention_reference(a);
+        auto dq = up(q), dk = up(k), dv = up(v), dp = up(parents), doff = up(off), danc = up(anc);
+        auto dout = poisoned(q.size());
+        AttentionArgs d = a;
+        d.q = dq.as<float>(), d.k = dk.as<float>(), d.v = dv.as<float>(), d.out = dout.as<float>();
+        d.parents = dp.as<int32_t>(), d.anc_off = doff.as<int32_t>(), d.anc = danc.as<int32_t>();
+        gpu->attention(d);
+        EXPECT_LT(rel_err(down<float>(dout, q.size()), want), 1e-5) << "hd " << hd << " past " << n_past << " n " << n;
+      }
+}
+
+namespace {
+// Logits of a batch on a backend, resident weights (DeviceWeights on CUDA).
+std::vector<float> forward_logits(const ModelDesc& d, WeightSource& w, Backend& be, const std::vector<int32_t>& toks,
+                                  const std::vector<int32_t>& parents, int passes) {
+  Transformer tf(d, w, be);
+  KvCache kv = tf.make_cache(256);
+  std::vector<float> all;
+  for (int p = 0; p < passes; ++p) {
+    std::vector<int32_t> pos(toks.size());
+    for (size_t i = 0; i < toks.size(); ++i) {
+      int depth = 0;
+      for (int j = parents[i]; j >= 0; j = parents[j]) ++depth;
+      pos[i] = kv.committed() + depth;
+    }
+    std::vector<float> logits(toks.size() * d.hp.vocab);
+    tf.forward({toks, pos, parents}, kv, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+    kv.commit_path(std::vector<int32_t>{0, 1});  // a two-token path (rows 0 and its child 1)
+  }
+  return all;
+}
+}  // namespace
+
+TEST_F(Cuda, ForwardPassMatchesCpuResidentAndStreamed) {
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_1}) {
+    const std::string path = ::testing::TempDir() + "cuda_fwd_tiny.gguf";
+    testutil::TinyShape shape;
+    shape.layers = 4;
+    shape.type = t;
+    testutil::write_tiny_llama(path, shape);
+    const ModelDesc d = load_model_desc(path);
+    // A tree: 0 root; 1, 2 children of 0; 3 child of 1; ... then passes over a committed prefix.
+    const std::vector<int32_t> toks = {5, 9, 17, 33, 40, 41, 42, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69};
+    std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 3, 3, 2, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    ResidentWeights host(d);
+    const auto want = forward_logits(d, host, *cpu, toks, parents, 3);
+    DeviceWeights dev(d, *gpu);
+    EXPECT_LT(rel_err(forward_logits(d, dev, *gpu, toks, parents, 3), want), 5e-3) << dtype_name(t) << " resident";
+    // The same model streamed through VRAM slots (pinned staging, copy stream).
+    offload::MemoryPlan plan;
+    plan.layer_tier = {offload::Tier::kDevice, offload::Tier::kStorage, offload::Tier::kHost, offload::Tier::kStorage};
+    plan.ring_slots = 2;
+    offload::StreamOptions o;
+    o.link = offload::make_cuda_link(gpu->stream());
+    o.backend = gpu.get();
+    offload::StreamedWeights streamed(d, plan, o);
+    EXPECT_LT(rel_err(forward_logits(d, streamed, *gpu, toks, parents, 3), want), 5e-3) << dtype_name(t) << " streamed";
+    // n = 1 passes take the GEMV path: as exact as the CPU up to summation order.
+    const std::vector<int32_t> one = {5}, root = {-1};
+    Transformer tc(d, host, *cpu), tg(d, dev, *gpu);
+    KvCache kc = tc.make_cache(8), kg = tg.make_cache(8);
+    std::vector<float> lc(d.hp.vocab), lg(d.hp.vocab);
+    const std::vector<int32_t> pos = {0};
+    tc.forward({one, pos, root}, kc, lc);
+    tg.forward({one, pos, root}, kg, lg);
+    EXPECT_LT(rel_err(lg, lc), 1e-5) << dtype_name(t) << " n = 1";
+  }
+}
+
+TEST_F(Cuda, GreedySpeculativeDecodeMatchesCpu) {
+  const std::string path = ::testing::TempDir() + "cuda_spec_tiny.gguf";
+  testutil::TinyShape shape;
+  shape.layers = 4;
+  shape.type = DType::F16;
+  testutil::write_tiny_llama(path, shape);
+  const ModelDesc d = load_model_desc(path);
+  auto run = [&](Backend& be, WeightSource& tw, WeightSource& dw) {
+    Transformer target(d, tw, be), draft(d, dw, be);
+    spec::SpecConfig cfg;
+    cfg.shape = spec::make_tree_shape("kary:2x3", 0, 0, "");
+    spec::SpecDecoder dec(target, draft, d, d, cfg, 256);
+    const std::vector<int32_t> prompt = {1, 50, 60, 70};
+    dec.start(prompt);
+    std::vector<int32_t> out;
+    while (out.size() < 40) {
+      const auto step = dec.step();
+      out.insert(out.end(), step.begin(), step.end());
+    }
+    out.resize(40);
+    return out;
+  };
+  ResidentWeights host(d);
+  DeviceWeights dev(d, *gpu);
+  // The tiny model's logits are well separated; a tie flipped by rounding would show here.
+  EXPECT_EQ(run(*gpu, dev, dev), run(*cpu, host, host));
+}
+
+TEST_F(Cuda, SamplingKernelsFollowTheHostLaws) {
+  const int rows = 5, V = 1000;
+  auto logits = randn(static_cast<size_t>(rows) * V, 21, 3.0f);
+  logits[3] = logits[7] = 50.0f;  // a tie in row 0: argmax takes the lower id
+  auto dl = up(logits);
+  std::vector<int32_t> want_ids(rows);
+  for (int r = 0; r < rows; ++r)
+    want_ids[r] = argmax(std::span<const float>(logits.data() + static_cast<size_t>(r) * V, V));
+  BackendBuffer dids(*gpu, rows * sizeof(int32_t));
+  cuda::argmax_rows(gpu->stream(), dl.as<float>(), rows, V, dids.as<int32_t>());
+  EXPECT_EQ(down<int32_t>(dids, rows), want_ids);
+
+  for (int top_k : {0, 1, 40})
+    for (float top_p : {1.0f, 0.9f, 0.3f}) {
+      SamplingParams sp;
+      sp.temperature = 0.7f, sp.top_k = top_k, sp.top_p = top_p;
+      std::vector<float> want;
+      std::vector<float> all;
+      for (int r = 0; r < rows; ++r) {
+        probs(sp, std::span<const float>(logits.data() + static_cast<size_t>(r) * V, V), want);
+        all.insert(all.end(), want.begin(), want.end());
+      }
+      auto dp = poisoned(all.size());
+      cuda::softmax_rows(gpu->stream(), dl.as<float>(), rows, V, sp.temperature, dp.as<float>());
+      cuda::top_k_top_p_rows(gpu->stream(), dp.as<float>(), rows, V, top_k, top_p);
+      const auto got = down<float>(dp, all.size());
+      EXPECT_LT(rel_err(got, all), 1e-5) << "top_k " << top_k << " top_p " << top_p;
+      // Inverse-CDF sampling with the shared counter uniforms.
+      const uint64_t seed = 99;
+      cuda::sample_rows(gpu->stream(), dp.as<float>(), rows, V, seed, dids.as<int32_t>());
+      std::vector<int32_t> host_ids(rows);
+      for (int r = 0; r < rows; ++r) {
+        const double u = math::counter_uniform(seed, static_cast<uint64_t>(r));
+        double cum = 0;
+        int32_t last = 0, pick = -1;
+        for (int i = 0; i < V && pick < 0; ++i) {
+          const float p = got[static_cast<size_t>(r) * V + i];
+          if (!(p > 0)) continue;
+          cum += p;
+          last = i;
+          if (u < cum) pick = i;
+        }
+        host_ids[r] = pick < 0 ? last : pick;
+      }
+      EXPECT_EQ(down<int32_t>(dids, rows), host_ids);
+      // Gumbel top-k: the same keys on the host give the same draws, in order.
+      const int k = 6;
+      BackendBuffer dk(*gpu, rows * k * sizeof(int32_t));
+      cuda::gumbel_top_k_rows(gpu->stream(), dp.as<float>(), rows, V, k, seed, dk.as<int32_t>());
+      std::vector<int32_t> host_k;
+      for (int r = 0; r < rows; ++r) {
+        std::vector<std::pair<float, int32_t>> keys;
+        for (int i = 0; i < V; ++i) {
+          const float p = got[static_cast<size_t>(r) * V + i];
+          const float u = math::counter_uniform(seed, static_cast<uint64_t>(r) * V + i);
+          keys.push_back({p > 0 ? math::gumbel_key(p, u) : -1e30f * (1.0f + u), i});
+        }
+        std::stable_sort(keys.begin(), keys.end(), [](auto& a, auto& b) { return a.first > b.first; });
+        for (int j = 0; j < k; ++j) host_k.push_back(keys[j].second);
+      }
+      EXPECT_EQ(down<int32_t>(dk, rows * k), host_k);
+    }
+}
