@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/device.h"
@@ -33,6 +34,43 @@ std::string describe_devices() {
            std::to_string(p.totalGlobalMem >> 20) + " MiB\n";
   }
   return out;
+}
+
+double host_to_device_bandwidth(size_t bytes, int repeat) {
+  void* host = nullptr;
+  void* dev = nullptr;
+  cudaStream_t st = nullptr;
+  cudaEvent_t a = nullptr, b = nullptr;
+  double best = 0;
+  try {
+    RD_CUDA(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
+    RD_CUDA(cudaMalloc(&dev, bytes));
+    RD_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    RD_CUDA(cudaEventCreate(&a));
+    RD_CUDA(cudaEventCreate(&b));
+    for (int r = 0; r <= repeat; ++r) {  // the first copy warms up
+      RD_CUDA(cudaEventRecord(a, st));
+      RD_CUDA(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st));
+      RD_CUDA(cudaEventRecord(b, st));
+      RD_CUDA(cudaEventSynchronize(b));
+      float ms = 0;
+      RD_CUDA(cudaEventElapsedTime(&ms, a, b));
+      if (r > 0 && ms > 0) best = std::max(best, static_cast<double>(bytes) / (ms * 1e-3));
+    }
+  } catch (...) {
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    if (st) cudaStreamDestroy(st);
+    if (dev) cudaFree(dev);
+    if (host) cudaFreeHost(host);
+    throw;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaStreamDestroy(st);
+  cudaFree(dev);
+  cudaFreeHost(host);
+  return best;
 }
 
 }  // namespace redwood::cuda

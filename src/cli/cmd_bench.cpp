@@ -14,6 +14,9 @@
 #include <random>
 
 #include "kernels/cpu/threads.h"
+#ifdef REDWOOD_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#endif
 #include "offload/size.h"
 #include "offload/streamer.h"
 #include "src/cli/commands.h"
@@ -87,10 +90,9 @@ struct Timing {
 };
 
 // Prefills `prefix` tokens, then times `repeat` passes of each size (best of).
-std::vector<Timing> time_passes(const ModelDesc& d, WeightSource& w, const std::vector<int>& sizes, int prefix,
-                                int repeat, offload::StreamedWeights* streamed) {
-  auto be = make_cpu_backend();
-  Transformer tf(d, w, *be);
+std::vector<Timing> time_passes(const ModelDesc& d, WeightSource& w, Backend& be, const std::vector<int>& sizes,
+                                int prefix, int repeat, offload::StreamedWeights* streamed) {
+  Transformer tf(d, w, be);
   const int max_n = *std::max_element(sizes.begin(), sizes.end());
   KvCache kv = tf.make_cache(prefix + max_n + 1);
   std::vector<float> logits(static_cast<size_t>(std::max(max_n, prefix)) * d.hp.vocab);
@@ -145,6 +147,17 @@ int run_bench_offload(BenchOffloadOptions& o) {
   const double bw = storage_bandwidth(d, plan, ro, bw_bytes);
   std::fprintf(stderr, "storage bandwidth: %.1f MB/s (%s read)\n", bw / 1e6, format_size(bw_bytes).c_str());
 
+  // CUDA: the host -> device link is a second floor (storage reads and
+  // host-staged layers both cross it).
+  std::unique_ptr<Backend> be = o.run.backend == "cuda" ? make_cuda_backend() : make_cpu_backend();
+  double link_bw = 0;
+#ifdef REDWOOD_HAVE_CUDA
+  if (!be->host_memory()) {
+    link_bw = cuda::host_to_device_bandwidth(std::max<uint64_t>(plan.slot_bytes, 64u << 20));
+    std::fprintf(stderr, "host -> device bandwidth: %.1f GB/s (pinned)\n", link_bw / 1e9);
+  }
+#endif
+
   // 2. streamed passes under the budget; peak RSS of this phase only
   std::vector<Timing> streamed;
   uint64_t rss = 0;
@@ -154,11 +167,15 @@ int run_bench_offload(BenchOffloadOptions& o) {
     offload::Trace trace;
     offload::StreamOptions so;
     so.trace = o.run.trace.empty() ? nullptr : &trace;
+    so.backend = be.get();
+#ifdef REDWOOD_HAVE_CUDA
+    if (!be->host_memory()) so.link = offload::make_cuda_link(be->stream());
+#endif
     offload::StreamedWeights w(d, plan, so);
     reader_kind = std::string(w.reader_kind()) + (w.reader_direct() ? ", O_DIRECT" : ", buffered");
     std::fprintf(stderr, "streamed passes (%s, ring %d x %s):\n", reader_kind.c_str(), plan.ring_slots,
                  format_size(plan.slot_bytes).c_str());
-    streamed = time_passes(d, w, sizes, o.prefix, o.repeat, &w);
+    streamed = time_passes(d, w, *be, sizes, o.prefix, o.repeat, &w);
     rss = peak_rss();
     if (!o.run.trace.empty()) write_file_atomic(o.run.trace, trace.json());
   }
@@ -166,14 +183,21 @@ int run_bench_offload(BenchOffloadOptions& o) {
   std::vector<Timing> resident;
   if (!o.skip_resident) {
     std::fprintf(stderr, "resident passes:\n");
-    ResidentWeights w(d);
-    resident = time_passes(d, w, sizes, o.prefix, o.repeat, nullptr);
+    std::unique_ptr<WeightSource> w;
+    if (be->host_memory())
+      w = std::make_unique<ResidentWeights>(d);
+    else
+      w = std::make_unique<DeviceWeights>(d, *be);
+    resident = time_passes(d, *w, *be, sizes, o.prefix, o.repeat, nullptr);
   }
 
   const uint64_t budget = plan.device_budget + plan.host_budget;
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < sizes.size(); ++i) {
-    const double io_floor = static_cast<double>(streamed[i].io.storage_bytes) / bw;
+    const double storage_floor = static_cast<double>(streamed[i].io.storage_bytes) / bw;
+    const double link_floor =
+        link_bw > 0 ? static_cast<double>(streamed[i].io.storage_bytes + streamed[i].io.host_bytes) / link_bw : 0.0;
+    const double io_floor = std::max(storage_floor, link_floor);
     const double compute = resident.empty() ? 0.0 : resident[i].seconds;
     const double floor = std::max(io_floor, compute);
     // The same against this pass's own I/O time (the I/O thread's busy time for
@@ -186,6 +210,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
                     {"host_bytes", streamed[i].io.host_bytes},
                     {"stall_seconds", streamed[i].io.stall_seconds},
                     {"io_floor_seconds", io_floor},
+                    {"link_floor_seconds", link_floor},
                     {"resident_seconds", compute},
                     {"floor_seconds", floor},
                     {"ratio", floor > 0 ? streamed[i].seconds / floor : 0.0},
@@ -204,6 +229,8 @@ int run_bench_offload(BenchOffloadOptions& o) {
                       {"slot_bytes", plan.slot_bytes},
                       {"reader", reader_kind},
                       {"storage_bandwidth", bw},
+                      {"backend", be->name()},
+                      {"link_bandwidth", link_bw},
                       {"peak_rss", rss},
                       {"rss_over_budget", static_cast<double>(rss) - static_cast<double>(budget)},
                       {"prefix_tokens", o.prefix},
@@ -218,6 +245,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
               plan.host_budget ? (" --host-mem " + format_size(plan.host_budget)).c_str() : "",
               plan.count(offload::Tier::kDevice), plan.count(offload::Tier::kHost), plan.count(offload::Tier::kStorage),
               plan.ring_slots, format_size(plan.slot_bytes).c_str());
+  if (link_bw > 0) std::printf("backend %s: host -> device %.2f GB/s (pinned)\n", be->name(), link_bw / 1e9);
   std::printf("storage %.1f MB/s (%s); peak RSS %s = budget %+.1f MiB\n", bw / 1e6, reader_kind.c_str(),
               format_size(rss).c_str(), (static_cast<double>(rss) - static_cast<double>(budget)) / (1 << 20));
   std::printf("%6s %9s %11s %8s %9s %9s %9s %9s %6s %8s\n", "n", "pass s", "streamed", "stall s", "I/O floor",

@@ -42,10 +42,18 @@ LoadedModel load_model(const std::string& path, bool with_weights) {
 }
 
 void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape& shape, const ModelDesc* draft) {
-  m.backend = make_cpu_backend();
+  if (run.backend == "cuda")
+    m.backend = make_cuda_backend();
+  else if (run.backend == "cpu")
+    m.backend = make_cpu_backend();
+  else
+    throw Error("--backend: expected cpu or cuda, got '" + run.backend + "'");
   if (run.device_mem.empty() && run.host_mem.empty()) {
     if (!run.trace.empty()) throw Error("--trace needs --device-mem (it traces the layer streaming pipeline)");
-    m.weights = std::make_unique<ResidentWeights>(m.desc);
+    if (m.backend->host_memory())
+      m.weights = std::make_unique<ResidentWeights>(m.desc);
+    else
+      m.weights = std::make_unique<DeviceWeights>(m.desc, *m.backend);
     m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
     return;
   }
@@ -57,6 +65,10 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
   // (no I/O thread), and --trace and the per-pass stats still work.
   offload::StreamOptions so;
   so.verify_io = run.verify_io;
+  so.backend = m.backend.get();
+#ifdef REDWOOD_HAVE_CUDA
+  if (!m.backend->host_memory()) so.link = offload::make_cuda_link(m.backend->stream());
+#endif
   if (!run.trace.empty()) {
     m.trace = std::make_unique<offload::Trace>();
     so.trace = m.trace.get();
@@ -93,6 +105,9 @@ void finish_run(const LoadedModel& m, const RunOptions& run) {
 void add_run_options(CLI::App* app, RunOptions& o) {
   app->add_option("--model,-m", o.model, "Model: GGUF file or safetensors directory (default: SmolLM2-135M)");
   app->add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app->add_option("--backend", o.backend,
+                  "Kernels: cpu (default) or cuda (built with REDWOOD_CUDA and a GPU present); "
+                  "weights and KV cache then live in VRAM, streamed layers go through pinned staging");
   add_budget_options(app, o);
   app->add_option("--trace", o.trace, "Write a Chrome trace JSON of the layer pipeline to FILE");
   app->add_flag("--verify-io", o.verify_io, "Checksum streamed layers against the first read");
@@ -111,11 +126,18 @@ offload::Budgets budgets_from(const RunOptions& o) {
   if (!o.device_mem.empty()) offload::parse_device_budget(o.device_mem, b, "--device-mem");
   if (!o.host_mem.empty()) b.host = offload::parse_size(o.host_mem, "--host-mem");
   b.ring_slots = o.ring;
-  b.backend = offload::BackendKind::kCpu;  // the only backend that runs models today
+  b.backend = o.backend == "cuda" ? offload::BackendKind::kCuda : offload::BackendKind::kCpu;
   return b;
 }
 
 void apply_run_options(RunOptions& o) { set_cpu_threads(o.threads); }
+
+RunOptions resident_run(const RunOptions& run) {
+  RunOptions r;
+  r.backend = run.backend;
+  r.threads = run.threads;
+  return r;
+}
 
 int parse_int_arg(const std::string& s, const char* what, int lo, int hi) {
   char* end = nullptr;

@@ -18,7 +18,7 @@
 
 namespace redwood::cli {
 
-// Everything needed to run a model on the CPU backend.
+// Everything needed to run a model (on the CPU or the CUDA backend).
 struct LoadedModel {
   ModelDesc desc;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -39,6 +39,7 @@ LoadedModel load_model(const std::string& path, bool with_weights = true);
 // Options every model-running command shares.
 struct RunOptions {
   std::string model;
+  std::string backend = "cpu";  // cpu | cuda (kernels/backend.h)
   int threads = 0;
   // Offload: memory budgets ("2GiB", "512MiB"; empty = no limit / no host tier),
   // ring slots, a Chrome trace of the layer pipeline, checksums of streamed layers.
@@ -51,6 +52,9 @@ void add_run_options(CLI::App* app, RunOptions& o);
 // Just --device-mem, --host-mem and --ring (add_run_options includes them).
 void add_budget_options(CLI::App* app, RunOptions& o);
 void apply_run_options(RunOptions& o);
+// The options of a model that stays resident next to `run`'s model (the draft):
+// the same backend and threads, no budgets, trace or streaming.
+RunOptions resident_run(const RunOptions& run);
 // The budgets named by the options (sizes parsed; throws redwood::Error on a bad size).
 offload::Budgets budgets_from(const RunOptions& o);
 
