@@ -35,6 +35,9 @@ struct AttentionArgs {
   const int32_t* anc_off = nullptr;  // [n + 1]
   const int32_t* anc = nullptr;
   float scale = 1.0f;
+  // When set, the committed length is *n_past_at (backend memory), read when
+  // the op executes: a recorded pass (CUDA graph) replays for any prefix length.
+  const int32_t* n_past_at = nullptr;
 };
 
 class Backend {
@@ -72,10 +75,29 @@ class Backend {
   // Rotates each head of x[t] (n_heads * head_dim floats) by position pos[t].
   virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) = 0;
   virtual void attention(const AttentionArgs& a) = 0;
+  // base[(first + r) * row_floats + c] = src[r * row_floats + c] for r < rows,
+  // with first = *first_row_at (backend memory, read when the op executes):
+  // the KV cache append.
+  virtual void write_rows(float* base, const int32_t* first_row_at, const float* src, int rows, int row_floats) = 0;
   // gate[i] = silu(gate[i]) * up[i]
   virtual void swiglu(float* gate, const float* up, size_t count) = 0;
   // x[i] += y[i]
   virtual void add(float* x, const float* y, size_t count) = 0;
+
+  // ---- recorded passes (CUDA graphs) ----
+  // A backend that can record may capture the ops issued between
+  // begin_record() and end_record() instead of running them, and replay them
+  // later: same kernels, pointers and sizes, with whatever values backend
+  // memory holds at replay time. Recording must not allocate or synchronise.
+  virtual bool can_record() const { return false; }
+  virtual void begin_record() {}
+  // The recording's handle for replay(), or -1 if recording failed (nothing
+  // ran: the caller issues the ops again, unrecorded).
+  virtual int end_record() { return -1; }
+  virtual void replay(int recording) { (void)recording; }
+  // Frees these recordings (their pointers are about to change, or their
+  // owner goes). Ids are never reused.
+  virtual void drop_recordings(const int* recordings, size_t count) { (void)recordings, (void)count; }
 };
 
 // Backend memory owned RAII-style (move-only).

@@ -23,6 +23,7 @@ void check(cudaError_t e, const char* what) {
 class CudaLink final : public SlotLink {
  public:
   explicit CudaLink(void* compute) : compute_(static_cast<cudaStream_t>(compute)) {
+    check(cudaGetDevice(&device_), "cudaGetDevice");  // the backend's device, current in this thread
     check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~CudaLink() override {
@@ -46,6 +47,7 @@ class CudaLink final : public SlotLink {
   }
   const uint8_t* slot(int k) const override { return slots_[k].device; }
   uint8_t* landing(int k) override {
+    on_device();
     // The previous upload from this staging buffer must have finished.
     check(cudaEventSynchronize(slots_[k].copied), "cudaEventSynchronize (staging reuse)");
     return slots_[k].staging;
@@ -57,9 +59,11 @@ class CudaLink final : public SlotLink {
     return static_cast<uint8_t*>(p);
   }
   void wait_released(int k) override {
+    on_device();
     check(cudaEventSynchronize(slots_[k].released), "cudaEventSynchronize (slot reuse)");
   }
   void upload(int k, const uint8_t* src, size_t n) override {
+    on_device();
     Slot& s = slots_[k];
     check(cudaStreamWaitEvent(copy_, s.released, 0), "cudaStreamWaitEvent");
     check(cudaMemcpyAsync(s.device, src, n, cudaMemcpyHostToDevice, copy_), "cudaMemcpyAsync");
@@ -71,6 +75,14 @@ class CudaLink final : public SlotLink {
   void compute_release(int k) override { check(cudaEventRecord(slots_[k].released, compute_), "cudaEventRecord"); }
 
  private:
+  // The I/O thread calls in too: make the link's device current there.
+  void on_device() {
+    thread_local int current = -1;
+    if (current != device_) {
+      check(cudaSetDevice(device_), "cudaSetDevice");
+      current = device_;
+    }
+  }
   struct Slot {
     uint8_t* device = nullptr;
     uint8_t* staging = nullptr;
@@ -86,6 +98,7 @@ class CudaLink final : public SlotLink {
     slots_.clear();
   }
 
+  int device_ = 0;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<void*> host_;

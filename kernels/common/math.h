@@ -103,8 +103,11 @@ RD_HD float dequant_q4_1(const BlockQ4_1& b, int j) {
 }
 
 // RoPE: rotation angle of pair i (0..head_dim/2-1) at position pos.
+// Computed in double and rounded once to float, so host and device agree
+// (float powf differs by an ulp between libm and CUDA, which at position
+// 16000 moves the angle by ~1e-3 rad; double ulps vanish in the rounding).
 RD_HD float rope_theta(int pos, int i, int head_dim, float base) {
-  return (float)pos * powf(base, -2.0f * (float)i / (float)head_dim);
+  return (float)((double)pos * pow((double)base, -2.0 * (double)i / (double)head_dim));
 }
 
 // Rotate one pair (a, b) by theta.

@@ -24,7 +24,9 @@ const uint8_t* row_ptr(const WeightView& w, int64_t r) {
 // ---- scalar dequantization of one row (reference and fallback) ------------------
 void dequant_row_scalar(DType t, const uint8_t* p, int64_t cols, float* out) {
   switch (t) {
-    case DType::F32: memcpy(out, p, cols * 4); break;
+    case DType::F32:
+      memcpy(out, p, cols * 4);
+      break;
     case DType::F16:
       for (int64_t c = 0; c < cols; ++c) {
         uint16_t h;
@@ -202,12 +204,24 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       }
     };
     switch (w.type) {
-      case DType::F32: run.template operator()<DType::F32>(); break;
-      case DType::F16: run.template operator()<DType::F16>(); break;
-      case DType::BF16: run.template operator()<DType::BF16>(); break;
-      case DType::Q8_0: run.template operator()<DType::Q8_0>(); break;
-      case DType::Q4_0: run.template operator()<DType::Q4_0>(); break;
-      case DType::Q4_1: run.template operator()<DType::Q4_1>(); break;
+      case DType::F32:
+        run.template operator()<DType::F32>();
+        break;
+      case DType::F16:
+        run.template operator()<DType::F16>();
+        break;
+      case DType::BF16:
+        run.template operator()<DType::BF16>();
+        break;
+      case DType::Q8_0:
+        run.template operator()<DType::Q8_0>();
+        break;
+      case DType::Q4_0:
+        run.template operator()<DType::Q4_0>();
+        break;
+      case DType::Q4_1:
+        run.template operator()<DType::Q4_1>();
+        break;
     }
 #else
     std::vector<float> tmp(cols);
@@ -226,26 +240,24 @@ void gemm_blocked(const WeightView& w, const float* x, int n, float* y) {
   const int64_t tile_rows = std::clamp<int64_t>((2 << 20) / 4 / cols, 16, 512);
   const int64_t rb = std::max<int64_t>(16, std::min(tile_rows, rows / 8 / 16 * 16));
   tbb::enumerable_thread_specific<std::vector<float>> tiles;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + rb - 1) / rb, 1),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      auto& tile = tiles.local();
-                      tile.resize(rb * cols);
-                      for (int64_t blk = r.begin(); blk < r.end(); ++blk) {
-                        const int64_t r0 = blk * rb;
-                        const int64_t nr = std::min(rb, rows - r0);
-                        const float* wt;
-                        if (w.type == DType::F32) {
-                          wt = static_cast<const float*>(w.data) + r0 * cols;
-                        } else {
-                          dequantize_rows(w, r0, nr, tile.data());
-                          wt = tile.data();
-                        }
-                        // y[:, r0:r0+nr] = x (n x cols) * wt^T (cols x nr)
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(nr),
-                                    static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), wt,
-                                    static_cast<int>(cols), 0.0f, y + r0, static_cast<int>(rows));
-                      }
-                    });
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + rb - 1) / rb, 1), [&](const tbb::blocked_range<int64_t>& r) {
+    auto& tile = tiles.local();
+    tile.resize(rb * cols);
+    for (int64_t blk = r.begin(); blk < r.end(); ++blk) {
+      const int64_t r0 = blk * rb;
+      const int64_t nr = std::min(rb, rows - r0);
+      const float* wt;
+      if (w.type == DType::F32) {
+        wt = static_cast<const float*>(w.data) + r0 * cols;
+      } else {
+        dequantize_rows(w, r0, nr, tile.data());
+        wt = tile.data();
+      }
+      // y[:, r0:r0+nr] = x (n x cols) * wt^T (cols x nr)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(nr), static_cast<int>(cols), 1.0f, x,
+                  static_cast<int>(cols), wt, static_cast<int>(cols), 0.0f, y + r0, static_cast<int>(rows));
+    }
+  });
 }
 
 }  // namespace
@@ -293,14 +305,22 @@ void matmul(const WeightView& w, const float* x, int n, float* y) {
   if (n <= 0) return;
   if (n > kGemvMaxN) return gemm_blocked(w, x, n, y);
   switch (n) {
-    case 1: return gemv_n<1>(w, x, y);
-    case 2: return gemv_n<2>(w, x, y);
-    case 3: return gemv_n<3>(w, x, y);
-    case 4: return gemv_n<4>(w, x, y);
-    case 5: return gemv_n<5>(w, x, y);
-    case 6: return gemv_n<6>(w, x, y);
-    case 7: return gemv_n<7>(w, x, y);
-    default: return gemv_n<8>(w, x, y);
+    case 1:
+      return gemv_n<1>(w, x, y);
+    case 2:
+      return gemv_n<2>(w, x, y);
+    case 3:
+      return gemv_n<3>(w, x, y);
+    case 4:
+      return gemv_n<4>(w, x, y);
+    case 5:
+      return gemv_n<5>(w, x, y);
+    case 6:
+      return gemv_n<6>(w, x, y);
+    case 7:
+      return gemv_n<7>(w, x, y);
+    default:
+      return gemv_n<8>(w, x, y);
   }
 }
 

@@ -73,6 +73,10 @@ class CpuBackend final : public Backend {
 
   void attention(const AttentionArgs& a) override { cpu::attention(a); }
 
+  void write_rows(float* base, const int32_t* first_row_at, const float* src, int rows, int row_floats) override {
+    memcpy(base + static_cast<int64_t>(*first_row_at) * row_floats, src, sizeof(float) * rows * row_floats);
+  }
+
   void swiglu(float* gate, const float* up, size_t count) override {
     tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 4096), [&](const tbb::blocked_range<size_t>& r) {
       for (size_t i = r.begin(); i < r.end(); ++i) gate[i] = math::silu(gate[i]) * up[i];

@@ -20,5 +20,7 @@ void set_cpu_threads(int n) {
   g_threads = n;
 }
 
-int cpu_threads() { return g_threads > 0 ? g_threads : tbb::info::default_concurrency(); }
+int cpu_threads() {
+  return g_threads > 0 ? g_threads : tbb::info::default_concurrency();
+}
 }  // namespace redwood

@@ -25,6 +25,7 @@ __global__ void tree_attention_kernel(AttentionArgs a) {
   const int hd = a.head_dim;
   const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
   const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
+  if (a.n_past_at) a.n_past = *a.n_past_at;  // a is this thread's copy
   const int32_t* anc = a.anc + a.anc_off[i];
   const int len = a.n_past + (a.anc_off[i + 1] - a.anc_off[i]);
 

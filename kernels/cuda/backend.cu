@@ -7,6 +7,7 @@
 // synchronize() are the only host waits. Memory is cudaMalloc'd VRAM.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "kernels/common/math.h"
 #include "kernels/cuda/common.cuh"
@@ -47,11 +48,10 @@ const char* cublas_status_name(cublasStatus_t s) {
 
 void* Scratch::get(size_t n, cudaStream_t st) {
   if (n <= bytes) return p;
-  if (p) {
-    RD_CUDA_CHECK(cudaStreamSynchronize(st));  // the old buffer may still be read
-    RD_CUDA_CHECK(cudaFree(p));
-    p = nullptr;
-  }
+  // The old buffer is retired, not freed: recorded passes (CUDA graphs) may
+  // still point at it. Scratch only grows, so this happens a few times.
+  if (p) retired.push_back(p);
+  p = nullptr;
   RD_CUDA_CHECK(cudaMalloc(&p, n));
   bytes = n;
   return p;
@@ -59,6 +59,8 @@ void* Scratch::get(size_t n, cudaStream_t st) {
 
 void Scratch::free() {
   if (p) cudaFree(p);
+  for (void* r : retired) cudaFree(r);
+  retired.clear();
   p = nullptr;
   bytes = 0;
 }
@@ -113,6 +115,12 @@ __global__ void rope_kernel(float* x, int n, int n_heads, int head_dim, const in
     math::rope_rotate(v[2 * i], v[2 * i + 1], c, s);
 }
 
+__global__ void write_rows_kernel(float* base, const int32_t* first_row_at, const float* src, size_t count,
+                                  int row_floats) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) base[static_cast<size_t>(*first_row_at) * row_floats + i] = src[i];
+}
+
 __global__ void swiglu_kernel(float* gate, const float* up, size_t count) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) gate[i] = math::silu(gate[i]) * up[i];
@@ -130,10 +138,16 @@ class CudaBackend final : public Backend {
     RD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     RD_CUDA_CHECK(cublasCreate(&mm_.blas));
     RD_CUDA_CHECK(cublasSetStream(mm_.blas, stream_));
+    // An explicit workspace: cuBLAS must not allocate while a pass is recorded.
+    RD_CUDA_CHECK(cudaMalloc(&blas_workspace_, kBlasWorkspace));
+    RD_CUDA_CHECK(cublasSetWorkspace(mm_.blas, blas_workspace_, kBlasWorkspace));
     mm_.stream = stream_;
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // teardown: no op may outlive its buffers
+    for (cudaGraphExec_t g : graphs_)
+      if (g) cudaGraphExecDestroy(g);
+    if (blas_workspace_) cudaFree(blas_workspace_);
     mm_.weights.free();
     mm_.acts.free();
     cublasDestroy(mm_.blas);
@@ -212,6 +226,12 @@ class CudaBackend final : public Backend {
     RD_CUDA_LAUNCHED("rope_kernel");
   }
   void attention(const AttentionArgs& a) override { cuda::attention(stream_, a); }
+  void write_rows(float* base, const int32_t* first_row_at, const float* src, int rows, int row_floats) override {
+    const size_t count = static_cast<size_t>(rows) * row_floats;
+    if (count == 0) return;
+    write_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(base, first_row_at, src, count, row_floats);
+    RD_CUDA_LAUNCHED("write_rows_kernel");
+  }
   void swiglu(float* gate, const float* up, size_t count) override {
     if (count == 0) return;
     swiglu_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(gate, up, count);
@@ -223,10 +243,53 @@ class CudaBackend final : public Backend {
     RD_CUDA_LAUNCHED("add_kernel");
   }
 
+  // CUDA graphs: stream capture (thread-local mode: other threads' CUDA calls,
+  // such as the offload I/O thread's, are not affected), instantiated once,
+  // launched on the stream.
+  bool can_record() const override { return true; }
+  void begin_record() override { RD_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)); }
+  int end_record() override {
+    cudaGraph_t g = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream_, &g);
+    if (e != cudaSuccess || !g) {
+      (void)cudaGetLastError();
+      if (g) cudaGraphDestroy(g);
+      return -1;
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    if (ie != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    graphs_.push_back(exec);
+    return static_cast<int>(graphs_.size()) - 1;
+  }
+  void replay(int recording) override {
+    if (recording < 0 || recording >= static_cast<int>(graphs_.size()) || !graphs_[recording])
+      throw Error("CUDA: replay of an unknown recording");
+    RD_CUDA_CHECK(cudaGraphLaunch(graphs_[recording], stream_));
+  }
+  void drop_recordings(const int* ids, size_t count) override {
+    if (count == 0) return;
+    cudaStreamSynchronize(stream_);  // a launched graph may still run
+    for (size_t i = 0; i < count; ++i) {
+      const int id = ids[i];
+      if (id >= 0 && id < static_cast<int>(graphs_.size()) && graphs_[id]) {
+        cudaGraphExecDestroy(graphs_[id]);
+        graphs_[id] = nullptr;  // ids are never reused
+      }
+    }
+  }
+
  private:
+  static constexpr size_t kBlasWorkspace = size_t{32} << 20;
   int device_;
   cudaStream_t stream_ = nullptr;
   MatmulContext mm_;
+  void* blas_workspace_ = nullptr;
+  std::vector<cudaGraphExec_t> graphs_;
 };
 
 }  // namespace

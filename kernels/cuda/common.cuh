@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/backend.h"
 
@@ -29,10 +30,11 @@ inline unsigned grid_for(size_t n, unsigned threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
-// Grow-only device scratch.
+// Grow-only device scratch (outgrown buffers are kept until free()).
 struct Scratch {
   void* p = nullptr;
   size_t bytes = 0;
+  std::vector<void*> retired;
   void* get(size_t n, cudaStream_t st);
   void free();
 };

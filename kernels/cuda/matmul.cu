@@ -2,8 +2,9 @@
 // - n <= gemv_max_n: a dequantizing GEMV, one warp per output row, all n tokens
 //   at once (weights read once per pass: the memory-bound decode/draft case).
 // - larger n (tree and prefill passes): W dequantized in row chunks to fp16
-//   (bf16 for BF16 weights; F16 used in place) and x converted likewise, then
-//   cublasGemmEx on tensor cores with fp32 accumulation and fp32 output.
+//   (bf16 for BF16 weights; F16 used in place) and x converted likewise (fp16
+//   activations scaled per token by a power of two so they cannot overflow),
+//   then cublasGemmEx on tensor cores with fp32 accumulation and fp32 output.
 //   F32 weights use cublasGemmEx in fp32.
 // Dequantization is math::dequant_* (kernels/common/math.h), shared with the CPU.
 #include <cuda_bf16.h>
@@ -128,14 +129,40 @@ __global__ void dequant_kernel(const uint8_t* w, int64_t r0, int64_t count, int6
     out[i] = __float2bfloat16_rn(v);
 }
 
+// Per token t, a power-of-two scale s_t with max|x_t| / s_t < 2^15: fp16
+// activations cannot overflow (|x| > 65504 happens in real models' FFN
+// inputs), and dividing by a power of two loses no precision. One block per row.
+__global__ void row_scale_kernel(const float* x, int64_t cols, float* scales) {
+  __shared__ float red[32];
+  const float* xi = x + static_cast<int64_t>(blockIdx.x) * cols;
+  float m = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(xi[c]));
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (unsigned w = 1; w < (blockDim.x + 31) / 32; ++w) m = fmaxf(m, red[w]);
+    m = fmaxf(m, red[0]);
+    int e = 0;
+    (void)frexpf(m, &e);  // m < 2^e
+    scales[blockIdx.x] = (m > 0.0f && isfinite(m)) ? ldexpf(1.0f, e - 15) : 1.0f;
+  }
+}
+
 template <typename Out>
-__global__ void convert_kernel(const float* x, size_t count, Out* out) {
+__global__ void convert_kernel(const float* x, size_t count, int64_t cols, const float* scales, Out* out) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   if constexpr (std::is_same_v<Out, __half>)
-    out[i] = __float2half_rn(x[i]);
+    out[i] = __float2half_rn(x[i] / scales[i / cols]);
   else
     out[i] = __float2bfloat16_rn(x[i]);
+}
+
+// y[t][r] *= s_t (y is [n][rows]).
+__global__ void scale_rows_kernel(float* y, int64_t rows, size_t count, const float* scales) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) y[i] *= scales[i / rows];
 }
 
 template <DType T>
@@ -229,31 +256,44 @@ void matmul(MatmulContext& c, const WeightView& w, const float* x, int n, float*
                                CUDA_R_32F, cols, &beta, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
-  // Activations to the weights' 16-bit type.
+  // Activations to the weights' 16-bit type: bf16 for BF16 weights (fp32
+  // range), else fp16 scaled per token by a power of two (undone on y).
   const bool bf16 = w.type == DType::BF16;
   const cudaDataType_t t16 = bf16 ? CUDA_R_16BF : CUDA_R_16F;
   const size_t xcount = static_cast<size_t>(n) * cols;
-  void* x16 = c.acts.get(xcount * 2, c.stream);
-  if (bf16)
-    convert_kernel<__nv_bfloat16>
-        <<<grid_for(xcount, kThreads), kThreads, 0, c.stream>>>(x, xcount, static_cast<__nv_bfloat16*>(x16));
-  else
-    convert_kernel<__half><<<grid_for(xcount, kThreads), kThreads, 0, c.stream>>>(x, xcount, static_cast<__half*>(x16));
+  const size_t x16_bytes = (xcount * 2 + 255) / 256 * 256;
+  auto* acts = static_cast<uint8_t*>(c.acts.get(x16_bytes + static_cast<size_t>(n) * sizeof(float), c.stream));
+  void* x16 = acts;
+  float* scales = reinterpret_cast<float*>(acts + x16_bytes);
+  if (bf16) {
+    convert_kernel<__nv_bfloat16><<<grid_for(xcount, kThreads), kThreads, 0, c.stream>>>(
+        x, xcount, cols, nullptr, static_cast<__nv_bfloat16*>(x16));
+  } else {
+    row_scale_kernel<<<n, kThreads, 0, c.stream>>>(x, cols, scales);
+    RD_CUDA_LAUNCHED("row_scale_kernel");
+    convert_kernel<__half>
+        <<<grid_for(xcount, kThreads), kThreads, 0, c.stream>>>(x, xcount, cols, scales, static_cast<__half*>(x16));
+  }
   RD_CUDA_LAUNCHED("convert_kernel");
   if (w.type == DType::F16 || w.type == DType::BF16) {
     RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w.data, t16, cols, x16, t16,
                                cols, &beta, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return;
+  } else {
+    // Quantized: dequantize a chunk of rows, multiply it, next chunk.
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, static_cast<int64_t>(kScratchElems / cols)));
+    void* w16 = c.weights.get(static_cast<size_t>(chunk) * cols * 2, c.stream);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t m = std::min<int64_t>(chunk, rows - r0);
+      dequant_rows_half(c.stream, w, r0, m, w16);
+      RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), n, cols, &alpha, w16, t16, cols,
+                                 x16, t16, cols, &beta, y + r0, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+    }
   }
-  // Quantized: dequantize a chunk of rows, multiply it, next chunk.
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, static_cast<int64_t>(kScratchElems / cols)));
-  void* w16 = c.weights.get(static_cast<size_t>(chunk) * cols * 2, c.stream);
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t m = std::min<int64_t>(chunk, rows - r0);
-    dequant_rows_half(c.stream, w, r0, m, w16);
-    RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), n, cols, &alpha, w16, t16, cols,
-                               x16, t16, cols, &beta, y + r0, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+  if (!bf16) {
+    const size_t ycount = static_cast<size_t>(n) * rows;
+    scale_rows_kernel<<<grid_for(ycount, kThreads), kThreads, 0, c.stream>>>(y, rows, ycount, scales);
+    RD_CUDA_LAUNCHED("scale_rows_kernel");
   }
 }
 

@@ -1,10 +1,16 @@
 #include "src/engine/kv_cache.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "src/util/error.h"
 
 namespace redwood {
+
+uint64_t KvCache::next_id() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
 
 KvCache::KvCache(Backend& be, int n_layers, int kv_dim, int capacity) : be_(&be), kv_dim_(kv_dim), capacity_(capacity) {
   if (n_layers <= 0 || kv_dim <= 0 || capacity <= 0) throw Error("invalid KV cache shape");

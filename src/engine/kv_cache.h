@@ -23,6 +23,8 @@ class KvCache {
   KvCache& operator=(KvCache&&) noexcept = default;
 
   int capacity() const { return capacity_; }
+  // Unique per cache object (copies get their own): what recorded passes are keyed by.
+  uint64_t id() const { return id_; }
   int committed() const { return committed_; }
   int pending() const { return static_cast<int>(block_parent_.size()); }
   // Parent of each pending row (block-relative, -1 = attends to the prefix only).
@@ -47,7 +49,9 @@ class KvCache {
   void truncate(int n);
 
  private:
+  static uint64_t next_id();
   Backend* be_;
+  uint64_t id_ = next_id();
   int kv_dim_, capacity_;
   int committed_ = 0;
   std::vector<int32_t> block_parent_;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "src/util/error.h"
 
@@ -35,6 +36,7 @@ void Transformer::ensure_scratch(int n) {
   up_ = BackendBuffer(be_, N * hp_.ffn_dim);
   if (!be_.host_memory()) logits_ = BackendBuffer(be_, N * hp_.vocab);
   cap_n_ = n;
+  drop_recordings();  // recorded passes point into the old scratch
 }
 
 PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> logits, LogitsRows rows) {
@@ -73,23 +75,86 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     anc_off_[i + 1] = static_cast<int32_t>(anc_.size());
   }
 
-  // Index arrays into backend memory in one upload.
-  const int n_block = pend + n;
-  meta_.clear();
-  meta_.insert(meta_.end(), b.tokens.begin(), b.tokens.end());
-  meta_.insert(meta_.end(), b.positions.begin(), b.positions.end());
-  meta_.insert(meta_.end(), block_parents_.begin(), block_parents_.end());
-  meta_.insert(meta_.end(), anc_off_.begin(), anc_off_.end());
-  meta_.insert(meta_.end(), anc_.begin(), anc_.end());
-  if (meta_dev_.size() < meta_.size() * sizeof(int32_t))
+  // Index arrays into backend memory in one upload, at offsets that depend
+  // only on the scratch size and the cache capacity (so a recorded pass finds
+  // them where it recorded them): header [committed, committed + pending] |
+  // tokens | positions | block parents | ancestor offsets | ancestors.
+  const size_t cap_n = static_cast<size_t>(cap_n_), cap_block = static_cast<size_t>(kv.capacity());
+  const size_t o_tok = 2, o_pos = o_tok + cap_n, o_par = o_pos + cap_n, o_off = o_par + cap_block,
+               o_anc = o_off + cap_n + 1;
+  meta_.assign(o_anc + anc_.size(), 0);
+  meta_[0] = n_past;
+  meta_[1] = n_past + pend;
+  std::copy(b.tokens.begin(), b.tokens.end(), meta_.begin() + o_tok);
+  std::copy(b.positions.begin(), b.positions.end(), meta_.begin() + o_pos);
+  std::copy(block_parents_.begin(), block_parents_.end(), meta_.begin() + o_par);
+  std::copy(anc_off_.begin(), anc_off_.end(), meta_.begin() + o_off);
+  std::copy(anc_.begin(), anc_.end(), meta_.begin() + o_anc);
+  if (meta_dev_.size() < meta_.size() * sizeof(int32_t)) {
+    drop_recordings();  // recorded passes point into the old buffer
     meta_dev_ = BackendBuffer(be_, std::max(meta_.size(), static_cast<size_t>(4096)) * 2 * sizeof(int32_t));
+  }
   be_.upload(meta_dev_.as(), meta_.data(), meta_.size() * sizeof(int32_t));
-  const int32_t* d_tokens = meta_dev_.as<const int32_t>();
-  const int32_t* d_pos = d_tokens + n;
-  const int32_t* d_parents = d_pos + n;
-  const int32_t* d_anc_off = d_parents + n_block;
-  const int32_t* d_anc = d_anc_off + n + 1;
+  const int32_t* d = meta_dev_.as<const int32_t>();
+  const PassPointers pp{d, d + o_tok, d + o_pos, d + o_par, d + o_off, d + o_anc};
 
+  // The backend ops: recorded once per shape and replayed where the backend
+  // records (CUDA graphs) and the weights never move; else issued directly.
+  // Logits land in the caller's buffer when it is backend memory (CPU), else
+  // in logits_ and are downloaded once.
+  float* out = be_.host_memory() ? logits.data() : logits_.as<float>();
+  const RecordKey key{n, rows == LogitsRows::kAll, kv.id()};
+  w_.begin_pass();
+  bool done = false;
+  if (be_.can_record() && w_.fixed_pointers()) {
+    auto it = recordings_.find(key);
+    if (it != recordings_.end() && it->second >= 0) {
+      be_.replay(it->second);
+      done = true;
+    } else if (it != recordings_.end() && it->second == kSeenOnce) {
+      // Second pass of this shape: record it (scratch and cuBLAS workspace are
+      // sized by the first), then replay the recording to run it.
+      if (recordings_.size() > kMaxRecordings) drop_recordings();
+      be_.begin_record();
+      try {
+        issue_ops(pp, n, rows, kv, out);
+      } catch (...) {
+        // an op that cannot be recorded: the recording is abandoned below and
+        // the ops issued again unrecorded
+      }
+      const int id = be_.end_record();
+      recordings_[key] = id >= 0 ? id : kNoRecording;
+      if (id >= 0) {
+        be_.replay(id);
+        done = true;
+      }
+    } else if (it == recordings_.end()) {
+      recordings_[key] = kSeenOnce;
+    }
+  }
+  if (!done) issue_ops(pp, n, rows, kv, out);
+  kv.append_pending(b.parents);
+  if (!be_.host_memory()) be_.download(logits.data(), logits_.as(), sizeof(float) * out_rows * hp_.vocab);
+  w_.end_pass();
+  PassStats s;
+  s.n_tokens = n;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+void Transformer::drop_recordings() {
+  std::vector<int> ids;
+  for (const auto& [key, id] : recordings_)
+    if (id >= 0) ids.push_back(id);
+  be_.drop_recordings(ids.data(), ids.size());
+  recordings_.clear();
+}
+
+Transformer::~Transformer() {
+  drop_recordings();
+}
+
+void Transformer::issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCache& kv, float* logits) {
   float* x = x_.as<float>();
   float* xn = xn_.as<float>();
   float* q = q_.as<float>();
@@ -101,8 +166,7 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   const int dim = hp_.dim, hd = hp_.head_dim;
   const int kv_dim = hp_.n_kv_heads * hd;
   const auto& g = w_.globals();
-  w_.begin_pass();
-  be_.embed(g.tok_embd, d_tokens, n, x);
+  be_.embed(g.tok_embd, p.tokens, n, x);
 
   for (int l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = w_.acquire(l);
@@ -111,25 +175,24 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     be_.matmul(L.wq, xn, n, q);
     be_.matmul(L.wk, xn, n, k);
     be_.matmul(L.wv, xn, n, v);
-    be_.rope(q, n, hp_.n_heads, hd, d_pos, hp_.rope_base, hp_.rope_mode);
-    be_.rope(k, n, hp_.n_kv_heads, hd, d_pos, hp_.rope_base, hp_.rope_mode);
-    float* kc = kv.k(l) + static_cast<size_t>(n_past + pend) * kv_dim;
-    float* vc = kv.v(l) + static_cast<size_t>(n_past + pend) * kv_dim;
-    be_.copy(kc, k, sizeof(float) * n * kv_dim);
-    be_.copy(vc, v, sizeof(float) * n * kv_dim);
+    be_.rope(q, n, hp_.n_heads, hd, p.positions, hp_.rope_base, hp_.rope_mode);
+    be_.rope(k, n, hp_.n_kv_heads, hd, p.positions, hp_.rope_base, hp_.rope_mode);
+    be_.write_rows(kv.k(l), p.header + 1, k, n, kv_dim);  // rows committed + pending ...
+    be_.write_rows(kv.v(l), p.header + 1, v, n, kv_dim);
     AttentionArgs a;
     a.q = q;
     a.k = kv.k(l);
     a.v = kv.v(l);
     a.out = att;
     a.n = n;
-    a.n_past = n_past;
+    a.n_past = kv.committed();
+    a.n_past_at = p.header;
     a.n_heads = hp_.n_heads;
     a.n_kv_heads = hp_.n_kv_heads;
     a.head_dim = hd;
-    a.parents = d_parents;
-    a.anc_off = d_anc_off;
-    a.anc = d_anc;
+    a.parents = p.parents;
+    a.anc_off = p.anc_off;
+    a.anc = p.anc;
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     be_.attention(a);
     be_.matmul(L.wo, att, n, xn);
@@ -143,22 +206,10 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     be_.add(x, xn, static_cast<size_t>(n) * dim);
     w_.release(l);
   }
-  kv.append_pending(b.parents);
-
   const float* last = x + (rows == LogitsRows::kAll ? 0 : static_cast<size_t>(n - 1) * dim);
-  const int m = static_cast<int>(out_rows);
+  const int m = rows == LogitsRows::kAll ? n : 1;
   be_.rmsnorm(last, g.output_norm, m, dim, hp_.rms_eps, xn);
-  if (be_.host_memory()) {
-    be_.matmul(g.lm_head, xn, m, logits.data());
-  } else {
-    be_.matmul(g.lm_head, xn, m, logits_.as<float>());
-    be_.download(logits.data(), logits_.as(), sizeof(float) * m * hp_.vocab);
-  }
-  w_.end_pass();
-  PassStats s;
-  s.n_tokens = n;
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return s;
+  be_.matmul(g.lm_head, xn, m, logits);
 }
 
 void prefill(Transformer& tf, KvCache& kv, std::span<const int32_t> tokens, int chunk, std::span<float> logits) {

@@ -4,7 +4,9 @@
 // Prefill is a chain (parents i-1), decoding n = 1, verification a tree.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -41,6 +43,9 @@ struct PassStats {
 class Transformer {
  public:
   Transformer(const ModelDesc& m, WeightSource& w, Backend& be);
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
 
   const LlamaHParams& hparams() const { return hp_; }
   KvCache make_cache(int capacity) const;
@@ -53,7 +58,14 @@ class Transformer {
   PassStats forward(const Batch& b, KvCache& kv, std::span<float> logits, LogitsRows rows = LogitsRows::kAll);
 
  private:
+  // Backend pointers to the pass's index arrays (see forward()).
+  struct PassPointers {
+    const int32_t *header, *tokens, *positions, *parents, *anc_off, *anc;
+  };
   void ensure_scratch(int n);
+  // Every backend op of one pass, from the embedding to the LM head.
+  void issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCache& kv, float* logits);
+  void drop_recordings();
 
   LlamaHParams hp_;
   WeightSource& w_;
@@ -65,6 +77,12 @@ class Transformer {
   // tokens | positions | block parents | ancestor offsets | ancestors.
   std::vector<int32_t> anc_off_, anc_, block_parents_, meta_;
   BackendBuffer meta_dev_;
+  // Recorded passes by shape: (n, all rows?, the cache's id) -> a recording
+  // id, or seen once / not recordable.
+  using RecordKey = std::tuple<int, bool, uint64_t>;
+  static constexpr int kSeenOnce = -1, kNoRecording = -2;
+  static constexpr size_t kMaxRecordings = 256;
+  std::map<RecordKey, int> recordings_;
 };
 
 // Runs a prompt chain through the model in passes of at most `chunk` tokens

@@ -35,6 +35,10 @@ class WeightSource {
   virtual const LayerWeights& acquire(int layer) = 0;
   virtual void release(int layer) {}
   virtual void end_pass() {}
+  // True when acquire() returns the same pointers every pass and the pass
+  // needs no host work between layers: a backend may then record the pass
+  // once and replay it (CUDA graphs).
+  virtual bool fixed_pointers() const { return false; }
 };
 
 // Aligned host buffer: 64 bytes (or min_align), 2 MiB with huge pages when large.
@@ -71,6 +75,7 @@ class ResidentWeights final : public WeightSource {
   explicit ResidentWeights(const ModelDesc& m, const std::function<bool(int)>& keep = {});
   const GlobalWeights& globals() override { return globals_; }
   const LayerWeights& acquire(int layer) override { return layers_[layer]; }
+  bool fixed_pointers() const override { return true; }
   uint64_t bytes() const { return bytes_; }
 
  private:
@@ -110,6 +115,7 @@ class DeviceWeights final : public WeightSource {
   DeviceWeights(const ModelDesc& m, Backend& be);
   const GlobalWeights& globals() override { return globals_; }
   const LayerWeights& acquire(int layer) override { return layers_[layer]; }
+  bool fixed_pointers() const override { return true; }
   uint64_t bytes() const { return copies_.bytes(); }
 
  private:
