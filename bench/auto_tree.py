@@ -5,8 +5,9 @@
 
 1. `generate --tree auto` (profiles measured into a fresh cache first) on a few prompts:
    its choice, its predicted s/token, and the measured s/token of that choice.
-2. A brute-force sweep over (policy, n, d): plain decoding, chains, Sequoia trees on a
-   grid of budgets and depths, DySpec and k-ary trees, each measured the same way.
+2. A brute-force sweep over (policy, parameters): plain decoding, chains, Sequoia trees on a
+   grid of budgets and depths, DySpec (heap budgets and layer-wise thresholds), OPT-Tree,
+   SpecExec and k-ary trees, each measured the same way.
 3. Prints both: |predicted - measured| / measured for the chosen configuration (goal
    <= 15%), and best measured s/token / chosen measured s/token (goal >= 0.95).
 
@@ -67,16 +68,24 @@ def main() -> int:
     # 1. auto (the first call measures the profiles; time it again once they are cached)
     run(a.redwood, spec + ["--tree", "auto", "--budget", str(a.budget), "--depth", str(a.depth)], env)
     auto_spt, _, err = run(a.redwood, spec + ["--tree", "auto", "--budget", str(a.budget), "--depth", str(a.depth)], env)
-    m = re.search(r"--tree auto: sequoia budget (\d+) depth (\d+), verify (\S+): predicted ([\d.]+) tokens/pass, "
-                  r"([\d.]+) s/token", err)
+    m = re.search(r"--tree auto: (sequoia|dyspec|opt-tree|specexec) ([^,]*), verify (\S+): predicted ([\d.]+) "
+                  r"tokens/pass, ([\d.]+) s/token", err)
     if m:
-        choice = f"sequoia n={m.group(1)} d={m.group(2)}" + ("" if m.group(3) in ("greedy", "sequoia") else f" {m.group(3)}")
+        if m.group(1) == "sequoia":
+            nd = re.match(r"budget (\d+) depth (\d+)", m.group(2))
+            choice = f"sequoia n={nd.group(1)} d={nd.group(2)}"
+        else:
+            choice = f"{m.group(1)} {m.group(2)}"
+        choice += "" if m.group(3) in ("greedy", "sequoia", "target-sample") else f" {m.group(3)}"
         predicted = float(m.group(5))
     else:
         m = re.search(r"plain decoding is predicted fastest here \(([\d.]+) s/token", err)
         if not m:
             raise SystemExit("could not read the auto choice from:\n" + err)
         choice, predicted = "autoregressive", float(m.group(1))
+    for line in err.splitlines():
+        if "predicted s/token:" in line:
+            print(line)
     print(f"auto chose: {choice}; predicted {predicted:.4f} s/token, measured {auto_spt:.4f}")
 
     # 2. the sweep
@@ -91,6 +100,15 @@ def main() -> int:
                 configs.append((f"sequoia n={n} d={d}", spec + ["--tree", "sequoia", "--budget", str(n), "--depth", str(d)]))
         configs.append((f"dyspec n={n}", spec + ["--tree", "dyspec", "--budget", str(n), "--depth", str(a.depth)]))
     configs.append(("kary:2x2", spec + ["--tree", "kary:2x2"]))
+    # Dynamic policies with parameters from --tree auto's grid (a few: the sweep is timed).
+    cap = ["--budget", str(a.budget), "--depth", str(a.depth)]
+    for t in ("0.5", "0.3", "0.1"):
+        configs.append((f"dyspec threshold {t} budget {a.budget} depth {a.depth}",
+                        spec + ["--tree", "dyspec", "--threshold", t] + cap))
+    configs.append((f"opt-tree budget 8 depth {a.depth} delta 1", spec + ["--tree", "opt-tree", "--budget", "8", "--depth",
+                                                                           str(a.depth), "--delta", "1"]))
+    configs.append((f"specexec budget 8 depth {a.depth} width 4", spec + ["--tree", "specexec", "--budget", "8", "--depth",
+                                                                           str(a.depth), "--width", "4"]))
     results = []
     for name, args in configs:
         spt = min(run(a.redwood, args, env)[0] for _ in range(2))

@@ -1,6 +1,7 @@
 // The predicted cost model (src/planner): hardware profiles and model configs
 // (TOML, validated with one-line errors), config -> ModelDesc sizes, the cost
-// model, the hardware-aware Sequoia optimizer against brute force, and the
+// model, the hardware-aware Sequoia optimizer against brute force, the
+// dynamic-tree objective and calibration (--tree auto), and the
 // L40 / Llama2-70B / Llama2-7B prediction in Sequoia's offloading regime.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "src/planner/optimizer.h"
 #include "src/planner/predict.h"
 #include "src/spec/sequoia_dp.h"
+#include "src/spec/tree_policy.h"
 #include "src/util/error.h"
 #include "tests/util/errors.h"
 
@@ -269,6 +271,151 @@ TEST(Optimizer, DraftCostUsesAverageLevelWidth) {
   EXPECT_DOUBLE_EQ(x.seconds_per_token(), (1.0 + 0.012) / 3.0);
 }
 
+// ---- dynamic trees (--tree auto) -------------------------------------------------
+
+TEST(DynamicTrees, CalibrationHandComputed) {
+  EXPECT_DOUBLE_EQ(calibration_scale(0.3, 0.6), 0.5);
+  EXPECT_EQ(error_of([] { calibration_scale(1.2, 0.5); }), "calibration: rank-1 acceptance must be in [0, 1]");
+  EXPECT_EQ(error_of([] { calibration_scale(0.2, 0.0); }),
+            "calibration: the draft's mean rank-1 probability must be in (0, 1]");
+  // root -> {1 (q 0.5), 2 (q 0.3)}, 1 -> {3 (q 0.6)}.
+  const std::vector<int32_t> parent = {-1, 0, 0, 1};
+  const std::vector<double> q = {1.0, 0.5, 0.3, 0.6};
+  // alpha 0.4: a = 0.2, 0.12, 0.24 -> 1 + 0.2 + 0.12 + 0.2 * 0.24.
+  EXPECT_NEAR(calibrated_tokens(parent, q, 0.4), 1.368, 1e-12);
+  // alpha 1.5: a(1) = 0.75, a(2) = min(0.45, 1 - 0.75) = 0.25 (siblings are exclusive), a(3) = 0.9.
+  EXPECT_NEAR(calibrated_tokens(parent, q, 1.5), 1 + 0.75 + 0.25 + 0.75 * 0.9, 1e-12);
+  EXPECT_DOUBLE_EQ(calibrated_tokens(std::vector<int32_t>{-1}, std::vector<double>{1.0}, 0.7), 1.0);
+  EXPECT_EQ(error_of([] {
+              calibrated_tokens(std::vector<int32_t>{-1, 1}, std::vector<double>{1, 0.5}, 1);
+            }),
+            "calibrated_tokens: parents must precede children");
+}
+
+TEST(DynamicTrees, ObjectiveIsARatioOfMeans) {
+  auto t = [](int n) { return 1.0 + 0.01 * n; };
+  auto c = [](int) { return 0.05; };
+  std::vector<DynamicCandidate> cands(4);
+  cands[0].samples = {{4, {1}, 1.5}};           // (1.04 + 0.10) -> 1.5 / 1.14 = 1.316 tokens/s
+  cands[1].samples = {{16, {3, 5}, 2.0}};       // (1.16 + 0.15) -> 2.0 / 1.31 = 1.527
+  cands[2].samples = {{64, {8, 16, 32}, 2.4}};  // (1.64 + 0.20) -> 2.4 / 1.84 = 1.304
+  // Two steps: tokens 2 on average over (1.02 + 0.05 | 1.30 + 0.15) -> 2 / 1.26 = 1.587.
+  cands[3].samples = {{2, {}, 1.0}, {30, {4, 4}, 3.0}};
+  const TreeChoice d = evaluate_dynamic(cands[3].samples, t, c);
+  EXPECT_DOUBLE_EQ(d.tokens, 2.0);
+  EXPECT_NEAR(d.target_s, 1.16, 1e-12);
+  EXPECT_NEAR(d.draft_s, 0.10, 1e-12);
+  EXPECT_NEAR(d.tokens_per_second(), 2.0 / 1.26, 1e-12);
+  TreeChoice best;
+  EXPECT_EQ(best_dynamic(cands, t, c, &best), 3);
+  EXPECT_NEAR(best.tokens_per_second(), 2.0 / 1.26, 1e-12);
+  cands.pop_back();
+  EXPECT_EQ(best_dynamic(cands, t, c, &best), 1);
+  EXPECT_NEAR(best.seconds_per_token(), 1.31 / 2.0, 1e-12);
+  EXPECT_EQ(best_dynamic({}, t, c), -1);
+  EXPECT_EQ(error_of([&] { evaluate_dynamic({}, t, c); }), "optimizer: a dynamic candidate without samples");
+}
+
+// DySpec trees grown from a synthetic draft, calibrated, then the objective:
+// a one-level tree (depth 2) under q = [0.5, 0.2, 0.1, 0.08, 0.06, 0.03, 0.02,
+// 0.01] takes the B - 1 most likely tokens (greedy), so with alpha = 1 it
+// yields 1 + the sum of the B - 1 largest q; with t(n) = 1 + 0.05 n and a free
+// draft the rates are B=2: 1.5/1.1, 3: 1.7/1.15, 4: 1.8/1.2, 5: 1.88/1.25
+// (the best, 1.504), 6: 1.94/1.3, 8: 1.99/1.4.
+TEST(DynamicTrees, SyntheticDraftPicksTheKnownOptimum) {
+  const std::vector<float> q = {0.5f, 0.2f, 0.1f, 0.08f, 0.06f, 0.03f, 0.02f, 0.01f};
+  std::vector<DynamicCandidate> cands;
+  for (int b : {2, 3, 4, 5, 6, 8}) {
+    DynamicCandidate c;
+    c.params.kind = spec::TreeKind::kDySpec;
+    c.params.budget = b;
+    c.params.depth = 2;
+    c.verifier = spec::Verifier::kGreedy;
+    cands.push_back(c);
+  }
+  // The layer-wise variant: children while the pending value 1 - sum(earlier) > 0.09: five of them.
+  DynamicCandidate th;
+  th.params.kind = spec::TreeKind::kDySpec;
+  th.params.budget = 32;
+  th.params.depth = 2;
+  th.params.threshold = 0.09;
+  th.verifier = spec::Verifier::kGreedy;
+  cands.push_back(th);
+  const double expect_tokens[] = {1.5, 1.7, 1.8, 1.88, 1.94, 1.99, 1.94};
+  const int expect_nodes[] = {2, 3, 4, 5, 6, 8, 6};
+  for (size_t i = 0; i < cands.size(); ++i) {
+    auto policy = spec::make_policy(cands[i].params, spec::StaticTree{}, cands[i].verifier);
+    spec::DraftTree tree;
+    tree.reset(7, true);
+    tree.begin_batch();
+    tree.set_dist(0) = q;
+    Rng rng(1);
+    int passes = -1;
+    auto forward = [&](std::span<const int32_t> nodes) {
+      for (int32_t u : nodes) tree.set_dist(u) = q;
+    };
+    const std::vector<int32_t> keep = spec::grow_tree(*policy, tree, forward, rng, &passes);
+    std::vector<int32_t> parent;
+    std::vector<double> pq;
+    for (int32_t v : keep) {
+      const int32_t u = tree.parent[static_cast<size_t>(v)];
+      parent.push_back(u);  // ids are already 0..n-1 (nothing pruned)
+      pq.push_back(u < 0 ? 1.0 : tree.dist(u)[static_cast<size_t>(tree.token[static_cast<size_t>(v)])]);
+    }
+    EXPECT_EQ(passes, 0);  // one level: only the root's distribution is needed
+    EXPECT_EQ(static_cast<int>(keep.size()), expect_nodes[i]) << i;
+    DynamicTreeSample s;
+    s.nodes = static_cast<int>(keep.size());
+    s.tokens = calibrated_tokens(parent, pq, 1.0);
+    EXPECT_NEAR(s.tokens, expect_tokens[i], 1e-6) << i;
+    cands[i].samples.push_back(s);
+  }
+  TreeChoice best;
+  const int i = best_dynamic(
+      cands, [](int n) { return 1.0 + 0.05 * n; }, [](int) { return 0.0; }, &best);
+  EXPECT_EQ(i, 3);
+  EXPECT_EQ(best.budget, 5);
+  EXPECT_NEAR(best.tokens_per_second(), 1.88 / 1.25, 1e-6);
+  // An expensive draft pass over the root makes plain decoding (1 / 1.05) the better choice.
+  best_dynamic(
+      cands, [](int n) { return 1.0 + 0.05 * n; }, [](int) { return 1.0; }, &best);
+  EXPECT_LT(best.tokens_per_second(), 1.0 / 1.05);
+}
+
+TEST(DynamicTrees, GridPairsEachPolicyWithALosslessVerifier) {
+  for (const bool greedy : {true, false}) {
+    const auto grid = dynamic_grid(32, 8, greedy);
+    int kinds[4] = {0, 0, 0, 0};
+    for (const auto& c : grid) {
+      EXPECT_EQ(spec::check_pairing(c.params.kind, c.verifier), "") << describe_tree(c.params);
+      EXPECT_NO_THROW(spec::validate_tree_params(c.params));
+      EXPECT_LE(c.params.budget, 32);
+      EXPECT_EQ(c.params.depth, 8);
+      const spec::Verifier want = greedy                                     ? spec::Verifier::kGreedy
+                                  : c.params.kind == spec::TreeKind::kDySpec ? spec::Verifier::kSequoia
+                                                                             : spec::Verifier::kTargetSample;
+      EXPECT_EQ(c.verifier, want);
+      ++kinds[static_cast<int>(c.params.kind)];
+    }
+    EXPECT_EQ(kinds[1], 7 + 6);  // heap budgets 4, 6, 8, 12, 16, 24, 32; six thresholds
+    EXPECT_EQ(kinds[2], 3 * 3);  // delta 0.1, 0.3, 1 x budgets 8, 16, 32
+    EXPECT_EQ(kinds[3], 3 * 3);  // width 2, 4, 8 x budgets 8, 16, 32
+  }
+  EXPECT_TRUE(dynamic_grid(1, 8, true).empty());
+  spec::TreeParams p;
+  p.kind = spec::TreeKind::kDySpec;
+  p.budget = 32;
+  p.depth = 8;
+  p.threshold = 0.1;
+  EXPECT_EQ(describe_tree(p), "dyspec threshold 0.1 budget 32 depth 8");
+  p.kind = spec::TreeKind::kOptTree;
+  p.delta = 0.3;
+  EXPECT_EQ(describe_tree(p), "opt-tree budget 32 depth 8 delta 0.3");
+  p.kind = spec::TreeKind::kSpecExec;
+  p.width = 4;
+  EXPECT_EQ(describe_tree(p), "specexec budget 32 depth 8 width 4");
+}
+
 // ---- cost model -----------------------------------------------------------------
 
 TEST(CostModel, ResidentIsComputeOnly) {
@@ -395,8 +542,9 @@ TEST(Predict, JsonHasTheFields) {
 }
 
 TEST(Predict, EveryProfileWithSmallModels) {
-  const ModelDesc target = model_desc_from_config(load_model_config(cfg("models/llama3-8b.toml")));
-  const ModelDesc draft = model_desc_from_config(load_model_config(cfg("models/smollm2-135m-f16.toml")));
+  // Target and draft share a vocabulary (predict() refuses a mismatch).
+  const ModelDesc target = model_desc_from_config(load_model_config(cfg("models/smollm2-135m-f16.toml")));
+  const ModelDesc draft = model_desc_from_config(load_model_config(cfg("models/smollm2-135m.toml")));
   PredictOptions o;
   o.acceptance = spec::default_acceptance(8);
   o.max_budget = 128;
@@ -407,6 +555,26 @@ TEST(Predict, EveryProfileWithSmallModels) {
     EXPECT_GT(p.sequoia.choice.tokens_per_second(), 0);
     EXPECT_GE(p.sequoia.choice.tokens_per_second(), p.autoregressive.choice.tokens_per_second() * 0.5);
   }
+}
+
+TEST(Predict, RejectsPastBeyondCtxAndMismatchedVocabularies) {
+  const HardwareProfile hw = load_hardware(cfg("hardware/l40.toml"));
+  const ModelDesc t70 = model_desc_from_config(load_model_config(cfg("models/llama2-70b.toml")));
+  const ModelDesc d7 = model_desc_from_config(load_model_config(cfg("models/llama2-7b.toml")));
+  const ModelDesc smol = model_desc_from_config(load_model_config(cfg("models/smollm2-135m.toml")));
+  PredictOptions o;
+  o.acceptance = spec::default_acceptance(8);
+  o.max_budget = 16;
+  o.ctx = 512;
+  o.n_past = 513;
+  EXPECT_EQ(error_of([&] { predict(hw, t70, d7, o); }),
+            "--past 513 exceeds --ctx 512 (the KV cache holds at most ctx tokens)");
+  o.n_past = 512;
+  EXPECT_NO_THROW(predict(hw, t70, d7, o));
+  const std::string e = error_of([&] { predict(hw, t70, smol, o); });
+  EXPECT_EQ(e.rfind("the draft config's vocabulary (49152 tokens, ", 0), 0u) << e;
+  EXPECT_NE(e.find(") differs from the target's (32000 tokens, "), std::string::npos) << e;
+  EXPECT_NE(e.find("speculative decoding needs the same vocabulary"), std::string::npos) << e;
 }
 
 TEST(Acceptance, FileErrors) {

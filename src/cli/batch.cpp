@@ -69,8 +69,8 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     if (auto_tree) {
       if (job.threshold || job.delta || job.width || !job.verify.empty() || job.is_alphabet)
         throw Error(job.where("speculation.tree") +
-                    ": tree = \"auto\" chooses a Sequoia tree and its verifier; it takes only budget and depth "
-                    "(caps) and acceptance (a profile)");
+                    ": tree = \"auto\" chooses the tree, its parameters and its verifier; it takes only budget and "
+                    "depth (caps) and acceptance (a profile)");
     } else {
       try {
         ds->config = spec::make_spec_config(
@@ -151,7 +151,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   // ---- load and run ----
   if (!todo.empty()) {
     if (d) {
-      load_weights(*d, RunOptions{}, offload::RunShape{});
+      load_weights(*d, resident_run(run), offload::RunShape{});
       ds->draft = d->transformer.get();
     }
     load_weights(m, run, shape, d ? &d->desc : nullptr);
@@ -161,7 +161,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
                            job.acceptance);
       if (a.config) {
         ds->config = *a.config;
-        auto_choice = "sequoia budget " + std::to_string(a.best.budget) + " depth " + std::to_string(a.best.depth);
+        auto_choice = a.choice;
       } else {
         ds.reset();  // plain decoding is predicted faster
         auto_choice = "autoregressive";

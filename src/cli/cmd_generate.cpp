@@ -66,8 +66,10 @@ int run_generate(GenerateOptions& o) {
     // --budget and --depth cap the optimizer's search; nothing else applies.
     const spec::TreeOptions t = tree_options(o);
     if (t.threshold || t.delta || t.width || !t.verifier.empty() || t.is_alphabet)
-      throw Error("--tree auto chooses a Sequoia tree and its verifier: it takes only --budget and --depth (caps), "
-                  "--acceptance and --hardware-profile");
+      throw Error(
+          "--tree auto chooses the tree, its parameters and its verifier: it takes only --budget and --depth "
+          "(caps), "
+          "--acceptance and --hardware-profile");
     auto_budget = t.budget;
     auto_depth = t.depth;
   } else if (!o.draft.empty()) {
@@ -95,17 +97,19 @@ int run_generate(GenerateOptions& o) {
   shape.ctx = capacity;
   shape.max_tokens = std::min(static_cast<int>(prompt.size()), o.prefill_chunk);
   if (!o.draft.empty()) {
-    d = load_model(o.draft);
+    d = load_model(o.draft, /*with_weights=*/false);
+    load_weights(*d, resident_run(o.run), offload::RunShape{});
     const int nodes = auto_tree ? auto_budget : cfg->max_tree_nodes();
     shape.ctx = capacity + nodes + 2;
     shape.max_tokens = std::max(shape.max_tokens, nodes + 1);
   }
   load_weights(m, o.run, shape, d ? &d->desc : nullptr);
+  std::optional<AutoTreeResult> auto_result;
   if (auto_tree) {
-    const AutoTreeResult a =
+    auto_result =
         choose_tree_auto(m, *d, o.run, o.sampling, auto_budget, auto_depth, stderr, o.acceptance, o.hardware_profile);
-    if (a.config) {
-      cfg = a.config;
+    if (auto_result->config) {
+      cfg = auto_result->config;
       cfg->prefill_chunk = o.prefill_chunk;
     }
   }
@@ -176,6 +180,13 @@ int run_generate(GenerateOptions& o) {
     j["prefill_seconds"] = t_prefill;
     j["s_per_token"] = spt;
     j["finish_reason"] = finish;
+    if (auto_result) {
+      // What --tree auto chose (also when it chose plain decoding) and its prediction.
+      j["tree_auto_choice"] = auto_result->choice;
+      j["tree_auto_predicted_s_per_token"] =
+          auto_result->config ? auto_result->best.seconds_per_token() : auto_result->autoregressive.seconds_per_token();
+      j["tree_auto_predicted_tokens_per_pass"] = auto_result->config ? auto_result->best.tokens : 1.0;
+    }
     if (sstats) {
       j["target_passes"] = sstats->target_passes;
       j["draft_passes"] = sstats->draft_passes;
@@ -251,8 +262,9 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--draft", o->draft, "Draft model (same vocabulary): enables speculative decoding");
   c->add_option("--tree", o->tree,
                 "Tree: chain:K | kary:WxD | sequoia | sequoia:FILE (static shapes), dyspec | opt-tree | specexec "
-                "(built per step from the draft's probabilities), auto (the Sequoia tree, or none, that measured "
-                "acceptance and pass times predict fastest; --budget/--depth cap it) (default sequoia)");
+                "(built per step from the draft's probabilities), auto (the tree - Sequoia, or a dynamic policy with "
+                "its parameters - and verifier, or none, that measured acceptance and pass times predict fastest; "
+                "--budget/--depth cap it) (default sequoia)");
   c->add_option("--verify", o->verify,
                 "Verifier: greedy | specinfer | sequoia | spectr | multidraft-is | target-sample (default: greedy at "
                 "T=0; else sequoia, or target-sample for opt-tree/specexec). dyspec: sequoia|greedy; opt-tree, "

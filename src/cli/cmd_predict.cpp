@@ -1,6 +1,7 @@
 // redwood plan: predicted memory plan, target pass time t(n), the Sequoia tree
 // the hardware-aware optimizer picks, and seconds per token, against plain
 // offloading, from a hardware profile and model configs. Runs nothing.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@ struct PredictCli {
   std::string model_config, draft_config, hardware, acceptance, device_mem;
   planner::PredictOptions o;
   bool json = false;
+  bool past_given = false;
 };
 
 int run_predict(const PredictCli& c) {
@@ -28,6 +30,8 @@ int run_predict(const PredictCli& c) {
   const ModelDesc target = planner::model_desc_from_config(planner::load_model_config(c.model_config));
   const ModelDesc draft = planner::model_desc_from_config(planner::load_model_config(c.draft_config));
   planner::PredictOptions o = c.o;
+  // The default --past (256) follows a smaller --ctx; a --past given beyond it is an error (predict()).
+  if (!c.past_given) o.n_past = std::min(o.n_past, o.ctx);
   o.acceptance = c.acceptance.empty() ? spec::default_acceptance(16) : spec::read_acceptance_file(c.acceptance);
   if (!c.device_mem.empty()) {
     o.device_budget = offload::parse_size(c.device_mem, "--device-mem");
@@ -58,14 +62,18 @@ Runner add_predict(CLI::App& app) {
                 "Acceptance vector JSON {\"acceptance\": [p1, p2, ...]} (default: a power law over 16)");
   s->add_option("--device-mem", c->device_mem, "Device budget (default: the profile's device memory - reserved)");
   s->add_option("--ctx", c->o.ctx, "KV cache capacity in tokens")->check(CLI::Range(1, 1 << 24));
-  s->add_option("--past", c->o.n_past, "Tokens already in the KV cache when attention is costed")
-      ->check(CLI::Range(0, 1 << 24));
+  auto* past = s->add_option("--past", c->o.n_past,
+                             "Tokens already in the KV cache when attention is costed (default 256, at most --ctx)")
+                   ->check(CLI::Range(0, 1 << 24));
   s->add_option("--max-budget", c->o.max_budget, "Largest tree budget n considered (root included)")
       ->check(CLI::Range(1, 4096));
   s->add_option("--max-depth", c->o.max_depth, "Largest tree depth d considered (levels, root included)")
       ->check(CLI::Range(1, 128));
   s->add_flag("--json", c->json, "JSON output");
-  return [c] { return run_predict(*c); };
+  return [c, past] {
+    c->past_given = past->count() > 0;
+    return run_predict(*c);
+  };
 }
 
 }  // namespace redwood::cli

@@ -87,7 +87,7 @@ int run_profile(const ProfileOptions& o) {
   shape.ctx = static_cast<int>(longest) + max_tokens + chain_depth + 2;
   shape.max_tokens = shape.ctx;
   load_weights(m, run, shape, &d.desc);
-  load_weights(d, RunOptions{}, shape);
+  load_weights(d, resident_run(run), shape);
 
   AcceptanceRun ar;
   ar.sampling = sp;
@@ -149,7 +149,7 @@ int run_hardware(const HardwareOptions& o) {
   shape.ctx = o.prefix + max_n + 1;
   shape.max_tokens = std::max(max_n, o.prefix);
   load_weights(m, run, shape, &d.desc);
-  load_weights(d, RunOptions{}, shape);
+  load_weights(d, resident_run(run), shape);
   HardwareRun hr;
   hr.sizes = sizes;
   hr.widths = widths;

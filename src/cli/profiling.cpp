@@ -8,6 +8,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "kernels/cpu/threads.h"
 #include "src/spec/generation.h"
@@ -245,6 +250,189 @@ std::string quick_key(const std::vector<std::string>& files, const std::string& 
   return hex;
 }
 
+// ---- dynamic trees for --tree auto ------------------------------------------------
+
+// The draft's mean probability of its rank-1 child over the texts' positions
+// (the same positions measure_acceptance uses without a continuation): greedy,
+// max q under the T = 1 softmax; sampled, E_{y~q} q(y) = sum q^2 under the
+// run's filtering.
+double mean_rank1_q(LoadedModel& d, const std::vector<std::vector<int32_t>>& texts, const SamplingParams& sp) {
+  SamplingParams filt = sp;
+  if (sp.greedy()) filt.temperature = 1.0f;
+  const int V = d.desc.hp.vocab;
+  std::vector<float> q;
+  double sum = 0;
+  int64_t n = 0;
+  for (const auto& seq : texts) {
+    if (seq.size() < 3) continue;
+    const size_t first = std::min<size_t>(seq.size() - 2, 4);
+    const std::vector<float> ld = all_logits(*d.transformer, seq, V);
+    for (size_t t = first; t + 1 < seq.size(); ++t, ++n) {
+      probs(filt, std::span<const float>(ld).subspan(t * static_cast<size_t>(V), static_cast<size_t>(V)), q);
+      double x = 0;
+      if (sp.greedy()) {
+        for (float v : q) x = std::max(x, static_cast<double>(v));
+      } else {
+        for (float v : q) x += static_cast<double>(v) * v;
+      }
+      sum += x;
+    }
+  }
+  if (n == 0) throw Error("--tree auto: no text positions to measure the dynamic trees on");
+  return sum / static_cast<double>(n);
+}
+
+// Grows every candidate's tree with the real draft at `positions` positions of
+// the texts (spread evenly over each text, root = the text's token there, its
+// prefix committed) and fills the candidates' samples: verified nodes, draft
+// pass widths and calibrated_tokens with alpha(verifier).
+void measure_dynamic(LoadedModel& d, const std::vector<std::vector<int32_t>>& texts, const SamplingParams& sp,
+                     int positions, const std::function<double(spec::Verifier)>& alpha,
+                     std::vector<planner::DynamicCandidate>& cands) {
+  SamplingParams filt = sp;
+  if (sp.greedy()) filt.temperature = 1.0f;  // greedy drafts: the draft's T = 1 softmax (SpecDecoder::set_q)
+  const int V = d.desc.hp.vocab;
+  std::vector<std::unique_ptr<spec::TreePolicy>> policies;
+  int extra = 0;
+  for (const auto& c : cands) {
+    policies.push_back(spec::make_policy(c.params, spec::StaticTree{}, c.verifier));
+    extra = std::max(extra, policies.back()->max_draft_rows() + policies.back()->max_nodes());
+  }
+  std::vector<size_t> usable;
+  for (size_t i = 0; i < texts.size(); ++i)
+    if (texts[i].size() >= 6) usable.push_back(i);
+  if (usable.empty()) throw Error("--tree auto: no text long enough to measure the dynamic trees on");
+  std::vector<float> lg, root_q;
+  spec::DraftTree T;
+  int done = 0;
+  for (size_t ui = 0; ui < usable.size(); ++ui) {
+    const std::vector<int32_t>& seq = texts[usable[ui]];
+    const int per = positions / static_cast<int>(usable.size()) +
+                    (static_cast<int>(ui) < positions % static_cast<int>(usable.size()) ? 1 : 0);
+    if (per <= 0) continue;
+    // Roots at positions 4 .. len - 2 (as measure_acceptance), evenly spaced.
+    const int lo = 4, hi = static_cast<int>(seq.size()) - 2;
+    std::vector<int> roots;
+    for (int k = 0; k < per; ++k) roots.push_back(lo + (hi - lo) * (2 * k + 1) / (2 * per));
+    KvCache kv = d.transformer->make_cache(static_cast<int>(seq.size()) + extra + 2);
+    for (const int r : roots) {
+      // Commit the prefix through the root; its last row is the root's distribution.
+      const int from = kv.committed();
+      if (r + 1 > from) {
+        const std::span<const int32_t> chunk(seq.data() + from, static_cast<size_t>(r + 1 - from));
+        lg.resize(static_cast<size_t>(V));
+        d.transformer->forward(ChainBatch(chunk, from).view(), kv, lg, LogitsRows::kLast);
+        kv.commit_prefix(static_cast<int>(chunk.size()));
+        probs(filt, lg, root_q);
+      }
+      for (size_t ci = 0; ci < cands.size(); ++ci) {
+        Rng rng(sp.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r) * 7919 + usable[ui] * 104729 + 3);
+        T.reset(seq[static_cast<size_t>(r)], /*retain=*/true);
+        T.begin_batch();
+        T.set_dist(0) = root_q;
+        std::vector<int32_t> row = {-1};  // pending row per node (-1: committed, i.e. the root)
+        int block = 0;
+        planner::DynamicTreeSample smp;
+        auto forward = [&](std::span<const int32_t> nodes) {
+          std::vector<int32_t> bt, bp, bpar;
+          for (const int32_t v : nodes) {
+            bt.push_back(T.token[static_cast<size_t>(v)]);
+            bp.push_back(r + T.depth[static_cast<size_t>(v)]);
+            bpar.push_back(row[static_cast<size_t>(T.parent[static_cast<size_t>(v)])]);
+          }
+          lg.resize(nodes.size() * static_cast<size_t>(V));
+          d.transformer->forward(Batch{bt, bp, bpar}, kv, lg, LogitsRows::kAll);
+          row.resize(static_cast<size_t>(T.size()), -1);
+          for (size_t i = 0; i < nodes.size(); ++i) {
+            row[static_cast<size_t>(nodes[i])] = block + static_cast<int32_t>(i);
+            probs(filt, std::span<const float>(lg).subspan(i * static_cast<size_t>(V), static_cast<size_t>(V)),
+                  T.set_dist(nodes[i]));
+          }
+          block += static_cast<int>(nodes.size());
+          smp.pass_widths.push_back(static_cast<int>(nodes.size()));
+        };
+        const std::vector<int32_t> keep = spec::grow_tree(*policies[ci], T, forward, rng);
+        kv.discard();
+        // The verified tree renumbered, each node's draft probability under its parent.
+        std::vector<int32_t> id(static_cast<size_t>(T.size()), -1), par;
+        std::vector<double> q;
+        for (size_t i = 0; i < keep.size(); ++i) {
+          const int32_t v = keep[i];
+          id[static_cast<size_t>(v)] = static_cast<int32_t>(i);
+          const int32_t u = T.parent[static_cast<size_t>(v)];
+          par.push_back(u < 0 ? -1 : id[static_cast<size_t>(u)]);
+          q.push_back(u < 0 ? 1.0
+                            : std::min(1.0, static_cast<double>(
+                                                T.dist(u)[static_cast<size_t>(T.token[static_cast<size_t>(v)])])));
+        }
+        smp.nodes = static_cast<int>(keep.size());
+        smp.tokens = planner::calibrated_tokens(par, q, alpha(cands[ci].verifier));
+        cands[ci].samples.push_back(std::move(smp));
+      }
+      ++done;
+    }
+  }
+  if (done == 0) throw Error("--tree auto: no text positions to measure the dynamic trees on");
+}
+
+std::string dynamic_json(double denominator, const std::vector<planner::DynamicCandidate>& cands) {
+  nlohmann::json j;
+  j["format"] = "redwood-dynamic-tree-profile";
+  j["version"] = 1;
+  j["mean_rank1_q"] = denominator;
+  nlohmann::json cs = nlohmann::json::array();
+  for (const auto& c : cands) {
+    nlohmann::json x;
+    x["tree"] = spec::tree_kind_name(c.params.kind);
+    x["budget"] = c.params.budget;
+    x["depth"] = c.params.depth;
+    x["threshold"] = c.params.threshold;
+    x["delta"] = c.params.delta;
+    x["width"] = c.params.width;
+    x["verify"] = spec::verifier_name(c.verifier);
+    nlohmann::json ss = nlohmann::json::array();
+    for (const auto& s : c.samples) ss.push_back({{"nodes", s.nodes}, {"passes", s.pass_widths}, {"tokens", s.tokens}});
+    x["samples"] = ss;
+    cs.push_back(x);
+  }
+  j["candidates"] = cs;
+  return j.dump(1);
+}
+
+std::vector<planner::DynamicCandidate> read_dynamic(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::vector<planner::DynamicCandidate> out;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(ss.str());
+    if (j.at("format") != "redwood-dynamic-tree-profile" || j.at("version") != 1) throw Error("unknown format");
+    for (const auto& x : j.at("candidates")) {
+      planner::DynamicCandidate c;
+      c.params.kind = spec::parse_tree_kind(x.at("tree").get<std::string>());
+      c.params.budget = x.at("budget").get<int>();
+      c.params.depth = x.at("depth").get<int>();
+      c.params.threshold = x.at("threshold").get<double>();
+      c.params.delta = x.at("delta").get<double>();
+      c.params.width = x.at("width").get<int>();
+      c.verifier = spec::parse_verifier(x.at("verify").get<std::string>());
+      spec::validate_tree_params(c.params);
+      for (const auto& s : x.at("samples")) {
+        planner::DynamicTreeSample d;
+        d.nodes = s.at("nodes").get<int>();
+        d.pass_widths = s.at("passes").get<std::vector<int>>();
+        d.tokens = s.at("tokens").get<double>();
+        if (d.nodes < 1 || !(d.tokens >= 1) || !std::isfinite(d.tokens)) throw Error("bad sample");
+        c.samples.push_back(std::move(d));
+      }
+      out.push_back(std::move(c));
+    }
+  } catch (const std::exception& e) {
+    throw Error(path + ": not a valid dynamic-tree profile (" + e.what() + "); delete it to measure again");
+  }
+  return out;
+}
+
 }  // namespace
 
 AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run,
@@ -365,16 +553,105 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   }
   spec::Verifier best_v = schemes.front().first;
   std::vector<double> best_acc;
+  planner::TreeChoice seq_best = res.autoregressive;
   for (const auto& [v, a] : schemes) {
     in.acceptance = a;
     const planner::TreeChoice c = planner::optimize_tree(in);
-    if (c.tokens_per_second() > res.best.tokens_per_second()) {
-      res.best = c;
+    if (c.tokens_per_second() > seq_best.tokens_per_second()) {
+      seq_best = c;
       best_v = v;
       best_acc = a;
     }
   }
-  if (res.best.depth <= 1) {
+
+  // The dynamic policies: trees grown with the draft at real text positions,
+  // their expected tokens calibrated by the profile's measured rank-1
+  // acceptance in each verifier's scheme (planner::calibration_scale). Only
+  // pairs with such a measurement are searched: at temperature > 0 the profile
+  // has none for OPT-Tree/SpecExec's target-sample verifier.
+  auto rank1 = [&](spec::Verifier v) -> std::optional<double> {
+    for (const spec::AcceptanceVector& x : acc.vectors)
+      if (x.verifier == v && !x.acceptance.empty()) return x.acceptance[0];
+    if (acc.vectors.empty() && !acc.acceptance.empty() &&
+        v == (sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia))
+      return acc.acceptance[0];
+    return std::nullopt;
+  };
+  std::vector<planner::DynamicCandidate> grid = planner::dynamic_grid(max_budget, max_depth, sampling.greedy());
+  std::vector<planner::DynamicCandidate> dyn;
+  bool skipped_topn = false;
+  std::string a1_key;
+  for (auto& c : grid) {
+    const auto a1 = rank1(c.verifier);
+    if (!a1) {
+      skipped_topn = true;
+      continue;
+    }
+    dyn.push_back(std::move(c));
+  }
+  for (const spec::Verifier v : {spec::Verifier::kGreedy, spec::Verifier::kSequoia})
+    if (const auto a1 = rank1(v)) {
+      char b[64];
+      std::snprintf(b, sizeof b, "|%s=%.9g", spec::verifier_name(v), *a1);
+      a1_key += b;
+    }
+  constexpr int kDynamicPositions = 16;
+  if (!dyn.empty()) {
+    const std::string dyn_path =
+        dir + "/dynamic-" +
+        quick_key(files, std::string(sampling_key) + "|" + std::to_string(max_budget) + "|" +
+                             std::to_string(max_depth) + "|" + std::to_string(kDynamicPositions) + a1_key + "|v1") +
+        ".json";
+    if (std::filesystem::exists(dyn_path)) {
+      dyn = read_dynamic(dyn_path);
+    } else {
+      if (log)
+        std::fprintf(log,
+                     "redwood: --tree auto: measuring %zu dynamic-tree candidates with the draft at %d text "
+                     "positions (cached in %s)\n",
+                     dyn.size(), kDynamicPositions, dyn_path.c_str());
+      std::vector<std::vector<int32_t>> texts;
+      for (const char* t : kBuiltinText) texts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
+      const double denom = mean_rank1_q(d, texts, sampling);
+      auto alpha = [&](spec::Verifier v) { return planner::calibration_scale(*rank1(v), denom); };
+      measure_dynamic(d, texts, sampling, kDynamicPositions, alpha, dyn);
+      write_file_atomic(dyn_path, dynamic_json(denom, dyn));
+    }
+  }
+  planner::TreeChoice dyn_best;
+  const int di = planner::best_dynamic(dyn, in.target_s, in.draft_step_s, &dyn_best);
+
+  // Say what each family's best is predicted to do, then pick the fastest.
+  if (log) {
+    std::string line = "redwood: --tree auto: predicted s/token: plain decoding ";
+    char b[160];
+    std::snprintf(b, sizeof b, "%.4f", res.autoregressive.seconds_per_token());
+    line.append(b);
+    if (seq_best.depth > 1) {
+      std::snprintf(b, sizeof b, "; sequoia budget %d depth %d, verify %s %.4f (%.2f tokens/pass)", seq_best.budget,
+                    seq_best.depth, spec::verifier_name(best_v), seq_best.seconds_per_token(), seq_best.tokens);
+      line.append(b);
+    } else {
+      line.append("; no sequoia tree beats plain decoding");
+    }
+    if (di >= 0) {
+      const auto& c = dyn[static_cast<size_t>(di)];
+      line.append("; ").append(planner::describe_tree(c.params));
+      double nodes = 0;
+      for (const auto& x : c.samples) nodes += x.nodes;
+      nodes /= static_cast<double>(c.samples.size());
+      std::snprintf(b, sizeof b, ", verify %s %.4f (%.2f tokens/pass, %.1f nodes)", spec::verifier_name(c.verifier),
+                    dyn_best.seconds_per_token(), dyn_best.tokens, nodes);
+      line.append(b);
+    }
+    if (skipped_topn) line.append(" (opt-tree and specexec not searched: no target-sample acceptance measured)");
+    std::fprintf(log, "%s\n", line.c_str());
+  }
+  const double r_plain = res.autoregressive.tokens_per_second();
+  const double r_seq = seq_best.depth > 1 ? seq_best.tokens_per_second() : 0.0;
+  const double r_dyn = di >= 0 ? dyn_best.tokens_per_second() : 0.0;
+  if (r_plain >= r_seq && r_plain >= r_dyn) {
+    res.choice = "autoregressive";
     if (log)
       std::fprintf(log, "redwood: --tree auto: plain decoding is predicted fastest here (%.4f s/token; acceptance "
                         "%.3f for the draft's first child)\n",
@@ -382,17 +659,37 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     return res;
   }
   spec::TreeOptions t;
-  t.tree = "sequoia";
-  t.budget = res.best.budget;
-  t.depth = res.best.depth;
-  t.verifier = spec::verifier_name(best_v);
-  res.config = spec::make_spec_config(t, sampling);  // the default acceptance vector's tree, replaced below
-  res.config->shape = spec::sequoia_tree(best_acc, res.best.budget, res.best.depth);
+  if (r_seq >= r_dyn) {
+    res.best = seq_best;
+    t.tree = "sequoia";
+    t.budget = res.best.budget;
+    t.depth = res.best.depth;
+    t.verifier = spec::verifier_name(best_v);
+    res.config = spec::make_spec_config(t, sampling);  // the default acceptance vector's tree, replaced below
+    res.config->shape = spec::sequoia_tree(best_acc, res.best.budget, res.best.depth);
+    char b[96];
+    std::snprintf(b, sizeof b, "sequoia budget %d depth %d", res.best.budget, res.best.depth);
+    res.choice = b;
+  } else {
+    const planner::DynamicCandidate& c = dyn[static_cast<size_t>(di)];
+    res.best = dyn_best;
+    t.tree = spec::tree_kind_name(c.params.kind);
+    t.budget = c.params.budget;
+    t.depth = c.params.depth;
+    if (c.params.kind == spec::TreeKind::kDySpec && c.params.threshold > 0) t.threshold = c.params.threshold;
+    if (c.params.kind == spec::TreeKind::kOptTree) t.delta = c.params.delta;
+    if (c.params.kind == spec::TreeKind::kSpecExec) t.width = c.params.width;
+    t.verifier = spec::verifier_name(c.verifier);
+    res.config = spec::make_spec_config(t, sampling);
+    res.choice = planner::describe_tree(c.params);
+    best_v = c.verifier;
+  }
   if (log)
-    std::fprintf(log, "redwood: --tree auto: sequoia budget %d depth %d, verify %s: predicted %.2f tokens/pass, "
-                      "%.4f s/token (plain decoding %.4f s/token)\n",
-                 res.best.budget, res.best.depth, spec::verifier_name(best_v), res.best.tokens,
-                 res.best.seconds_per_token(), res.autoregressive.seconds_per_token());
+    std::fprintf(log,
+                 "redwood: --tree auto: %s, verify %s: predicted %.2f tokens/pass, %.4f s/token (plain decoding "
+                 "%.4f s/token)\n",
+                 res.choice.c_str(), spec::verifier_name(best_v), res.best.tokens, res.best.seconds_per_token(),
+                 res.autoregressive.seconds_per_token());
   return res;
 }
 

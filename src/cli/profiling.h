@@ -39,12 +39,18 @@ void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, plan
 // --tree auto. The profiles are cached in $REDWOOD_CACHE_DIR (default
 // $XDG_CACHE_HOME/redwood or ~/.cache/redwood), keyed by both models (path,
 // size, modification time), the sampling parameters (acceptance) or the memory
-// configuration and tree cap (hardware). Returns the chosen Sequoia tree
-// config, or nullopt when plain decoding is predicted fastest; says what it
-// chose (and what it measured) on `log`.
+// configuration and tree cap (hardware), the sampling parameters, caps and
+// the profile's rank-1 acceptance (dynamic trees: grown with the draft alone
+// at 16 positions of built-in text; see planner::calibrated_tokens). Searches
+// Sequoia trees (n, d) per measured verifier scheme and the dynamic policies'
+// parameters (planner::dynamic_grid) with their default verifier for the
+// sampling mode. Returns the chosen tree config, or nullopt when plain decoding
+// is predicted fastest; says what it chose (and what it measured) on `log`.
 struct AutoTreeResult {
   std::optional<spec::SpecConfig> config;
   planner::TreeChoice best, autoregressive;
+  // "autoregressive", "sequoia budget N depth D" or planner::describe_tree()
+  std::string choice = "autoregressive";
 };
 // acceptance_file / hardware_file: use these profiles instead of the cache
 // (empty: the cache).

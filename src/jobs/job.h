@@ -9,7 +9,7 @@
 //   [speculation] tree = "sequoia"  verify = "greedy"  budget = 64  depth = 8
 //                 threshold = 0.001  delta = 0.5  width = 8  acceptance = "acc.json"
 //                 is_alphabet = 64   (multidraft-is: alphabet truncation)
-//                 tree = "auto": the optimizer picks a Sequoia tree (budget, depth: caps) or none
+//                 tree = "auto": the optimizer picks a Sequoia or dynamic tree (budget, depth: caps) or none
 //                 prefill_chunk = 512
 //   [sampling]    temperature = 0.0  top_p = 1.0  top_k = 0  seed = 0
 //                 max_tokens = 128  stop = ["\n\n"]

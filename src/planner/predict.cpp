@@ -95,6 +95,13 @@ nlohmann::json scenario_json(const Scenario& s) {
 Prediction predict(const HardwareProfile& hw, const ModelDesc& target, const ModelDesc& draft,
                    const PredictOptions& o) {
   if (o.n_past < 0) throw Error("n_past must not be negative");
+  if (o.n_past > o.ctx)
+    throw Error("--past " + std::to_string(o.n_past) + " exceeds --ctx " + std::to_string(o.ctx) +
+                " (the KV cache holds at most ctx tokens)");
+  if (target.hp.vocab != draft.hp.vocab)
+    throw Error("the draft config's vocabulary (" + std::to_string(draft.hp.vocab) + " tokens, " + draft.name +
+                ") differs from the target's (" + std::to_string(target.hp.vocab) + " tokens, " + target.name +
+                "): speculative decoding needs the same vocabulary");
   Prediction p;
   p.hardware = hw.name;
   p.target = target.name;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -101,11 +102,24 @@ def main() -> int:
             "--device-mem", "80MiB+draft", "--prompt", "Name three rivers.", "--chat", "--max-tokens", "8",
             "--temperature", "0.6", "--json"]
     p = subprocess.run(auto, capture_output=True, text=True, timeout=600, env=env)
+    j = json.loads(p.stdout) if p.returncode == 0 else {}
     check("--tree auto: runs and says what it chose", p.returncode == 0 and "--tree auto:" in p.stderr and
-          "measuring" in p.stderr and ("sequoia budget" in p.stderr or "plain decoding" in p.stderr), p.stderr[-500:])
+          "measuring" in p.stderr and "dynamic-tree candidates" in p.stderr and
+          "predicted s/token: plain decoding" in p.stderr and "dyspec" in p.stderr and
+          re.search(r"--tree auto: (plain decoding is predicted fastest|(sequoia|dyspec|opt-tree|specexec) [^,]*budget "
+                    r"\d+ depth \d+[^,]*, verify \S+: predicted)", p.stderr) is not None, p.stderr[-800:])
+    check("--tree auto: the JSON names the choice", isinstance(j.get("tree_auto_choice"), str) and
+          j.get("tree_auto_predicted_s_per_token", 0) > 0, p.stdout[-300:])
     cached = sorted(os.listdir(env["REDWOOD_CACHE_DIR"])) if os.path.isdir(env["REDWOOD_CACHE_DIR"]) else []
-    check("--tree auto: both profiles cached", len(cached) == 2 and cached[0].startswith("acceptance-") and
-          cached[1].startswith("hardware-"), str(cached))
+    check("--tree auto: the three profiles cached", len(cached) == 3 and cached[0].startswith("acceptance-") and
+          cached[1].startswith("dynamic-") and cached[2].startswith("hardware-"), str(cached))
+    if len(cached) == 3:
+        dyn = json.load(open(os.path.join(env["REDWOOD_CACHE_DIR"], cached[1])))
+        kinds = {c["tree"] for c in dyn["candidates"]}
+        check("--tree auto: dynamic candidates at T > 0 pair dyspec with sequoia",
+              kinds == {"dyspec"} and all(c["verify"] == "sequoia" and c["budget"] <= 16 and len(c["samples"]) == 16 and
+                                          all(s["tokens"] >= 1 and 1 <= s["nodes"] <= c["budget"] for s in c["samples"])
+                                          for c in dyn["candidates"]), json.dumps(dyn)[:400])
     p = subprocess.run(auto, capture_output=True, text=True, timeout=600, env=env)
     check("--tree auto: second run reuses the cache", p.returncode == 0 and "measuring" not in p.stderr and
           "timing passes" not in p.stderr and "--tree auto:" in p.stderr, p.stderr[-500:])
@@ -129,9 +143,12 @@ def main() -> int:
                             "--temperature", temp, "--prompt", "Name three rivers.", "--chat", "--max-tokens", "8",
                             "--json"], capture_output=True, text=True, timeout=300, env=env)
         j = json.loads(p.stdout) if p.returncode == 0 else {}
+        tree = j.get("tree", {})
         check(f"--tree auto T={temp}: a flat t(n) picks a tree and runs it", p.returncode == 0 and
-              "sequoia budget" in p.stderr and j.get("tree", {}).get("verify") in verifiers and
-              j["tree"]["nodes"] > 1 and j["target_passes"] > 0, p.stderr[-400:])
+              "sequoia budget" in p.stderr and tree.get("verify") in verifiers and
+              (tree.get("nodes", 0) > 1 or tree.get("budget", 0) > 1) and j["target_passes"] > 0 and
+              j.get("tree_auto_choice", "").startswith(tree.get("kind") if tree.get("kind") != "static" else "sequoia"),
+              p.stderr[-400:])
 
     p = subprocess.run([rw, "generate", "--model", args.model, "--draft", draft, "--tree", "auto", "--acceptance",
                         os.path.join(tmp, "prof0.6.json"), "--hardware-profile", fake, "--prompt", "Hi",
