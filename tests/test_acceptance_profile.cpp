@@ -67,6 +67,31 @@ TEST(AcceptanceCounter, GreedyIsTheRankOfTheTargetArgmaxAmongTheDraftsTopW) {
   EXPECT_NEAR(r.none, 1.0 / 3, 1e-12);
 }
 
+// Target-sample over the draft's top-W children: a_k = p(k-th child), and the
+// real verifier (verify_tree) accepts rank k with that frequency.
+TEST(AcceptanceCounter, TargetSampleIsTheTargetMassOfTheDraftsTopChildren) {
+  const std::vector<float> p = {0.1f, 0.2f, 0.6f, 0.1f}, q = {0.05f, 0.25f, 0.2f, 0.5f};  // draft top-3: 3, 1, 2
+  AcceptanceCounter c(Verifier::kTargetSample, 3);
+  Rng rng(1);
+  c.add(p, q, rng);
+  const AcceptanceVector r = c.result();
+  EXPECT_NEAR(r.acceptance[0], 0.1, 1e-7);
+  EXPECT_NEAR(r.acceptance[1], 0.2, 1e-7);
+  EXPECT_NEAR(r.acceptance[2], 0.6, 1e-7);
+  EXPECT_NEAR(r.none, 0.1, 1e-7);
+  const std::vector<int32_t> parent = {-1, -1, -1}, token = {3, 1, 2};
+  DistFn target = [&](int32_t) -> std::span<const float> { return p; };
+  DistFn draft = [&](int32_t) -> std::span<const float> { return q; };
+  std::vector<int> hits(4, 0);
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const VerifyResult v = verify_tree(Verifier::kTargetSample, TreeView{parent, token}, target, draft, rng);
+    ++hits[v.accepted.empty() ? 3 : v.accepted[0]];
+  }
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(hits[k] / double(n), r.acceptance[k], 0.005) << "rank " << k + 1;
+  EXPECT_NEAR(hits[3] / double(n), r.none, 0.005);
+}
+
 TEST(AcceptanceCounter, RejectsOtherVerifiersAndWidths) {
   EXPECT_THROW(AcceptanceCounter(Verifier::kSpecTr, 4), Error);
   EXPECT_THROW(AcceptanceCounter(Verifier::kSequoia, 0), Error);
@@ -167,7 +192,8 @@ TEST(AcceptanceProfile, MalformedFilesAreClearErrors) {
       {replace("\"xxh3\": \"0123456789abcdef\"", "\"xxh3\": \"12\""), "p.json: target.xxh3 must be 16 hex digits"},
       {replace("\"positions\": 40", "\"positions\": -1"), "p.json: positions must be a non-negative integer"},
       {replace("\"sequoia\"", "\"magic\""), "p.json: one_level_trees.magic: unknown verifier"},
-      {replace("\"width\": 3", "\"width\": 4"), "p.json: one_level_trees.sequoia.width must equal the acceptance length"},
+      {replace("\"width\": 3", "\"width\": 4"),
+       "p.json: one_level_trees.sequoia.width must equal the acceptance length"},
       {replace("\"steps_reaching_depth\": [\n      10", "\"steps_reaching_depth\": [\n      1"),
        "p.json: chain.steps_reaching_depth must be non-increasing"},
   };

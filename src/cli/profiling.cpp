@@ -58,6 +58,7 @@ void measure_acceptance(LoadedModel& m, LoadedModel& d, const std::vector<std::v
   } else {
     counters.emplace_back(spec::Verifier::kSequoia, r.width);
     counters.emplace_back(spec::Verifier::kSpecInfer, r.width);
+    counters.emplace_back(spec::Verifier::kTargetSample, r.width);
   }
   // Greedy drafts take the draft's top-W under its T = 1 softmax (as the runtime does).
   SamplingParams filt = sp;
@@ -239,7 +240,7 @@ std::string cache_dir() {
 std::string quick_key(const std::vector<std::string>& files, const std::string& extra) {
   std::string s;
   for (const std::string& f : files) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(f.c_str(), &st) != 0) throw Error(f + ": cannot stat");
     s += std::filesystem::absolute(f).string() + "|" + std::to_string(st.st_size) + "|" +
          std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
@@ -253,15 +254,25 @@ std::string quick_key(const std::vector<std::string>& files, const std::string& 
 // ---- dynamic trees for --tree auto ------------------------------------------------
 
 // The draft's mean probability of its rank-1 child over the texts' positions
-// (the same positions measure_acceptance uses without a continuation): greedy,
-// max q under the T = 1 softmax; sampled, E_{y~q} q(y) = sum q^2 under the
-// run's filtering.
-double mean_rank1_q(LoadedModel& d, const std::vector<std::vector<int32_t>>& texts, const SamplingParams& sp) {
+// (the same positions measure_acceptance uses without a continuation), per
+// scheme: greedy, max q under the T = 1 softmax; Sequoia's sampled children,
+// E_{y~q} q(y) = sum q^2 under the run's filtering; target-sample (the top
+// children of OPT-Tree/SpecExec), max q under the run's filtering.
+struct RankOneQ {
+  double greedy_max = 0, sampled_sum_sq = 0, sampled_max = 0;
+  double for_verifier(spec::Verifier v) const {
+    if (v == spec::Verifier::kGreedy) return greedy_max;
+    if (v == spec::Verifier::kTargetSample) return sampled_max;
+    return sampled_sum_sq;
+  }
+};
+
+RankOneQ mean_rank1_q(LoadedModel& d, const std::vector<std::vector<int32_t>>& texts, const SamplingParams& sp) {
   SamplingParams filt = sp;
   if (sp.greedy()) filt.temperature = 1.0f;
   const int V = d.desc.hp.vocab;
   std::vector<float> q;
-  double sum = 0;
+  RankOneQ r;
   int64_t n = 0;
   for (const auto& seq : texts) {
     if (seq.size() < 3) continue;
@@ -269,17 +280,20 @@ double mean_rank1_q(LoadedModel& d, const std::vector<std::vector<int32_t>>& tex
     const std::vector<float> ld = all_logits(*d.transformer, seq, V);
     for (size_t t = first; t + 1 < seq.size(); ++t, ++n) {
       probs(filt, std::span<const float>(ld).subspan(t * static_cast<size_t>(V), static_cast<size_t>(V)), q);
-      double x = 0;
-      if (sp.greedy()) {
-        for (float v : q) x = std::max(x, static_cast<double>(v));
-      } else {
-        for (float v : q) x += static_cast<double>(v) * v;
+      double mx = 0, sq = 0;
+      for (float v : q) {
+        mx = std::max(mx, static_cast<double>(v));
+        sq += static_cast<double>(v) * v;
       }
-      sum += x;
+      (sp.greedy() ? r.greedy_max : r.sampled_max) += mx;
+      r.sampled_sum_sq += sq;
     }
   }
   if (n == 0) throw Error("--tree auto: no text positions to measure the dynamic trees on");
-  return sum / static_cast<double>(n);
+  r.greedy_max /= static_cast<double>(n);
+  r.sampled_max /= static_cast<double>(n);
+  r.sampled_sum_sq /= static_cast<double>(n);
+  return r;
 }
 
 // Grows every candidate's tree with the real draft at `positions` positions of
@@ -375,11 +389,15 @@ void measure_dynamic(LoadedModel& d, const std::vector<std::vector<int32_t>>& te
   if (done == 0) throw Error("--tree auto: no text positions to measure the dynamic trees on");
 }
 
-std::string dynamic_json(double denominator, const std::vector<planner::DynamicCandidate>& cands) {
+std::string dynamic_json(const RankOneQ& denominators, bool greedy,
+                         const std::vector<planner::DynamicCandidate>& cands) {
   nlohmann::json j;
   j["format"] = "redwood-dynamic-tree-profile";
   j["version"] = 1;
-  j["mean_rank1_q"] = denominator;
+  if (greedy)
+    j["mean_rank1_q"] = {{"greedy", denominators.greedy_max}};
+  else
+    j["mean_rank1_q"] = {{"sequoia", denominators.sampled_sum_sq}, {"target-sample", denominators.sampled_max}};
   nlohmann::json cs = nlohmann::json::array();
   for (const auto& c : cands) {
     nlohmann::json x;
@@ -435,15 +453,15 @@ std::vector<planner::DynamicCandidate> read_dynamic(const std::string& path) {
 
 }  // namespace
 
-AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run,
-                                const SamplingParams& sampling, int max_budget, int max_depth, std::FILE* log,
-                                const std::string& acceptance_file, const std::string& hardware_file) {
+AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run, const SamplingParams& sampling,
+                                int max_budget, int max_depth, std::FILE* log, const std::string& acceptance_file,
+                                const std::string& hardware_file) {
   std::vector<std::string> files = m.desc.files;
   files.insert(files.end(), d.desc.files.begin(), d.desc.files.end());
   const std::string dir = cache_dir();
   char sampling_key[96];
-  std::snprintf(sampling_key, sizeof sampling_key, "T=%.6g;top_p=%.6g;top_k=%d", sampling.temperature,
-                sampling.top_p, sampling.top_k);
+  std::snprintf(sampling_key, sizeof sampling_key, "T=%.6g;top_p=%.6g;top_k=%d", sampling.temperature, sampling.top_p,
+                sampling.top_k);
   const std::string acc_path = dir + "/acceptance-" + quick_key(files, sampling_key) + ".json";
   // The hardware key holds what decides pass times: the budgets as given and
   // the plan they produced for this run's shape (which layers are resident,
@@ -465,8 +483,11 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   } else if (std::filesystem::exists(acc_path)) {
     acc = spec::read_acceptance_profile(acc_path);
   } else {
-    if (log) std::fprintf(log, "redwood: --tree auto: no acceptance profile for this model pair at %s yet; measuring it "
-                      "(cached in %s)\n", sampling_key, acc_path.c_str());
+    if (log)
+      std::fprintf(log,
+                   "redwood: --tree auto: no acceptance profile for this model pair at %s yet; measuring it "
+                   "(cached in %s)\n",
+                   sampling_key, acc_path.c_str());
     std::vector<std::vector<int32_t>> prompts;
     for (const char* t : kBuiltinText) prompts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
     AcceptanceRun r;
@@ -504,14 +525,18 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     hw = planner::read_measured(hardware_file);
     const int resident = m.plan ? m.plan->count(offload::Tier::kDevice) : static_cast<int>(m.desc.layers.size());
     if (log && (hw.target.bytes != target_bytes || hw.draft.bytes != draft_bytes || hw.layers_resident != resident))
-      std::fprintf(log, "redwood: warning: %s was measured for other models or another memory plan (%d resident "
-                        "layers there, %d here); using it anyway\n",
+      std::fprintf(log,
+                   "redwood: warning: %s was measured for other models or another memory plan (%d resident "
+                   "layers there, %d here); using it anyway\n",
                    hardware_file.c_str(), hw.layers_resident, resident);
   } else if (std::filesystem::exists(hw_path)) {
     hw = planner::read_measured(hw_path);
   } else {
-    if (log) std::fprintf(log, "redwood: --tree auto: no hardware profile for this configuration yet; timing passes "
-                      "(cached in %s)\n", hw_path.c_str());
+    if (log)
+      std::fprintf(log,
+                   "redwood: --tree auto: no hardware profile for this configuration yet; timing passes "
+                   "(cached in %s)\n",
+                   hw_path.c_str());
     HardwareRun r;
     for (int n = 1; n < max_budget; n *= 2) r.sizes.push_back(n);
     r.sizes.push_back(max_budget);
@@ -589,7 +614,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     }
     dyn.push_back(std::move(c));
   }
-  for (const spec::Verifier v : {spec::Verifier::kGreedy, spec::Verifier::kSequoia})
+  for (const spec::Verifier v : {spec::Verifier::kGreedy, spec::Verifier::kSequoia, spec::Verifier::kTargetSample})
     if (const auto a1 = rank1(v)) {
       char b[64];
       std::snprintf(b, sizeof b, "|%s=%.9g", spec::verifier_name(v), *a1);
@@ -600,7 +625,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     const std::string dyn_path =
         dir + "/dynamic-" +
         quick_key(files, std::string(sampling_key) + "|" + std::to_string(max_budget) + "|" +
-                             std::to_string(max_depth) + "|" + std::to_string(kDynamicPositions) + a1_key + "|v1") +
+                             std::to_string(max_depth) + "|" + std::to_string(kDynamicPositions) + a1_key + "|v2") +
         ".json";
     if (std::filesystem::exists(dyn_path)) {
       dyn = read_dynamic(dyn_path);
@@ -612,10 +637,10 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
                      dyn.size(), kDynamicPositions, dyn_path.c_str());
       std::vector<std::vector<int32_t>> texts;
       for (const char* t : kBuiltinText) texts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
-      const double denom = mean_rank1_q(d, texts, sampling);
-      auto alpha = [&](spec::Verifier v) { return planner::calibration_scale(*rank1(v), denom); };
+      const RankOneQ denom = mean_rank1_q(d, texts, sampling);
+      auto alpha = [&](spec::Verifier v) { return planner::calibration_scale(*rank1(v), denom.for_verifier(v)); };
       measure_dynamic(d, texts, sampling, kDynamicPositions, alpha, dyn);
-      write_file_atomic(dyn_path, dynamic_json(denom, dyn));
+      write_file_atomic(dyn_path, dynamic_json(denom, sampling.greedy(), dyn));
     }
   }
   planner::TreeChoice dyn_best;
@@ -653,8 +678,9 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   if (r_plain >= r_seq && r_plain >= r_dyn) {
     res.choice = "autoregressive";
     if (log)
-      std::fprintf(log, "redwood: --tree auto: plain decoding is predicted fastest here (%.4f s/token; acceptance "
-                        "%.3f for the draft's first child)\n",
+      std::fprintf(log,
+                   "redwood: --tree auto: plain decoding is predicted fastest here (%.4f s/token; acceptance "
+                   "%.3f for the draft's first child)\n",
                    res.autoregressive.seconds_per_token(), acc.acceptance.empty() ? 0.0 : acc.acceptance[0]);
     return res;
   }

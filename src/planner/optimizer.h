@@ -75,8 +75,9 @@ TreeChoice evaluate_tree(int n, int d, double g, double t_n, const std::function
 // maps draft probability to measured acceptance: alpha = a_1 / E[q(rank-1
 // child)], a_1 the profile's measured acceptance of the first child in the
 // verifier's own scheme and the denominator the draft's mean probability of
-// that child over the same kind of text (sampled: E_{y~q} q(y) = sum q^2;
-// greedy: max q). So the estimate matches the measurement at rank 1, and
+// that child over the same kind of text (Sequoia's sampled children:
+// E_{y~q} q(y) = sum q^2; greedy and target-sample, whose first child is the
+// draft's argmax: max q). So the estimate matches the measurement at rank 1, and
 // deeper and later nodes are scaled by the draft's own confidence; expected
 // tokens = 1 (the bonus) + sum over drafted nodes of the product of a() along
 // the path (Sequoia's F(T) with per-node instead of positional acceptance).

@@ -17,16 +17,26 @@ namespace redwood::spec {
 using json = nlohmann::ordered_json;
 
 AcceptanceCounter::AcceptanceCounter(Verifier v, int width) : v_(v), width_(width) {
-  if (v != Verifier::kSequoia && v != Verifier::kSpecInfer && v != Verifier::kGreedy)
-    throw Error(std::string("acceptance profiles measure sequoia, specinfer or greedy, not ") + verifier_name(v));
+  if (v != Verifier::kSequoia && v != Verifier::kSpecInfer && v != Verifier::kGreedy && v != Verifier::kTargetSample)
+    throw Error(std::string("acceptance profiles measure sequoia, specinfer, greedy or target-sample, not ") +
+                verifier_name(v));
   if (width < 1 || width > 4096) throw Error("acceptance width must be in [1, 4096], got " + std::to_string(width));
   sum_.assign(static_cast<size_t>(width) + 1, 0.0);
   sum_sq_.assign(static_cast<size_t>(width) + 1, 0.0);
 }
 
 void AcceptanceCounter::add(std::span<const float> p, std::span<const float> q, Rng& rng) {
-  const std::vector<int32_t> kids = sample_children(v_, q, width_, rng);
   scratch_.assign(static_cast<size_t>(width_), 0.0);
+  if (v_ == Verifier::kTargetSample) {
+    // The draft's top-W children (deterministic, as OPT-Tree and SpecExec
+    // build them); the target draws y ~ p and the child equal to y, if any,
+    // is accepted: a_k = p(k-th child), exactly (distinct tokens exclude).
+    const std::vector<int32_t> top = sample_children(Verifier::kGreedy, q, width_, rng);
+    for (size_t k = 0; k < top.size(); ++k) scratch_[k] = p[static_cast<size_t>(top[k])];
+    add_probabilities(scratch_);
+    return;
+  }
+  const std::vector<int32_t> kids = sample_children(v_, q, width_, rng);
   nv_.begin(v_, p, q);
   double alive = 1;  // P(children 1..k-1 all rejected)
   for (size_t k = 0; k < kids.size(); ++k) {
@@ -141,7 +151,9 @@ std::string g6(double x) {
   return b;
 }
 
-json identity_json(const FileIdentity& f) { return {{"path", f.path}, {"bytes", f.bytes}, {"xxh3", f.xxh3}}; }
+json identity_json(const FileIdentity& f) {
+  return {{"path", f.path}, {"bytes", f.bytes}, {"xxh3", f.xxh3}};
+}
 
 }  // namespace
 
@@ -161,9 +173,8 @@ std::string profile_json(const AcceptanceProfile& p) {
   for (const AcceptanceVector& v : p.vectors) {
     json ci = json::array();
     for (size_t k = 0; k < v.acceptance.size(); ++k) ci.push_back({v.ci95_low[k], v.ci95_high[k]});
-    vs[verifier_name(v.verifier)] = {{"width", v.width},           {"trials", v.trials},
-                                     {"acceptance", v.acceptance}, {"none", v.none},
-                                     {"ci95", ci},                 {"expected_counts", v.expected_counts}};
+    vs[verifier_name(v.verifier)] = {{"width", v.width}, {"trials", v.trials}, {"acceptance", v.acceptance},
+                                     {"none", v.none},   {"ci95", ci},         {"expected_counts", v.expected_counts}};
   }
   j["one_level_trees"] = vs;
   j["chain"] = {{"depth", p.chain.depth},
@@ -194,7 +205,8 @@ AcceptanceProfile parse_acceptance_profile(const std::string& text, const std::s
     if (!v.is_array() || v.empty()) fail(what + " must be a non-empty array of probabilities");
     std::vector<double> out;
     double sum = 0;
-    for (size_t i = 0; i < v.size(); ++i) sum += out.emplace_back(num(v[i], what + "[" + std::to_string(i) + "]", 0, 1));
+    for (size_t i = 0; i < v.size(); ++i)
+      sum += out.emplace_back(num(v[i], what + "[" + std::to_string(i) + "]", 0, 1));
     if (sum > 1 + 1e-9) fail(what + " sums to " + g6(sum) + " > 1");
     return out;
   };
@@ -202,7 +214,8 @@ AcceptanceProfile parse_acceptance_profile(const std::string& text, const std::s
   if (!j.contains("acceptance")) fail("missing \"acceptance\"");
   p.acceptance = vec(j["acceptance"], "acceptance");
   for (size_t k = 1; k < p.acceptance.size(); ++k)
-    if (p.acceptance[k] > p.acceptance[k - 1] + 1e-12) fail("acceptance must be non-increasing (index " + std::to_string(k) + ")");
+    if (p.acceptance[k] > p.acceptance[k - 1] + 1e-12)
+      fail("acceptance must be non-increasing (index " + std::to_string(k) + ")");
   if (!j.contains("format")) return p;  // a bare {"acceptance": [...]} file
   if (j["format"] != "redwood-acceptance-profile") fail("format must be \"redwood-acceptance-profile\"");
   if (!j.contains("version") || j["version"] != 1) fail("unsupported version (expected 1)");

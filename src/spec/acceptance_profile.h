@@ -4,7 +4,9 @@
 // a_k = P(the k-th child, in sampling order, is the accepted one), k = 1..W,
 // plus P(none accepted). Measured for the verifier's own sampling scheme:
 // Sequoia (children without replacement), SpecInfer (i.i.d., with
-// replacement) or greedy (the draft's top-W, temperature 0).
+// replacement), greedy (the draft's top-W, temperature 0) or target-sample
+// (the draft's top-W children, the target's own sample accepted if it is one:
+// how OPT-Tree and SpecExec trees are verified when sampling).
 //
 // Per position and draw of the children, the acceptance probabilities are
 // computed exactly from the verifier's arithmetic (NodeVerifier), not by
@@ -31,7 +33,7 @@
 namespace redwood::spec {
 
 struct AcceptanceVector {
-  Verifier verifier = Verifier::kSequoia;  // kSequoia, kSpecInfer or kGreedy
+  Verifier verifier = Verifier::kSequoia;  // kSequoia, kSpecInfer, kGreedy or kTargetSample
   int width = 0;
   int64_t trials = 0;
   std::vector<double> acceptance;  // a_1..a_W
@@ -43,7 +45,7 @@ struct AcceptanceVector {
 // Accumulates one-level-tree trials.
 class AcceptanceCounter {
  public:
-  AcceptanceCounter(Verifier v, int width);  // v: kSequoia | kSpecInfer | kGreedy; width >= 1
+  AcceptanceCounter(Verifier v, int width);  // v: kSequoia | kSpecInfer | kGreedy | kTargetSample; width >= 1
   // One trial: draws W children from q with the verifier's scheme, then adds the
   // exact per-rank acceptance probabilities against p. p and q: filtered
   // distributions as the runtime uses them (for greedy: the T = 1 softmaxes).

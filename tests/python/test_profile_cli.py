@@ -42,7 +42,7 @@ def main() -> int:
         f.write('{"id": 1, "prompt": "Write one sentence about the sea."}\n')
         f.write('{"id": 2, "messages": [{"role": "user", "content": "Count from one to ten."}]}\n')
 
-    for temp, schemes in (("0.6", {"sequoia", "specinfer"}), ("0", {"greedy"})):
+    for temp, schemes in (("0.6", {"sequoia", "specinfer", "target-sample"}), ("0", {"greedy"})):
         out = os.path.join(tmp, f"prof{temp}.json")
         p = subprocess.run([rw, "profile-acceptance", "--model", args.model, "--draft", draft, "--prompts", prompts,
                             "--temperature", temp, "--width", "4", "--count", "40", "--repeats", "2",
@@ -116,8 +116,10 @@ def main() -> int:
     if len(cached) == 3:
         dyn = json.load(open(os.path.join(env["REDWOOD_CACHE_DIR"], cached[1])))
         kinds = {c["tree"] for c in dyn["candidates"]}
-        check("--tree auto: dynamic candidates at T > 0 pair dyspec with sequoia",
-              kinds == {"dyspec"} and all(c["verify"] == "sequoia" and c["budget"] <= 16 and len(c["samples"]) == 16 and
+        pairs = {"dyspec": "sequoia", "opt-tree": "target-sample", "specexec": "target-sample"}
+        check("--tree auto: dynamic candidates at T > 0: dyspec with sequoia, opt-tree and specexec with target-sample",
+              kinds == set(pairs) and all(c["verify"] == pairs[c["tree"]] and c["budget"] <= 16 and
+                                          len(c["samples"]) == 16 and
                                           all(s["tokens"] >= 1 and 1 <= s["nodes"] <= c["budget"] for s in c["samples"])
                                           for c in dyn["candidates"]), json.dumps(dyn)[:400])
     p = subprocess.run(auto, capture_output=True, text=True, timeout=600, env=env)
