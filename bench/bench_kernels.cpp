@@ -5,7 +5,11 @@
 //             read per second, as a fraction of copy_bw (goal >= 0.8)
 //   gemm      n >= 64 matmul: FLOP/s as a fraction of fma_peak (goal >= 0.5)
 //   model     decode and 64-token prefill tokens/s on given GGUF models
-// Usage: bench_kernels [--quick] [--json FILE] [MODEL.gguf ...]
+// With --cuda (a GPU and the CUDA backend), the same on the device instead,
+// through the Backend interface: device copy bandwidth (cudaMemcpy D2D, read +
+// write), GEMV n = 1 weight bytes per second as a fraction of it, batched
+// matmul FLOP/s (n = 64, 256, 768), and the models on --backend cuda.
+// Usage: bench_kernels [--quick] [--cuda] [--json FILE] [MODEL.gguf ...]
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
@@ -13,6 +17,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -35,7 +41,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 template <class F>
 double median_time(int reps, F&& f) {
@@ -145,20 +153,108 @@ Mat random_matrix(DType t, int64_t rows, int64_t cols) {
   return m;
 }
 
+// The device half (--cuda): every figure through the Backend interface, timed
+// on the host around synchronize() (median of several runs).
+void cuda_section(nlohmann::json& J, bool quick, const std::vector<std::string>& models) {
+  std::unique_ptr<Backend> be = make_cuda_backend();
+  auto timed = [&](int reps, const std::function<void()>& f) {
+    f();
+    be->synchronize();
+    return median_time(reps, [&] {
+      f();
+      be->synchronize();
+    });
+  };
+  const size_t cb = quick ? (256ull << 20) : (1ull << 30);
+  BackendBuffer a(*be, cb), b(*be, cb);
+  const double copy_bw = 2.0 * cb / timed(5, [&] { be->copy(b.as(), a.as(), cb); });
+  J["cuda"]["copy_bw_GBps"] = copy_bw / 1e9;
+  std::printf("device (%s): copy %.1f GB/s (read + write)\n", be->name(), copy_bw / 1e9);
+  const int64_t rows = 8192, cols = 8192;  // 134 MB at F16: larger than any L2
+  std::printf("\nGEMV n=1, %lld x %lld on the device (weight bytes per second / device copy bandwidth)\n",
+              (long long)rows, (long long)cols);
+  for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    Mat m = random_matrix(t, rows, cols);
+    BackendBuffer w(*be, m.size), x(*be, cols * sizeof(float)), y(*be, 768 * rows * sizeof(float));
+    be->upload(w.as(), m.buf.data(), m.size);
+    std::vector<float> xs(static_cast<size_t>(768) * cols, 0.5f);
+    BackendBuffer xb(*be, xs.size() * sizeof(float));
+    be->upload(xb.as(), xs.data(), xs.size() * sizeof(float));
+    const WeightView v{t, rows, cols, w.as()};
+    const double tt = timed(quick ? 5 : 20, [&] { be->matmul(v, xb.as<float>(), 1, y.as<float>()); });
+    const double gbps = m.size / tt;
+    std::printf("  %-5s %8.2f MB  %7.3f ms  %7.1f GB/s  ratio %.2f\n", std::string(dtype_name(t)).c_str(), m.size / 1e6,
+                tt * 1e3, gbps / 1e9, gbps / copy_bw);
+    J["cuda"]["gemv"][std::string(dtype_name(t))] = {{"GBps", gbps / 1e9}, {"ratio_to_copy", gbps / copy_bw}};
+    for (int n : {64, 256, 768}) {
+      const double tg = timed(quick ? 3 : 10, [&] { be->matmul(v, xb.as<float>(), n, y.as<float>()); });
+      const double fl = 2.0 * n * rows * cols / tg;
+      std::printf("        n=%-4d %8.3f ms  %8.1f TFLOP/s\n", n, tg * 1e3, fl / 1e12);
+      J["cuda"]["gemm"][std::string(dtype_name(t))][std::to_string(n)] = {{"TFLOPs", fl / 1e12}, {"ms", tg * 1e3}};
+    }
+  }
+  for (const auto& path : models) {
+    ModelDesc d = load_model_desc(path);
+    DeviceWeights w(d, *be);
+    Transformer tf(d, w, *be);
+    std::vector<int32_t> prompt(64);
+    for (int i = 0; i < 64; ++i) prompt[i] = (i * 7919) % d.hp.vocab;
+    std::vector<float> lg(d.hp.vocab);
+    const double tp = median_time(3, [&] {
+      KvCache kv = tf.make_cache(64);
+      ChainBatch cb64(prompt, 0);
+      tf.forward(cb64.view(), kv, lg, LogitsRows::kLast);
+    });
+    const int decode_n = 32;
+    KvCache kv = tf.make_cache(64 + decode_n + 1);
+    ChainBatch c64(prompt, 0);
+    tf.forward(c64.view(), kv, lg, LogitsRows::kLast);
+    kv.commit_prefix(64);
+    auto t0 = Clock::now();
+    for (int i = 0; i < decode_n; ++i) {
+      const int32_t tok = (i * 31) % d.hp.vocab, pos = kv.committed(), par = -1;
+      tf.forward(Batch{{&tok, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast);
+      kv.commit_prefix(1);
+    }
+    const double td = secs(t0, Clock::now()) / decode_n;
+    const double gb = d.total_bytes() / 1e9;
+    std::printf(
+        "\nmodel %s on the device (%.2f GB)\n  decode  %8.2f tokens/s (%.1f GB/s effective)\n  prefill "
+        "%8.2f tokens/s (64 tokens)\n",
+        path.c_str(), gb, 1.0 / td, gb / td, 64.0 / tp);
+    J["cuda"]["models"][path] = {{"weights_GB", gb}, {"decode_tok_s", 1.0 / td}, {"prefill64_tok_s", 64.0 / tp}};
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, cuda = false;
   std::string json_out;
   std::vector<std::string> models;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--quick") quick = true;
-    else if (a == "--json" && i + 1 < argc) json_out = argv[++i];
-    else models.push_back(a);
+    if (a == "--quick")
+      quick = true;
+    else if (a == "--cuda")
+      cuda = true;
+    else if (a == "--json" && i + 1 < argc)
+      json_out = argv[++i];
+    else
+      models.push_back(a);
   }
   set_cpu_threads(0);
   nlohmann::json J;
+  if (cuda) {
+    try {
+      cuda_section(J, quick, models);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+      return 1;
+    }
+    if (!json_out.empty()) std::ofstream(json_out) << J.dump(2) << "\n";
+    return 0;
+  }
   J["threads"] = cpu_threads();
   const double bw = copy_bandwidth(quick ? (64ull << 20) : (512ull << 20));
   const double rbw = read_bandwidth(quick ? (64ull << 20) : (512ull << 20));
@@ -227,9 +323,10 @@ int main(int argc, char** argv) {
     }
     const double td = secs(a, Clock::now()) / decode_n;
     const double gb = d.total_bytes() / 1e9;
-    std::printf("\nmodel %s (%.2f GB weights)\n  decode  %7.2f tokens/s (%.1f GB/s effective)\n  prefill %7.2f tokens/s "
-                "(64 tokens)\n",
-                path.c_str(), gb, 1.0 / td, gb / td, 64.0 / tp);
+    std::printf(
+        "\nmodel %s (%.2f GB weights)\n  decode  %7.2f tokens/s (%.1f GB/s effective)\n  prefill %7.2f tokens/s "
+        "(64 tokens)\n",
+        path.c_str(), gb, 1.0 / td, gb / td, 64.0 / tp);
     J["models"][path] = {{"weights_GB", gb}, {"decode_tok_s", 1.0 / td}, {"prefill64_tok_s", 64.0 / tp}};
   }
   if (!json_out.empty()) std::ofstream(json_out) << J.dump(2) << "\n";
