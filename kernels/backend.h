@@ -72,6 +72,9 @@ class Backend {
   virtual void embed(const WeightView& e, const int32_t* ids, int n, float* out) = 0;
   // out[t] = x[t] / rms(x[t]) * w, w a float vector of length dim.
   virtual void rmsnorm(const float* x, const float* w, int n, int dim, float eps, float* out) = 0;
+  // The residual add fused with the next RMSNorm: x[t] += y[t], then
+  // out[t] = x[t] / rms(x[t]) * w. out may be y.
+  virtual void add_rmsnorm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out) = 0;
   // Rotates each head of x[t] (n_heads * head_dim floats) by position pos[t].
   virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) = 0;
   virtual void attention(const AttentionArgs& a) = 0;

@@ -164,6 +164,14 @@ TEST_F(Cuda, RowAndElementOpsMatchCpu) {
       auto dout = poisoned(x.size());
       gpu->rmsnorm(dx.as<float>(), dw.as<float>(), n, dim, 1e-5f, dout.as<float>());
       EXPECT_LT(rel_err(down<float>(dout, x.size()), want), 1e-6) << "rmsnorm n=" << n << " dim=" << dim;
+      // fused residual add + norm, output over the residual's input (as the pass uses it)
+      const auto r = randn(x.size(), 3);
+      std::vector<float> xc = x, rc = r;
+      cpu->add_rmsnorm(xc.data(), rc.data(), w.data(), n, dim, 1e-5f, rc.data());
+      auto dr = up(r);
+      gpu->add_rmsnorm(dx.as<float>(), dr.as<float>(), dw.as<float>(), n, dim, 1e-5f, dr.as<float>());
+      EXPECT_LT(rel_err(down<float>(dx, x.size()), xc), 1e-7) << "add_rmsnorm x, dim=" << dim;
+      EXPECT_LT(rel_err(down<float>(dr, x.size()), rc), 1e-6) << "add_rmsnorm out, dim=" << dim;
     }
     for (RopeMode mode : {RopeMode::kInterleaved, RopeMode::kHalf})
       for (int hd : {2, 64, 128}) {

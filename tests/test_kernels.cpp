@@ -112,8 +112,8 @@ TEST(Kernels, TreeAttentionMatchesDenseMaskReference) {
     for (auto* vec : {&q, &k, &v})
       for (auto& x : *vec) x = nd(rng);
     std::vector<float> out(n * n_heads * hd, NAN), ref(out.size());
-    AttentionArgs a{q.data(), k.data(), v.data(), out.data(), n, n_past, n_heads, n_kv, hd,
-                    parents.data(), off.data(), anc.data(), 0.25f};
+    AttentionArgs a{q.data(), k.data(), v.data(),       out.data(), n,          n_past, n_heads,
+                    n_kv,     hd,       parents.data(), off.data(), anc.data(), 0.25f};
     cpu::attention(a);
     a.out = ref.data();
     cpu::attention_reference(a);
@@ -146,6 +146,23 @@ TEST(Kernels, RopeModesAndNorm) {
   double ss = 0;
   for (int i = 0; i < hd; ++i) ss += x[i] * x[i];
   EXPECT_NEAR(o[3], x[3] * 2.0f / std::sqrt(ss / hd + 1e-5), 1e-6);
+}
+
+// The fused residual add + RMSNorm equals add then rmsnorm exactly, also when
+// its output is the residual's input buffer (as the forward pass uses it).
+TEST(Kernels, AddRmsnormIsAddThenRmsnorm) {
+  auto be = make_cpu_backend();
+  const int n = 3, dim = 37;
+  std::vector<float> x(n * dim), y(n * dim), w(dim);
+  for (int i = 0; i < n * dim; ++i) x[i] = std::sin(0.37f * i), y[i] = std::cos(0.11f * i);
+  for (int i = 0; i < dim; ++i) w[i] = 0.5f + 0.01f * i;
+  std::vector<float> xa = x, want(n * dim);
+  be->add(xa.data(), y.data(), xa.size());
+  be->rmsnorm(xa.data(), w.data(), n, dim, 1e-5f, want.data());
+  std::vector<float> xb = x, yb = y;
+  be->add_rmsnorm(xb.data(), yb.data(), w.data(), n, dim, 1e-5f, yb.data());
+  EXPECT_EQ(xb, xa);
+  EXPECT_EQ(yb, want);
 }
 
 #ifdef REDWOOD_HAVE_CUDA

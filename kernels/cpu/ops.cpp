@@ -50,6 +50,21 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void add_rmsnorm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out) override {
+    tbb::parallel_for(0, n, [&](int t) {
+      float* xi = x + static_cast<int64_t>(t) * dim;
+      const float* yi = y + static_cast<int64_t>(t) * dim;
+      float* o = out + static_cast<int64_t>(t) * dim;
+      double ss = 0;
+      for (int i = 0; i < dim; ++i) {
+        xi[i] += yi[i];
+        ss += static_cast<double>(xi[i]) * xi[i];
+      }
+      const float s = math::rms_scale(static_cast<float>(ss), dim, eps);
+      for (int i = 0; i < dim; ++i) o[i] = xi[i] * s * w[i];
+    });
+  }
+
   void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) override {
     const int half = head_dim / 2;
     tbb::parallel_for(0, n, [&](int t) {

@@ -96,6 +96,24 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int dim, float ep
   for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xi[i] * s * w[i];
 }
 
+// x += y, then out = rmsnorm(x) * w; one block per row. y is read only in
+// the first loop and out written only after the reduction's barriers, so out
+// may alias y.
+__global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int dim, float eps, float* out) {
+  __shared__ float red[32];
+  float* xi = x + static_cast<int64_t>(blockIdx.x) * dim;
+  const float* yi = y + static_cast<int64_t>(blockIdx.x) * dim;
+  float* o = out + static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = xi[i] + yi[i];
+    xi[i] = v;
+    ss += v * v;
+  }
+  const float s = math::rms_scale(block_sum(ss, red), dim, eps);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xi[i] * s * w[i];
+}
+
 // One thread per (token, head, pair).
 __global__ void rope_kernel(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, int half_mode) {
   const int half = head_dim / 2;
@@ -217,6 +235,11 @@ class CudaBackend final : public Backend {
     if (n <= 0) return;
     rmsnorm_kernel<<<n, kThreads, 0, stream_>>>(x, w, dim, eps, out);
     RD_CUDA_LAUNCHED("rmsnorm_kernel");
+  }
+  void add_rmsnorm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out) override {
+    if (n <= 0) return;
+    add_rmsnorm_kernel<<<n, kThreads, 0, stream_>>>(x, y, w, dim, eps, out);
+    RD_CUDA_LAUNCHED("add_rmsnorm_kernel");
   }
   void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) override {
     const size_t total = static_cast<size_t>(n) * n_heads * (head_dim / 2);

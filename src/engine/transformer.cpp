@@ -196,9 +196,8 @@ void Transformer::issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCac
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     be_.attention(a);
     be_.matmul(L.wo, att, n, xn);
-    be_.add(x, xn, static_cast<size_t>(n) * dim);
-    // feed-forward block
-    be_.rmsnorm(x, L.ffn_norm, n, dim, hp_.rms_eps, xn);
+    // residual, then the feed-forward block's norm (one fused op)
+    be_.add_rmsnorm(x, xn, L.ffn_norm, n, dim, hp_.rms_eps, xn);
     be_.matmul(L.w_gate, xn, n, gate);
     be_.matmul(L.w_up, xn, n, up);
     be_.swiglu(gate, up, static_cast<size_t>(n) * hp_.ffn_dim);
