@@ -175,6 +175,95 @@ void row_dots(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const
   }
   for (int k = 0; k < N; ++k) out[k] = hsum(_mm256_add_ps(acc0[k], acc1[k])) + macc[k];
 }
+
+#ifdef __AVX512F__
+#define REDWOOD_AVX512 1
+// GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* operands as
+// maybe-uninitialized (GCC bug 105593); the masked forms below avoid most.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The same dot products with 512-bit vectors (a whole quantized block is two
+// vectors): half the conversions and FMAs per weight, which is what bounds a
+// quantized GEMV. Same per-token arithmetic for every N, as above.
+inline void load_q4_512(const uint8_t* qs, __m512& w0, __m512& w1) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  w0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, mask)));                    // elements 0..15
+  w1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), mask)));  // 16..31
+}
+
+template <DType t>
+inline __m512 load16(const uint8_t* p, int64_t c) {
+  if constexpr (t == DType::F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + c);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * c));
+  if constexpr (t == DType::F16) return _mm512_maskz_cvtph_ps(0xffff, h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <DType t, int N>
+void row_dots512(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xsum, float* out) {
+  __m512 acc0[N], acc1[N];
+  for (int k = 0; k < N; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
+  float macc[N] = {};
+  if constexpr (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    int64_t c = 0;
+    for (; c + 32 <= cols; c += 32) {
+      const __m512 w0 = load16<t>(p, c), w1 = load16<t>(p, c + 16);
+      for (int k = 0; k < N; ++k) {
+        acc0[k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k * ldx + c), acc0[k]);
+        acc1[k] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + k * ldx + c + 16), acc1[k]);
+      }
+    }
+    for (; c + 16 <= cols; c += 16) {
+      const __m512 w = load16<t>(p, c);
+      for (int k = 0; k < N; ++k) acc0[k] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + k * ldx + c), acc0[k]);
+    }
+    if (c < cols) {  // tail (cols not a multiple of 16)
+      float tmp[16];
+      dequant_row_scalar(t, p + c * (t == DType::F32 ? 4 : 2), cols - c, tmp);
+      for (int k = 0; k < N; ++k)
+        for (int64_t j = c; j < cols; ++j) macc[k] += tmp[j - c] * x[k * ldx + j];
+    }
+  } else {
+    const int64_t nb = cols / 32;
+    const size_t bb = dtype_info(t).block_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = p + b * bb;
+      const __m512 d = _mm512_set1_ps(h2f(blk));
+      __m512 w0, w1;
+      float m = 0.0f;
+      if constexpr (t == DType::Q8_0) {
+        w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+        w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+      } else if constexpr (t == DType::Q4_0) {
+        load_q4_512(blk + 2, w0, w1);
+        const __m512 eight = _mm512_set1_ps(8.0f);
+        w0 = _mm512_sub_ps(w0, eight);
+        w1 = _mm512_sub_ps(w1, eight);
+      } else {
+        m = h2f(blk + 2);
+        load_q4_512(blk + 4, w0, w1);
+      }
+      for (int k = 0; k < N; ++k) {
+        const float* xb = x + k * ldx + b * 32;
+        const __m512 s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(w0, _mm512_loadu_ps(xb)));
+        if (b & 1)
+          acc1[k] = _mm512_fmadd_ps(d, s, acc1[k]);
+        else
+          acc0[k] = _mm512_fmadd_ps(d, s, acc0[k]);
+        if constexpr (t == DType::Q4_1) macc[k] += m * xsum[k * nb + b];
+      }
+    }
+  }
+  for (int k = 0; k < N; ++k) {
+    // Through memory: GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized.
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(acc0[k], acc1[k]));
+    out[k] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + macc[k];
+  }
+}
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 template <int N>
@@ -199,7 +288,11 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     float out[N];
     auto run = [&]<DType T>() {
       for (int64_t i = r.begin(); i < r.end(); ++i) {
+#ifdef REDWOOD_AVX512
+        row_dots512<T, N>(row_ptr(w, i), cols, x, cols, xs, out);
+#else
         row_dots<T, N>(row_ptr(w, i), cols, x, cols, xs, out);
+#endif
         for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
       }
     };
