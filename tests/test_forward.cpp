@@ -191,6 +191,22 @@ TEST_P(TinyModel, BadBatchesAreErrors) {
   EXPECT_THROW(r.tf->forward(Batch{five, fp, fpar}, kv, lg), Error);  // over capacity
 }
 
+// DeviceWeights (every tensor uploaded into backend memory, one at a time) on
+// the CPU backend: the same logits as ResidentWeights, bit for bit.
+TEST_P(TinyModel, DeviceWeightsEqualResidentWeights) {
+  const ModelDesc d = load_model_desc(path);
+  auto be = make_cpu_backend();
+  ResidentWeights host(d);
+  DeviceWeights dev(d, *be);
+  Transformer a(d, host, *be), b(d, dev, *be);
+  const std::vector<int32_t> t = {1, 5, 9, 30}, p = {0, 1, 2, 2}, par = {-1, 0, 1, 1};
+  std::vector<float> la(4 * d.hp.vocab), lb(4 * d.hp.vocab);
+  KvCache ka = a.make_cache(8), kb = b.make_cache(8);
+  a.forward(Batch{t, p, par}, ka, la);
+  b.forward(Batch{t, p, par}, kb, lb);
+  EXPECT_EQ(la, lb);
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, TinyModel,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });

@@ -160,18 +160,28 @@ const float* BackendCopies::norm(const float* host) {
   return buffers_.back().as<const float>();
 }
 
-LayerWeights BackendCopies::layer(const LayerWeights& h) {
+namespace {
+// A layer's nine tensors mapped one by one: Src is LayerWeights (host views)
+// or the model's per-layer extents; both name their fields alike.
+template <class Src, class Matrix, class Norm>
+LayerWeights map_layer(const Src& s, Matrix&& matrix, Norm&& norm) {
   LayerWeights d;
-  d.attn_norm = norm(h.attn_norm);
-  d.ffn_norm = norm(h.ffn_norm);
-  d.wq = matrix(h.wq);
-  d.wk = matrix(h.wk);
-  d.wv = matrix(h.wv);
-  d.wo = matrix(h.wo);
-  d.w_gate = matrix(h.w_gate);
-  d.w_up = matrix(h.w_up);
-  d.w_down = matrix(h.w_down);
+  d.attn_norm = norm(s.attn_norm);
+  d.ffn_norm = norm(s.ffn_norm);
+  d.wq = matrix(s.wq);
+  d.wk = matrix(s.wk);
+  d.wv = matrix(s.wv);
+  d.wo = matrix(s.wo);
+  d.w_gate = matrix(s.w_gate);
+  d.w_up = matrix(s.w_up);
+  d.w_down = matrix(s.w_down);
   return d;
+}
+}  // namespace
+
+LayerWeights BackendCopies::layer(const LayerWeights& h) {
+  return map_layer(
+      h, [&](const WeightView& v) { return matrix(v); }, [&](const float* n) { return norm(n); });
 }
 
 GlobalWeights BackendCopies::globals(const GlobalWeights& h, bool tied_lm_head) {
@@ -208,20 +218,7 @@ DeviceWeights::DeviceWeights(const ModelDesc& m, Backend& be) : copies_(be, stat
   globals_.tok_embd = upload_view(m.tok_embd);
   globals_.output_norm = upload_norm(m.output_norm);
   globals_.lm_head = m.hp.tied_lm_head ? globals_.tok_embd : upload_view(m.lm_head);
-  layers_.resize(m.layers.size());
-  for (size_t i = 0; i < m.layers.size(); ++i) {
-    const auto& L = m.layers[i];
-    auto& W = layers_[i];
-    W.attn_norm = upload_norm(L.attn_norm);
-    W.ffn_norm = upload_norm(L.ffn_norm);
-    W.wq = upload_view(L.wq);
-    W.wk = upload_view(L.wk);
-    W.wv = upload_view(L.wv);
-    W.wo = upload_view(L.wo);
-    W.w_gate = upload_view(L.w_gate);
-    W.w_up = upload_view(L.w_up);
-    W.w_down = upload_view(L.w_down);
-  }
+  for (const auto& L : m.layers) layers_.push_back(map_layer(L, upload_view, upload_norm));
   be.synchronize();
 }
 
