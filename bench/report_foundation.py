@@ -4,7 +4,7 @@ import json, sys
 
 j = json.load(open(sys.argv[1]))
 print(f"Machine: {j['threads']} threads. STREAM-style copy {j['copy_bw_GBps']:.2f} GB/s (read + write), "
-      f"read-only sum {j['read_bw_GBps']:.2f} GB/s, AVX2 FMA peak {j['fma_peak_GFLOPs']:.1f} GFLOP/s.\n")
+      f"read-only sum {j['read_bw_GBps']:.2f} GB/s, FMA peak {j['fma_peak_GFLOPs']:.1f} GFLOP/s.\n")
 print("| GEMV n = 1 (8192 x 8192) | GB/s of weights | / copy bw (goal >= 0.8) | / read-only bw |")
 print("|---|---|---|---|")
 for t, v in j["gemv"].items():

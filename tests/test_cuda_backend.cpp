@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -21,6 +22,7 @@
 #include "src/engine/transformer.h"
 #include "src/engine/weights.h"
 #include "src/spec/speculate.h"
+#include "src/util/error.h"
 #include "tests/util/tiny_gguf.h"
 
 using namespace redwood;
@@ -136,6 +138,31 @@ TEST_F(Cuda, MatmulMatchesCpuForEveryTypeShapeAndN) {
         EXPECT_LT(rel_err(got, want), tol) << dtype_name(t) << " " << s.rows << "x" << s.cols << " n=" << n;
       }
   }
+}
+
+// REDWOOD_CUDA_GEMM=fp32: the n > 8 path in fp32 too, as close to the CPU as the GEMV.
+TEST_F(Cuda, ExactGemmModeIsFp32) {
+  setenv("REDWOOD_CUDA_GEMM", "fp32", 1);
+  auto exact = make_cuda_backend();
+  unsetenv("REDWOOD_CUDA_GEMM");
+  for (DType t : kAllTypes) {
+    const int64_t rows = 129, cols = 256;
+    const int n = 17;
+    const auto wbytes = random_weights(t, rows, cols, 5);
+    const auto x = randn(static_cast<size_t>(n) * cols, 6);
+    std::vector<float> want(static_cast<size_t>(n) * rows);
+    cpu->matmul({t, rows, cols, wbytes.data()}, x.data(), n, want.data());
+    BackendBuffer dw(*exact, wbytes.size()), dx(*exact, x.size() * 4), dy(*exact, want.size() * 4);
+    exact->upload(dw.as(), wbytes.data(), wbytes.size());
+    exact->upload(dx.as(), x.data(), x.size() * 4);
+    exact->matmul({t, rows, cols, dw.as()}, dx.as<float>(), n, dy.as<float>());
+    std::vector<float> got(want.size());
+    exact->download(got.data(), dy.as(), got.size() * 4);
+    EXPECT_LT(rel_err(got, want), 1e-5) << dtype_name(t);
+  }
+  setenv("REDWOOD_CUDA_GEMM", "int4", 1);
+  EXPECT_THROW(make_cuda_backend(), Error);
+  unsetenv("REDWOOD_CUDA_GEMM");
 }
 
 TEST_F(Cuda, EmbedMatchesCpu) {

@@ -6,6 +6,7 @@
 // Every op is asynchronous on the backend's stream; download() and
 // synchronize() are the only host waits. Memory is cudaMalloc'd VRAM.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -160,6 +161,15 @@ class CudaBackend final : public Backend {
     RD_CUDA_CHECK(cudaMalloc(&blas_workspace_, kBlasWorkspace));
     RD_CUDA_CHECK(cublasSetWorkspace(mm_.blas, blas_workspace_, kBlasWorkspace));
     mm_.stream = stream_;
+    // REDWOOD_CUDA_GEMM: fp16 (default: tensor cores for n > 8) or fp32 (exact
+    // mode, see MatmulContext::exact).
+    if (const char* g = std::getenv("REDWOOD_CUDA_GEMM")) {
+      const std::string mode = g;
+      if (mode == "fp32")
+        mm_.exact = true;
+      else if (mode != "fp16" && !mode.empty())
+        throw Error("REDWOOD_CUDA_GEMM: expected fp16 or fp32, got '" + mode + "'");
+    }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // teardown: no op may outlive its buffers

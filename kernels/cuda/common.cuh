@@ -45,6 +45,10 @@ struct MatmulContext {
   cudaStream_t stream = nullptr;
   Scratch weights, acts;
   int gemv_max_n = 8;  // n <= this: dequantizing GEMV kernel; above: cuBLAS on tensor cores
+  // cuBLAS in fp32 throughout (weights dequantized to fp32, no tensor cores):
+  // tree passes then round like the fp32 GEMV, which keeps greedy decoding
+  // token-identical between plain and speculative runs up to summation order.
+  bool exact = false;
 };
 void matmul(MatmulContext& c, const WeightView& w, const float* x, int n, float* y);
 // The GEMV kernel alone (any n >= 1, for tests and the n <= gemv_max_n path).

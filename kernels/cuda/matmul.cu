@@ -123,7 +123,9 @@ __global__ void dequant_kernel(const uint8_t* w, int64_t r0, int64_t count, int6
   if (i >= count * cols) return;
   const int64_t r = i / cols, c = i % cols;
   const float v = Row<T>::at(w + static_cast<uint64_t>(r0 + r) * row_bytes, c);
-  if constexpr (std::is_same_v<Out, __half>)
+  if constexpr (std::is_same_v<Out, float>)
+    out[i] = v;
+  else if constexpr (std::is_same_v<Out, __half>)
     out[i] = __float2half_rn(v);
   else
     out[i] = __float2bfloat16_rn(v);
@@ -254,6 +256,25 @@ void matmul(MatmulContext& c, const WeightView& w, const float* x, int n, float*
   if (w.type == DType::F32) {
     RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w.data, CUDA_R_32F, cols, x,
                                CUDA_R_32F, cols, &beta, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  if (c.exact) {
+    // fp32 throughout: dequantize a chunk of rows to fp32, multiply, next chunk.
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, static_cast<int64_t>(kScratchElems / cols)));
+    auto* w32 = static_cast<float*>(c.weights.get(static_cast<size_t>(chunk) * cols * sizeof(float), c.stream));
+    const uint64_t rb = *row_bytes(w.type, static_cast<uint64_t>(w.cols));
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t m = std::min<int64_t>(chunk, rows - r0);
+      const size_t total = static_cast<size_t>(m) * cols;
+      const unsigned grid = grid_for(total, kThreads);
+      RD_DTYPE_DISPATCH(w.type,
+                        dequant_kernel<T, float><<<grid, kThreads, 0, c.stream>>>(base, r0, m, w.cols, rb, w32));
+      RD_CUDA_LAUNCHED("dequant_kernel");
+      RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), n, cols, &alpha, w32,
+                                 CUDA_R_32F, cols, x, CUDA_R_32F, cols, &beta, y + r0, CUDA_R_32F, rows,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
     return;
   }
   // Activations to the weights' 16-bit type: bf16 for BF16 weights (fp32

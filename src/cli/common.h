@@ -1,11 +1,10 @@
 // Shared pieces of the CLI subcommands: model loading, sizes, output files.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
 #include "offload/plan.h"
@@ -23,8 +22,8 @@ struct LoadedModel {
   ModelDesc desc;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<offload::Trace> trace;  // --trace; declared first: it outlives the streamer's I/O thread
+  std::unique_ptr<Backend> backend;       // before weights: weights may live in its memory
   std::unique_ptr<WeightSource> weights;
-  std::unique_ptr<Backend> backend;
   std::unique_ptr<Transformer> transformer;
   // Set when memory budgets were given (load_model with RunOptions).
   std::optional<offload::MemoryPlan> plan;

@@ -462,7 +462,8 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   char sampling_key[96];
   std::snprintf(sampling_key, sizeof sampling_key, "T=%.6g;top_p=%.6g;top_k=%d", sampling.temperature, sampling.top_p,
                 sampling.top_k);
-  const std::string acc_path = dir + "/acceptance-" + quick_key(files, sampling_key) + ".json";
+  // "|v2": profiles since the target-sample scheme was added (older ones lack it).
+  const std::string acc_path = dir + "/acceptance-" + quick_key(files, std::string(sampling_key) + "|v2") + ".json";
   // The hardware key holds what decides pass times: the budgets as given and
   // the plan they produced for this run's shape (which layers are resident,
   // host-staged or streamed, the ring), threads and the tree cap.
@@ -474,7 +475,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   }
   const std::string hw_path =
       dir + "/hardware-" +
-      quick_key(files, run.device_mem + "|" + run.host_mem + "|" + std::to_string(run.ring) + "|" +
+      quick_key(files, run.backend + "|" + run.device_mem + "|" + run.host_mem + "|" + std::to_string(run.ring) + "|" +
                            std::to_string(cpu_threads()) + "|" + std::to_string(max_budget) + "|" + plan_key) +
       ".json";
   spec::AcceptanceProfile acc;
@@ -554,7 +555,10 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   }
   // One optimisation per measured verifier scheme (T > 0: Sequoia's without
   // replacement and SpecInfer's i.i.d. children; T = 0: greedy), each with its
-  // own acceptance vector; the fastest predicted (verifier, n, d) wins.
+  // own acceptance vector; the fastest predicted (verifier, n, d) wins. The
+  // target-sample vector (the draft's distinct top-W children) describes the
+  // dynamic trees only: a static tree verified by target-sample draws its
+  // children i.i.d., so it is not a scheme here.
   planner::OptimizerInput in;
   in.max_budget = max_budget;
   in.max_depth = max_depth;
@@ -565,7 +569,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   res.best = res.autoregressive;
   std::vector<std::pair<spec::Verifier, std::vector<double>>> schemes;
   for (const spec::AcceptanceVector& v : acc.vectors)
-    if ((v.verifier == spec::Verifier::kGreedy) == sampling.greedy())
+    if ((v.verifier == spec::Verifier::kGreedy) == sampling.greedy() && v.verifier != spec::Verifier::kTargetSample)
       schemes.emplace_back(v.verifier, spec::non_increasing(v.acceptance));
   if (acc.vectors.empty())  // a bare {"acceptance": [...]} file: the default verifier
     schemes.emplace_back(sampling.greedy() ? spec::Verifier::kGreedy : spec::Verifier::kSequoia, acc.acceptance);
@@ -592,8 +596,9 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   // The dynamic policies: trees grown with the draft at real text positions,
   // their expected tokens calibrated by the profile's measured rank-1
   // acceptance in each verifier's scheme (planner::calibration_scale). Only
-  // pairs with such a measurement are searched: at temperature > 0 the profile
-  // has none for OPT-Tree/SpecExec's target-sample verifier.
+  // pairs with such a measurement are searched (a profile given with
+  // --acceptance from before the target-sample scheme leaves OPT-Tree and
+  // SpecExec out at temperature > 0, and says so).
   auto rank1 = [&](spec::Verifier v) -> std::optional<double> {
     for (const spec::AcceptanceVector& x : acc.vectors)
       if (x.verifier == v && !x.acceptance.empty()) return x.acceptance[0];
@@ -624,8 +629,9 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   if (!dyn.empty()) {
     const std::string dyn_path =
         dir + "/dynamic-" +
-        quick_key(files, std::string(sampling_key) + "|" + std::to_string(max_budget) + "|" +
-                             std::to_string(max_depth) + "|" + std::to_string(kDynamicPositions) + a1_key + "|v2") +
+        quick_key(files, std::string(sampling_key) + "|seed=" + std::to_string(sampling.seed) + "|" +
+                             std::to_string(max_budget) + "|" + std::to_string(max_depth) + "|" +
+                             std::to_string(kDynamicPositions) + a1_key + "|v2") +
         ".json";
     if (std::filesystem::exists(dyn_path)) {
       dyn = read_dynamic(dyn_path);

@@ -116,13 +116,20 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
       // sized by the first), then replay the recording to run it.
       if (recordings_.size() > kMaxRecordings) drop_recordings();
       be_.begin_record();
+      bool failed = false;
       try {
         issue_ops(pp, n, rows, kv, out);
       } catch (...) {
-        // an op that cannot be recorded: the recording is abandoned below and
-        // the ops issued again unrecorded
+        // An op that cannot be recorded, or any other error: whatever was
+        // recorded is dropped and the ops are issued again unrecorded (so a
+        // real error surfaces there).
+        failed = true;
       }
-      const int id = be_.end_record();
+      int id = be_.end_record();
+      if (failed && id >= 0) {
+        be_.drop_recordings(&id, 1);
+        id = -1;
+      }
       recordings_[key] = id >= 0 ? id : kNoRecording;
       if (id >= 0) {
         be_.replay(id);

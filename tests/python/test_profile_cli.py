@@ -105,7 +105,8 @@ def main() -> int:
     j = json.loads(p.stdout) if p.returncode == 0 else {}
     check("--tree auto: runs and says what it chose", p.returncode == 0 and "--tree auto:" in p.stderr and
           "measuring" in p.stderr and "dynamic-tree candidates" in p.stderr and
-          "predicted s/token: plain decoding" in p.stderr and "dyspec" in p.stderr and
+          "predicted s/token: plain decoding" in p.stderr and
+          re.search(r"; (dyspec|opt-tree|specexec) [^;]*budget \d+", p.stderr) is not None and
           re.search(r"--tree auto: (plain decoding is predicted fastest|(sequoia|dyspec|opt-tree|specexec) [^,]*budget "
                     r"\d+ depth \d+[^,]*, verify \S+: predicted)", p.stderr) is not None, p.stderr[-800:])
     check("--tree auto: the JSON names the choice", isinstance(j.get("tree_auto_choice"), str) and
