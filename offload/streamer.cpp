@@ -53,7 +53,13 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
   if (static_cast<int>(plan.layer_tier.size()) != n) throw Error("memory plan does not match the model's layers");
   resident_ = std::make_unique<ResidentWeights>(m, [&plan](int i) { return plan.layer_tier[i] == Tier::kDevice; });
   if (opts.backend && !opts.backend->host_memory()) {
-    if (!opts.link) throw Error("offload: a backend with its own memory needs its slot link");
+    if (!opts_.link) {
+#ifdef REDWOOD_HAVE_CUDA
+      opts_.link = make_cuda_link(opts.backend->stream());  // slots in the backend's VRAM, its stream
+#else
+      throw Error("offload: a backend with its own memory needs its slot link");
+#endif
+    }
     dev_ = std::make_unique<BackendCopies>(*opts.backend, static_cast<int>(m.hp.dim));
     dev_globals_ = dev_->globals(resident_->globals(), m.hp.tied_lm_head);
     for (int i = 0; i < n; ++i) dev_layers_.push_back(dev_->layer(resident_->acquire(i)));
@@ -63,7 +69,7 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
   stream_index_.assign(n, -1);
   layout_.resize(n);
   host_copy_.assign(n, nullptr);
-  link_ = opts.link ? opts.link : std::shared_ptr<SlotLink>(make_cpu_link());
+  link_ = opts_.link ? opts_.link : std::shared_ptr<SlotLink>(make_cpu_link());
   uint64_t slot_bytes = 0;
   for (int i = 0; i < n; ++i) {
     if (plan.layer_tier[i] == Tier::kDevice) continue;

@@ -40,7 +40,7 @@ struct StreamOptions {
   std::shared_ptr<SlotLink> link;  // where slots live (null: the CPU backend's RAM)
   // The backend the pass runs on. When its memory is not host memory (CUDA),
   // globals, norms and device-resident layers are copied into it and the host
-  // copies freed; the link must then put slots in the same memory.
+  // copies freed; without a link, the CUDA slot link on its stream is made.
   Backend* backend = nullptr;
 };
 

@@ -168,9 +168,6 @@ int run_bench_offload(BenchOffloadOptions& o) {
     offload::StreamOptions so;
     so.trace = o.run.trace.empty() ? nullptr : &trace;
     so.backend = be.get();
-#ifdef REDWOOD_HAVE_CUDA
-    if (!be->host_memory()) so.link = offload::make_cuda_link(be->stream());
-#endif
     offload::StreamedWeights w(d, plan, so);
     reader_kind = std::string(w.reader_kind()) + (w.reader_direct() ? ", O_DIRECT" : ", buffered");
     std::fprintf(stderr, "streamed passes (%s, ring %d x %s):\n", reader_kind.c_str(), plan.ring_slots,
@@ -183,11 +180,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
   std::vector<Timing> resident;
   if (!o.skip_resident) {
     std::fprintf(stderr, "resident passes:\n");
-    std::unique_ptr<WeightSource> w;
-    if (be->host_memory())
-      w = std::make_unique<ResidentWeights>(d);
-    else
-      w = std::make_unique<DeviceWeights>(d, *be);
+    const std::unique_ptr<WeightSource> w = make_resident_weights(d, *be);
     resident = time_passes(d, *w, *be, sizes, o.prefix, o.repeat, nullptr);
   }
 

@@ -50,10 +50,7 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
     throw Error("--backend: expected cpu or cuda, got '" + run.backend + "'");
   if (run.device_mem.empty() && run.host_mem.empty()) {
     if (!run.trace.empty()) throw Error("--trace needs --device-mem (it traces the layer streaming pipeline)");
-    if (m.backend->host_memory())
-      m.weights = std::make_unique<ResidentWeights>(m.desc);
-    else
-      m.weights = std::make_unique<DeviceWeights>(m.desc, *m.backend);
+    m.weights = make_resident_weights(m.desc, *m.backend);
     m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
     return;
   }
@@ -66,9 +63,6 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
   offload::StreamOptions so;
   so.verify_io = run.verify_io;
   so.backend = m.backend.get();
-#ifdef REDWOOD_HAVE_CUDA
-  if (!m.backend->host_memory()) so.link = offload::make_cuda_link(m.backend->stream());
-#endif
   if (!run.trace.empty()) {
     m.trace = std::make_unique<offload::Trace>();
     so.trace = m.trace.get();

@@ -75,14 +75,17 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     anc_off_[i + 1] = static_cast<int32_t>(anc_.size());
   }
 
-  // Index arrays into backend memory in one upload, at offsets that depend
+  // Index arrays into backend memory, at offsets that depend
   // only on the scratch size and the cache capacity (so a recorded pass finds
   // them where it recorded them): header [committed, committed + pending] |
   // tokens | positions | block parents | ancestor offsets | ancestors.
   const size_t cap_n = static_cast<size_t>(cap_n_), cap_block = static_cast<size_t>(kv.capacity());
   const size_t o_tok = 2, o_pos = o_tok + cap_n, o_par = o_pos + cap_n, o_off = o_par + cap_block,
                o_anc = o_off + cap_n + 1;
-  meta_.assign(o_anc + anc_.size(), 0);
+  // Only the used parts are written and uploaded (two copies): the gaps left
+  // for larger batches and blocks are never read.
+  const size_t used_head = o_par + static_cast<size_t>(pend + n), total = o_anc + anc_.size();
+  if (meta_.size() < total) meta_.resize(total);
   meta_[0] = n_past;
   meta_[1] = n_past + pend;
   std::copy(b.tokens.begin(), b.tokens.end(), meta_.begin() + o_tok);
@@ -90,11 +93,13 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   std::copy(block_parents_.begin(), block_parents_.end(), meta_.begin() + o_par);
   std::copy(anc_off_.begin(), anc_off_.end(), meta_.begin() + o_off);
   std::copy(anc_.begin(), anc_.end(), meta_.begin() + o_anc);
-  if (meta_dev_.size() < meta_.size() * sizeof(int32_t)) {
+  if (meta_dev_.size() < total * sizeof(int32_t)) {
     drop_recordings();  // recorded passes point into the old buffer
-    meta_dev_ = BackendBuffer(be_, std::max(meta_.size(), static_cast<size_t>(4096)) * 2 * sizeof(int32_t));
+    meta_dev_ = BackendBuffer(be_, std::max(total, static_cast<size_t>(4096)) * 2 * sizeof(int32_t));
   }
-  be_.upload(meta_dev_.as(), meta_.data(), meta_.size() * sizeof(int32_t));
+  auto* dev = meta_dev_.as<int32_t>();
+  be_.upload(dev, meta_.data(), used_head * sizeof(int32_t));
+  be_.upload(dev + o_off, meta_.data() + o_off, (total - o_off) * sizeof(int32_t));
   const int32_t* d = meta_dev_.as<const int32_t>();
   const PassPointers pp{d, d + o_tok, d + o_pos, d + o_par, d + o_off, d + o_anc};
 

@@ -222,4 +222,9 @@ DeviceWeights::DeviceWeights(const ModelDesc& m, Backend& be) : copies_(be, stat
   be.synchronize();
 }
 
+std::unique_ptr<WeightSource> make_resident_weights(const ModelDesc& m, Backend& be) {
+  if (be.host_memory()) return std::make_unique<ResidentWeights>(m);
+  return std::make_unique<DeviceWeights>(m, be);
+}
+
 }  // namespace redwood

@@ -124,4 +124,8 @@ class DeviceWeights final : public WeightSource {
   std::vector<LayerWeights> layers_;
 };
 
+// Every weight resident where `be` reads it: ResidentWeights when backend
+// memory is host memory, else DeviceWeights.
+std::unique_ptr<WeightSource> make_resident_weights(const ModelDesc& m, Backend& be);
+
 }  // namespace redwood
