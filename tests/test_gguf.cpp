@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "src/model/gguf.h"
+#include "src/model/gguf_writer.h"
 #include "src/model/model_desc.h"
 #include "src/util/error.h"
 #include "tests/util/tiny_gguf.h"
@@ -53,4 +56,46 @@ TEST(Gguf, RealModelMetadata) {
 TEST(Gguf, MissingFileIsError) {
   EXPECT_THROW(GgufFile::open("/nonexistent/model.gguf"), Error);
   EXPECT_THROW(load_model_desc("/nonexistent/model.gguf"), Error);
+}
+
+namespace {
+std::string tensor_bytes(const GgufFile& f, const std::string& name) {
+  const auto* t = f.find_tensor(name);
+  if (!t) return "";
+  std::string b(t->bytes, '\0');
+  FILE* fp = std::fopen(f.path().c_str(), "rb");
+  std::fseek(fp, static_cast<long>(t->offset), SEEK_SET);
+  const size_t got = std::fread(b.data(), 1, b.size(), fp);
+  std::fclose(fp);
+  b.resize(got);
+  return b;
+}
+}  // namespace
+
+TEST(Gguf, SelfDraftKeepsChosenBlocksRenumbered) {
+  const std::string src = ::testing::TempDir() + "gguf_draft_src.gguf";
+  const std::string out = ::testing::TempDir() + "gguf_draft_out.gguf";
+  testutil::TinyShape s;
+  s.layers = 4;
+  testutil::write_tiny_llama(src, s);
+  make_self_draft(src, parse_block_list("0,2-3", 4), out);
+  const GgufFile a = GgufFile::open(src), b = GgufFile::open(out);
+  EXPECT_EQ(b.get_uint("llama.block_count"), 3u);
+  EXPECT_NE(b.get_string("general.name").value_or("").find("blocks 0,2-3 of 4"), std::string::npos);
+  const std::pair<int, int> kept[] = {{0, 0}, {2, 1}, {3, 2}};
+  for (const auto& [from, to] : kept)
+    for (const char* part : {"attn_q.weight", "ffn_down.weight", "attn_norm.weight"}) {
+      const std::string want = tensor_bytes(a, "blk." + std::to_string(from) + "." + part);
+      ASSERT_FALSE(want.empty());
+      EXPECT_EQ(tensor_bytes(b, "blk." + std::to_string(to) + "." + part), want) << from << " " << part;
+    }
+  EXPECT_EQ(b.find_tensor("blk.3.attn_q.weight"), nullptr);
+  EXPECT_EQ(tensor_bytes(b, "output.weight"), tensor_bytes(a, "output.weight"));
+  EXPECT_EQ(load_model_desc(out).hp.n_layers, 3);
+}
+
+TEST(Gguf, BlockListsAreCheckedStrictly) {
+  EXPECT_EQ(parse_block_list("0-3,8,10-11", 12), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  for (const char* bad : {"", ",", "1,", "3-1", "0,0", "2,1", "0-12", "a", "1--2", "1 ,2", "99999999"})
+    EXPECT_THROW(parse_block_list(bad, 12), Error) << bad;
 }

@@ -1,24 +1,40 @@
-// redwood make-draft: a self-draft GGUF from the first K blocks of a model.
+// redwood make-draft: a self-draft GGUF from some blocks of a model (the first
+// K, or any ascending list: skipping middle blocks keeps more of the model's
+// behaviour than truncating its last ones).
+#include <algorithm>
 #include <cstdio>
 
 #include "src/cli/commands.h"
 #include "src/model/gguf_writer.h"
 #include "src/model/model_desc.h"
+#include "src/util/error.h"
 
 namespace redwood::cli {
 
 Runner add_make_draft(CLI::App& app) {
   struct O {
-    std::string from, out;
+    std::string from, out, blocks;
     int layers = 0;
   };
   auto o = std::make_shared<O>();
-  auto* c = app.add_subcommand("make-draft", "Write a self-draft: the first K blocks plus final norm and LM head");
+  auto* c = app.add_subcommand("make-draft",
+                               "Write a self-draft: some of a model's blocks plus embeddings, final norm and LM head");
   c->add_option("--from", o->from, "Source GGUF model")->required();
-  c->add_option("--layers", o->layers, "Blocks to keep")->required()->check(CLI::PositiveNumber);
+  auto* l = c->add_option("--layers", o->layers, "Keep the first K blocks")->check(CLI::PositiveNumber);
+  auto* b = c->add_option("--blocks", o->blocks, "Keep these blocks, e.g. 0-11,24-29 (ascending, 0-based)");
+  l->excludes(b);
+  b->excludes(l);
   c->add_option("--out,-o", o->out, "Output GGUF path")->required();
   return [o] {
-    make_self_draft(o->from, o->layers, o->out);
+    if (o->layers > 0) {
+      make_self_draft(o->from, o->layers, o->out);
+    } else if (!o->blocks.empty()) {
+      const GgufFile f = GgufFile::open(o->from);
+      const auto n = static_cast<int>(std::min<uint64_t>(f.get_uint("llama.block_count").value_or(0), 1u << 20));
+      make_self_draft(o->from, parse_block_list(o->blocks, n), o->out);
+    } else {
+      throw Error("make-draft: give --layers K or --blocks LIST");
+    }
     const ModelDesc d = load_model_desc(o->out);  // the result must load
     std::printf("wrote %s: %d of the blocks, %.1f MiB\n", o->out.c_str(), d.hp.n_layers,
                 static_cast<double>(d.total_bytes()) / (1 << 20));

@@ -28,18 +28,42 @@ struct Out {
 void put_value(Out& o, const GgufValue& v, bool with_type) {
   if (with_type) o.pod<uint32_t>(static_cast<uint32_t>(v.type));
   switch (v.type) {
-    case GgufType::U8: o.pod<uint8_t>(static_cast<uint8_t>(v.u)); break;
-    case GgufType::I8: o.pod<int8_t>(static_cast<int8_t>(v.i)); break;
-    case GgufType::U16: o.pod<uint16_t>(static_cast<uint16_t>(v.u)); break;
-    case GgufType::I16: o.pod<int16_t>(static_cast<int16_t>(v.i)); break;
-    case GgufType::U32: o.pod<uint32_t>(static_cast<uint32_t>(v.u)); break;
-    case GgufType::I32: o.pod<int32_t>(static_cast<int32_t>(v.i)); break;
-    case GgufType::U64: o.pod<uint64_t>(v.u); break;
-    case GgufType::I64: o.pod<int64_t>(v.i); break;
-    case GgufType::F32: o.pod<float>(static_cast<float>(v.f)); break;
-    case GgufType::F64: o.pod<double>(v.f); break;
-    case GgufType::BOOL: o.pod<uint8_t>(v.u ? 1 : 0); break;
-    case GgufType::STRING: o.str(v.s); break;
+    case GgufType::U8:
+      o.pod<uint8_t>(static_cast<uint8_t>(v.u));
+      break;
+    case GgufType::I8:
+      o.pod<int8_t>(static_cast<int8_t>(v.i));
+      break;
+    case GgufType::U16:
+      o.pod<uint16_t>(static_cast<uint16_t>(v.u));
+      break;
+    case GgufType::I16:
+      o.pod<int16_t>(static_cast<int16_t>(v.i));
+      break;
+    case GgufType::U32:
+      o.pod<uint32_t>(static_cast<uint32_t>(v.u));
+      break;
+    case GgufType::I32:
+      o.pod<int32_t>(static_cast<int32_t>(v.i));
+      break;
+    case GgufType::U64:
+      o.pod<uint64_t>(v.u);
+      break;
+    case GgufType::I64:
+      o.pod<int64_t>(v.i);
+      break;
+    case GgufType::F32:
+      o.pod<float>(static_cast<float>(v.f));
+      break;
+    case GgufType::F64:
+      o.pod<double>(v.f);
+      break;
+    case GgufType::BOOL:
+      o.pod<uint8_t>(v.u ? 1 : 0);
+      break;
+    case GgufType::STRING:
+      o.str(v.s);
+      break;
     case GgufType::ARRAY:
       o.pod<uint32_t>(static_cast<uint32_t>(v.elem));
       o.pod<uint64_t>(v.arr.size());
@@ -63,8 +87,11 @@ void write_all(int fd, const std::string& path, const char* p, size_t n) {
 }  // namespace
 
 void write_gguf_subset(const GgufFile& src, const std::string& out_path,
-                       const std::map<std::string, GgufValue>& overrides,
-                       const std::vector<std::string>& tensor_names) {
+                       const std::map<std::string, GgufValue>& overrides, const std::vector<std::string>& tensor_names,
+                       const std::vector<std::string>& out_names) {
+  if (!out_names.empty() && out_names.size() != tensor_names.size())
+    throw Error("write_gguf_subset: " + std::to_string(out_names.size()) + " output names for " +
+                std::to_string(tensor_names.size()) + " tensors");
   std::map<std::string, GgufValue> kv = src.metadata();
   for (const auto& [k, v] : overrides) kv[k] = v;
   const uint64_t align = src.alignment();
@@ -84,8 +111,9 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
     put_value(o, v, true);
   }
   uint64_t off = 0;
-  for (const auto* t : ts) {
-    o.str(t->name);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto* t = ts[i];
+    o.str(out_names.empty() ? t->name : out_names[i]);
     o.pod<uint32_t>(t->n_dims);
     for (uint32_t d = 0; d < t->n_dims; ++d) o.pod<uint64_t>(t->ne[d]);
     o.pod<uint32_t>(t->ggml_type);
@@ -127,31 +155,108 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
   }
 }
 
-void make_self_draft(const std::string& from, int layers, const std::string& out_path) {
+void make_self_draft(const std::string& from, const std::vector<int>& blocks, const std::string& out_path) {
   GgufFile f = GgufFile::open(from);
   const std::string arch = f.get_string("general.architecture").value_or("");
   if (arch != "llama") throw Error(from + ": make-draft supports llama GGUF models, not '" + arch + "'");
   const uint64_t n = f.get_uint("llama.block_count").value_or(0);
-  if (layers < 1 || static_cast<uint64_t>(layers) > n)
-    throw Error("--layers must be between 1 and the model's " + std::to_string(n) + " blocks");
+  if (blocks.empty()) throw Error("make-draft: no blocks to keep");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i] < 0 || static_cast<uint64_t>(blocks[i]) >= n)
+      throw Error("make-draft: block " + std::to_string(blocks[i]) + " is not in the model's 0.." +
+                  std::to_string(n - 1));
+    if (i > 0 && blocks[i] <= blocks[i - 1]) throw Error("make-draft: blocks must be ascending without repeats");
+  }
   std::vector<std::string> names = {"token_embd.weight", "output_norm.weight"};
   if (f.find_tensor("output.weight")) names.push_back("output.weight");
+  std::vector<std::string> out_names = names;
+  std::map<int, int> renumber;
+  for (size_t i = 0; i < blocks.size(); ++i) renumber[blocks[i]] = static_cast<int>(i);
   for (const auto& t : f.tensors())
     if (t.name.rfind("blk.", 0) == 0) {
       const int b = std::atoi(t.name.c_str() + 4);
-      if (b < layers) names.push_back(t.name);
+      const auto it = renumber.find(b);
+      if (it == renumber.end()) continue;
+      const size_t dot = t.name.find('.', 4);
+      if (dot == std::string::npos) throw Error(from + ": bad tensor name '" + t.name + "'");
+      names.push_back(t.name);
+      out_names.push_back("blk." + std::to_string(it->second) + t.name.substr(dot));
     }
   std::map<std::string, GgufValue> ov;
   GgufValue bc;
   bc.type = GgufType::U32;
-  bc.u = static_cast<uint64_t>(layers);
+  bc.u = static_cast<uint64_t>(blocks.size());
   ov["llama.block_count"] = bc;
+  std::string kept;
+  for (size_t i = 0; i < blocks.size();) {  // "0-7,24-29"
+    size_t j = i;
+    while (j + 1 < blocks.size() && blocks[j + 1] == blocks[j] + 1) ++j;
+    if (!kept.empty()) kept += ',';
+    kept += std::to_string(blocks[i]);
+    if (j > i) {
+      kept += '-';
+      kept += std::to_string(blocks[j]);
+    }
+    i = j + 1;
+  }
   GgufValue name;
   name.type = GgufType::STRING;
-  name.s = f.get_string("general.name").value_or("model") + " (self-draft: first " + std::to_string(layers) +
-           " of " + std::to_string(n) + " blocks)";
+  name.s = f.get_string("general.name").value_or("model");
+  name.s += " (self-draft: blocks ";
+  name.s += kept;
+  name.s += " of ";
+  name.s += std::to_string(n);
+  name.s += ")";
   ov["general.name"] = name;
-  write_gguf_subset(f, out_path, ov, names);
+  write_gguf_subset(f, out_path, ov, names, out_names);
+}
+
+void make_self_draft(const std::string& from, int layers, const std::string& out_path) {
+  const GgufFile f = GgufFile::open(from);
+  const uint64_t n = f.get_uint("llama.block_count").value_or(0);
+  if (layers < 1 || static_cast<uint64_t>(layers) > n)
+    throw Error("--layers must be between 1 and the model's " + std::to_string(n) + " blocks");
+  std::vector<int> blocks(static_cast<size_t>(layers));
+  for (int i = 0; i < layers; ++i) blocks[static_cast<size_t>(i)] = i;
+  make_self_draft(from, blocks, out_path);
+}
+
+std::vector<int> parse_block_list(const std::string& spec, int n_blocks) {
+  std::vector<int> out;
+  size_t pos = 0;
+  auto number = [&](size_t& p) {
+    size_t q = p;
+    while (q < spec.size() && spec[q] >= '0' && spec[q] <= '9' && q - p < 6) ++q;
+    if (q == p) throw Error("--blocks '" + spec + "': expected a block number at character " + std::to_string(p + 1));
+    const int v = std::stoi(spec.substr(p, q - p));
+    p = q;
+    return v;
+  };
+  while (pos < spec.size()) {
+    const int a = number(pos);
+    int b = a;
+    if (pos < spec.size() && spec[pos] == '-') {
+      ++pos;
+      b = number(pos);
+    }
+    if (b < a)
+      throw Error("--blocks '" + spec + "': range " + std::to_string(a) + "-" + std::to_string(b) + " is reversed");
+    for (int v = a; v <= b; ++v) {
+      if (v >= n_blocks)
+        throw Error("--blocks '" + spec + "': block " + std::to_string(v) + " is past the model's last block " +
+                    std::to_string(n_blocks - 1));
+      if (!out.empty() && v <= out.back())
+        throw Error("--blocks '" + spec + "': blocks must be ascending without repeats");
+      out.push_back(v);
+    }
+    if (pos < spec.size()) {
+      if (spec[pos] != ',') throw Error("--blocks '" + spec + "': unexpected '" + std::string(1, spec[pos]) + "'");
+      ++pos;
+      if (pos == spec.size()) throw Error("--blocks '" + spec + "': trailing comma");
+    }
+  }
+  if (out.empty()) throw Error("--blocks: empty block list");
+  return out;
 }
 
 }  // namespace redwood
