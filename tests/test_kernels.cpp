@@ -53,7 +53,7 @@ TEST_P(MatmulTest, MatchesReferenceAllSizes) {
       const int64_t c = cols + extra;
       for (int64_t rows : {1, 7, 33, 200}) {
         Mat m = random_matrix(t, rows, c, (uint32_t)(rows * 31 + c));
-        for (int n : {1, 2, 3, 5, 8, 9, 17, 64}) {
+        for (int n : {1, 2, 3, 5, 8, 9, 17, 33, 48, 64, 65, 130}) {
           std::mt19937 rng(n);
           std::normal_distribution<float> nd;
           std::vector<float> x(n * c);
@@ -71,6 +71,34 @@ TEST_P(MatmulTest, MatchesReferenceAllSizes) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+// The batched path (n > kGemvMaxN) computes every output as one sequential
+// FMA chain over k with the AVX-512 kernel, so a token's logits do not depend
+// on how many other tokens share the pass (a tree's size, a prefill chunk).
+TEST(Kernels, BatchedMatmulIsBatchInvariant) {
+#ifndef __AVX512F__
+  GTEST_SKIP() << "the OpenBLAS path (no AVX-512) is not batch-invariant";
+#else
+  for (DType t : {DType::F16, DType::Q4_1, DType::Q8_0}) {
+    const int64_t rows = 77, cols = 608;
+    Mat m = random_matrix(t, rows, cols, 5);
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(200 * cols);
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> y_full(200 * rows);
+    cpu::matmul(m.view, x.data(), 200, y_full.data());
+    for (int n : {9, 16, 63, 64, 100}) {
+      for (int first : {0, 37, 100}) {
+        std::vector<float> y(n * rows);
+        cpu::matmul(m.view, x.data() + first * cols, n, y.data());
+        for (int i = 0; i < n * rows; ++i)
+          ASSERT_EQ(y[i], y_full[first * rows + i]) << dtype_name(t) << " n " << n << " first " << first << " i " << i;
+      }
+    }
+  }
+#endif
+}
 
 TEST(Kernels, DequantizeRowsMatchesSharedMath) {
   for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::F16, DType::BF16}) {

@@ -188,7 +188,7 @@ void row_dots(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const
 inline void load_q4_512(const uint8_t* qs, __m512& w0, __m512& w1) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i mask = _mm_set1_epi8(0x0f);
-  w0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, mask)));                    // elements 0..15
+  w0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, mask)));                     // elements 0..15
   w1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), mask)));  // 16..31
 }
 
@@ -266,6 +266,153 @@ void row_dots512(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, co
 #endif
 #endif
 
+// Dequantizes `cols` weights starting at p (a whole number of blocks for the
+// quantized types) into out; the same values as dequant_row_scalar.
+void dequant_span(DType t, const uint8_t* p, int64_t cols, float* out) {
+#ifdef REDWOOD_AVX2
+  if (t == DType::F16 && cols % 8 == 0) {
+    for (int64_t c = 0; c < cols; c += 8) _mm256_storeu_ps(out + c, load_h8(p + 2 * c));
+    return;
+  }
+  if (t == DType::BF16 && cols % 8 == 0) {
+    for (int64_t c = 0; c < cols; c += 8) _mm256_storeu_ps(out + c, load_bf8(p + 2 * c));
+    return;
+  }
+  if (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0) {
+    const size_t bb = dtype_info(t).block_bytes;
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* blk = p + b * bb;
+      const float dv = h2f(blk);
+      __m256 v[4];
+      __m256 off = _mm256_setzero_ps();
+      if (t == DType::Q8_0) {
+        load_q8(reinterpret_cast<const int8_t*>(blk + 2), v);
+      } else if (t == DType::Q4_0) {
+        load_q4(blk + 2, v);
+        off = _mm256_set1_ps(-8.0f * dv);
+      } else {
+        load_q4(blk + 4, v);
+        off = _mm256_set1_ps(h2f(blk + 2));
+      }
+      const __m256 d = _mm256_set1_ps(dv);
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + b * 32 + j * 8, _mm256_fmadd_ps(v[j], d, off));
+    }
+    return;
+  }
+#endif
+  dequant_row_scalar(t, p, cols, out);
+}
+
+#ifdef REDWOOD_AVX512
+// ---- batched pass: fused dequantize + GEMM with 512-bit FMAs -----------------
+// Vectors run along the tokens: the activations are transposed once per call
+// into panels xt[k][64] (64 tokens, zero-padded), and each weight is broadcast
+// from a dequantized row tile. A micro-kernel keeps an R x (16 NV) block of
+// outputs in registers (R rows, up to 64 tokens) and walks k: NV vector loads
+// and R broadcasts feed R * NV FMAs. Every output is one sequential fp32 FMA
+// chain over k, so a row's result does not depend on n or on the other tokens.
+namespace gemm512 {
+
+constexpr int kTok = 64;      // tokens per panel
+constexpr int64_t kKc = 256;  // k per chunk: the panel chunk (64 KiB) and row tile stay in L2
+constexpr int64_t kRb = 60;   // rows per task: a multiple of every R below
+
+template <int R, int NV>
+void micro(const float* w, int64_t kc, const float* xt, float* ct) {
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_loadu_ps(ct + r * kTok + v * 16);
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 xv[NV];
+    for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_ps(xt + k * kTok + v * 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 b = _mm512_set1_ps(w[r * kKc + k]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(b, xv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(ct + r * kTok + v * 16, acc[r][v]);
+}
+
+template <int R, int NV>
+void run_rows(const float* tile, int64_t nrows_padded, int64_t kc, const float* xt, float* ct) {
+  for (int64_t r = 0; r < nrows_padded; r += R) micro<R, NV>(tile + r * kKc, kc, xt, ct + r * kTok);
+}
+
+void gemm(const WeightView& w, const float* x, int n, float* y) {
+  const int64_t cols = w.cols, rows = w.rows;
+  const int n_panels = (n + kTok - 1) / kTok;
+  // xt[p][k][64]: panel p holds tokens 64p .. 64p+63 (zero beyond n). Kept per
+  // calling thread, so a forward pass does not reallocate it for every matmul.
+  // (A lambda naming a thread_local sees the running thread's copy: the tasks
+  // below get the panels through a plain pointer.)
+  thread_local std::vector<float> xt_buffer;
+  if (xt_buffer.size() < static_cast<size_t>(n_panels) * cols * kTok)
+    xt_buffer.resize(static_cast<size_t>(n_panels) * cols * kTok);
+  float* const xt = xt_buffer.data();
+  for (int t = n; t < n_panels * kTok; ++t) {
+    float* dst = xt + static_cast<size_t>(t / kTok) * cols * kTok + t % kTok;
+    for (int64_t c = 0; c < cols; ++c) dst[c * kTok] = 0.0f;
+  }
+  for (int t = 0; t < n; ++t) {
+    float* dst = xt + static_cast<size_t>(t / kTok) * cols * kTok + t % kTok;
+    const float* src = x + static_cast<size_t>(t) * cols;
+    for (int64_t c = 0; c < cols; ++c) dst[c * kTok] = src[c];
+  }
+  const size_t bb = dtype_info(w.type).block_bytes;
+  const int64_t per_block = dtype_info(w.type).block_elems;
+  struct Scratch {
+    std::vector<float> tile, ct;
+  };
+  tbb::enumerable_thread_specific<Scratch> scratch;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + kRb - 1) / kRb, 1),
+                    [&](const tbb::blocked_range<int64_t>& range) {
+                      Scratch& sc = scratch.local();
+                      sc.tile.assign(kRb * kKc, 0.0f);
+                      sc.ct.resize(kRb * kTok);
+                      for (int64_t blk = range.begin(); blk < range.end(); ++blk) {
+                        const int64_t r0 = blk * kRb;
+                        const int64_t nr = std::min(kRb, rows - r0);
+                        for (int p = 0; p < n_panels; ++p) {
+                          const int nt = std::min(kTok, n - p * kTok);
+                          const int nv = (nt + 15) / 16;
+                          const int R = nv == 1 ? 12 : nv == 2 ? 10 : 6;
+                          const int64_t nr_padded = (nr + R - 1) / R * R;
+                          std::fill(sc.ct.begin(), sc.ct.end(), 0.0f);
+                          for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
+                            const int64_t kc = std::min(kKc, cols - k0);
+                            for (int64_t i = 0; i < nr; ++i)
+                              dequant_span(w.type, row_ptr(w, r0 + i) + k0 / per_block * static_cast<int64_t>(bb), kc,
+                                           sc.tile.data() + i * kKc);
+                            for (int64_t i = nr; i < nr_padded; ++i) std::fill_n(sc.tile.data() + i * kKc, kc, 0.0f);
+                            const float* xp = xt + (static_cast<size_t>(p) * cols + k0) * kTok;
+                            switch (nv) {
+                              case 1:
+                                run_rows<12, 1>(sc.tile.data(), nr_padded, kc, xp, sc.ct.data());
+                                break;
+                              case 2:
+                                run_rows<10, 2>(sc.tile.data(), nr_padded, kc, xp, sc.ct.data());
+                                break;
+                              case 3:
+                                run_rows<6, 3>(sc.tile.data(), nr_padded, kc, xp, sc.ct.data());
+                                break;
+                              default:
+                                run_rows<6, 4>(sc.tile.data(), nr_padded, kc, xp, sc.ct.data());
+                                break;
+                            }
+                          }
+                          for (int t = 0; t < nt; ++t) {
+                            float* yt = y + static_cast<size_t>(p * kTok + t) * rows + r0;
+                            for (int64_t i = 0; i < nr; ++i) yt[i] = sc.ct[i * kTok + t];
+                          }
+                        }
+                      }
+                    });
+}
+
+}  // namespace gemm512
+#endif
+
 template <int N>
 void gemv_n(const WeightView& w, const float* x, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
@@ -326,7 +473,7 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   });
 }
 
-void gemm_blocked(const WeightView& w, const float* x, int n, float* y) {
+[[maybe_unused]] void gemm_blocked(const WeightView& w, const float* x, int n, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
   // Rows per block: sgemm repacks the activations once per call, so tiles are
   // large (about 2 MiB of floats, L3-resident) while leaving >= 4 tiles per thread.
@@ -356,46 +503,14 @@ void gemm_blocked(const WeightView& w, const float* x, int n, float* y) {
 }  // namespace
 
 void dequantize_rows(const WeightView& w, int64_t r0, int64_t nrows, float* out) {
-  for (int64_t i = 0; i < nrows; ++i) {
-    const uint8_t* p = row_ptr(w, r0 + i);
-    float* o = out + i * w.cols;
-#ifdef REDWOOD_AVX2
-    if (w.type == DType::F16 && w.cols % 8 == 0) {
-      for (int64_t c = 0; c < w.cols; c += 8) _mm256_storeu_ps(o + c, load_h8(p + 2 * c));
-      continue;
-    }
-    if (w.type == DType::BF16 && w.cols % 8 == 0) {
-      for (int64_t c = 0; c < w.cols; c += 8) _mm256_storeu_ps(o + c, load_bf8(p + 2 * c));
-      continue;
-    }
-    if (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0) {
-      const size_t bb = dtype_info(w.type).block_bytes;
-      for (int64_t b = 0; b < w.cols / 32; ++b) {
-        const uint8_t* blk = p + b * bb;
-        const float dv = h2f(blk);
-        __m256 v[4];
-        __m256 off = _mm256_setzero_ps();
-        if (w.type == DType::Q8_0) {
-          load_q8(reinterpret_cast<const int8_t*>(blk + 2), v);
-        } else if (w.type == DType::Q4_0) {
-          load_q4(blk + 2, v);
-          off = _mm256_set1_ps(-8.0f * dv);
-        } else {
-          load_q4(blk + 4, v);
-          off = _mm256_set1_ps(h2f(blk + 2));
-        }
-        const __m256 d = _mm256_set1_ps(dv);
-        for (int j = 0; j < 4; ++j) _mm256_storeu_ps(o + b * 32 + j * 8, _mm256_fmadd_ps(v[j], d, off));
-      }
-      continue;
-    }
-#endif
-    dequant_row_scalar(w.type, p, w.cols, o);
-  }
+  for (int64_t i = 0; i < nrows; ++i) dequant_span(w.type, row_ptr(w, r0 + i), w.cols, out + i * w.cols);
 }
 
 void matmul(const WeightView& w, const float* x, int n, float* y) {
   if (n <= 0) return;
+#ifdef REDWOOD_AVX512
+  if (n > kGemvMaxN) return gemm512::gemm(w, x, n, y);
+#endif
   if (n > kGemvMaxN) return gemm_blocked(w, x, n, y);
   switch (n) {
     case 1:

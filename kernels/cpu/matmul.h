@@ -1,8 +1,12 @@
 // CPU matrix kernels: y[t][r] = sum_c W[r][c] x[t][c], weights in stored type.
 //  - n <= kGemvMaxN: fused dequantize-dot; each weight row is read once for all n tokens
 //    (memory-bound: the decode and small-tree case).
-//  - larger n: a block of rows is dequantized to float once, then multiplied by all
-//    n tokens with OpenBLAS sgemm (compute-bound: prefill and large trees).
+//  - larger n (compute-bound: prefill and large trees): with AVX-512, a fused
+//    dequantize + GEMM (row tiles dequantized per 256-column chunk, activations
+//    transposed into 64-token panels, a register-blocked 512-bit FMA micro-kernel).
+//    Each output is one sequential FMA chain over the columns, so results do not
+//    depend on n (batch-invariant). Without AVX-512: a block of rows is dequantized
+//    to float once, then multiplied by all n tokens with OpenBLAS sgemm.
 // Row blocks run in parallel on oneTBB; OpenBLAS runs single-threaded inside a task.
 #pragma once
 #include <cstdint>
