@@ -304,13 +304,35 @@ int main(int argc, char** argv) {
     const double bw_here = 0.5 * (bw_before + copy_bandwidth(bw_bytes));
     const double gbps = m.size / tt;
     std::printf("  %-5s %8.2f MB  %7.3f ms  %6.2f GB/s  ratio %.2f (copy bw here %.2f GB/s) ; %.2f\n",
-                std::string(dtype_name(t)).c_str(), m.size / 1e6, tt * 1e3, gbps / 1e9, gbps / bw_here,
-                bw_here / 1e9, gbps / rbw);
+                std::string(dtype_name(t)).c_str(), m.size / 1e6, tt * 1e3, gbps / 1e9, gbps / bw_here, bw_here / 1e9,
+                gbps / rbw);
     J["gemv"][std::string(dtype_name(t))] = {{"GBps", gbps / 1e9},
                                              {"ratio_to_copy", gbps / bw_here},
                                              {"copy_bw_here_GBps", bw_here / 1e9},
                                              {"ratio_to_read", gbps / rbw},
                                              {"ms", tt * 1e3}};
+  }
+
+  // The same quantized GEMV over rows of different lengths (about the same
+  // bytes): with long rows the float activation vector (4 bytes per column)
+  // no longer stays in L1 while the weights stream past it.
+  if (!quick) {
+    std::printf("\nGEMV n=1 by row length (GB/s of weights; ratio to the copy bandwidth around it)\n");
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+      for (auto [r, c] : {std::pair<int64_t, int64_t>{16384, 4096}, {8192, 8192}, {4096, 28672}}) {
+        Mat m = random_matrix(t, r, c);
+        std::vector<float> x(c, 0.5f), y(r);
+        const double bw_before = copy_bandwidth(bw_bytes);
+        const double tt = median_time(9, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
+        const double bw_here = 0.5 * (bw_before + copy_bandwidth(bw_bytes));
+        const double gbps = m.size / tt;
+        const std::string shape = std::to_string(r) + "x" + std::to_string(c);
+        std::printf("  %-5s %-11s %6.2f GB/s  ratio %.2f\n", std::string(dtype_name(t)).c_str(), shape.c_str(),
+                    gbps / 1e9, gbps / bw_here);
+        J["gemv_by_row_length"][std::string(dtype_name(t))][shape] = {{"GBps", gbps / 1e9},
+                                                                      {"ratio_to_copy", gbps / bw_here}};
+      }
+    }
   }
 
   // GEMM: prefill / tree batches.

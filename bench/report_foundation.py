@@ -10,6 +10,12 @@ print("|---|---|---|---|---|")
 for t, v in j["gemv"].items():
     here = v.get("copy_bw_here_GBps", j["copy_bw_GBps"])
     print(f"| {t} | {v['GBps']:.2f} | {here:.2f} | {v['ratio_to_copy']:.2f} | {v['ratio_to_read']:.2f} |")
+if "gemv_by_row_length" in j:
+    shapes = list(next(iter(j["gemv_by_row_length"].values())).keys())
+    print("\n| GEMV n = 1, by row length | " + " | ".join(shapes) + " |")
+    print("|---|" + "---|" * len(shapes))
+    for t, v in j["gemv_by_row_length"].items():
+        print(f"| {t} | " + " | ".join(f"{v[s]['GBps']:.1f} GB/s ({v[s]['ratio_to_copy']:.2f})" for s in shapes) + " |")
 print("\n| batched matmul (4096 x 4096) | n | GFLOP/s | / FMA peak (goal >= 0.5) |")
 print("|---|---|---|---|")
 for t, v in j["gemm"].items():

@@ -47,8 +47,8 @@ class MatmulTest : public ::testing::TestWithParam<DType> {};
 TEST_P(MatmulTest, MatchesReferenceAllSizes) {
   const DType t = GetParam();
   const bool block = dtype_info(t).block_elems > 1;
-  for (int64_t cols : {64, 96, 576}) {
-    for (int64_t extra : {0, 8, 5}) {  // plain types also get tails (cols % 8 != 0)
+  for (int64_t cols : {64, 96, 576, 4160}) {  // 4160: the long-row decode path (8 rows at once)
+    for (int64_t extra : {0, 8, 5}) {         // plain types also get tails (cols % 8 != 0)
       if (block && extra) continue;
       const int64_t c = cols + extra;
       for (int64_t rows : {1, 7, 33, 200}) {
@@ -98,6 +98,28 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
     }
   }
 #endif
+}
+
+// Decode over long rows processes eight rows at once; each row's arithmetic is
+// the single-row kernel's, so the results are bit-identical to one-row calls.
+TEST(Kernels, LongRowDecodeEqualsRowByRow) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    const int64_t rows = 45, cols = 8192 + 64;
+    Mat m = random_matrix(t, rows, cols, 11);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(cols);
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> y(rows, NAN);
+    cpu::matmul(m.view, x.data(), 1, y.data());
+    const size_t rb = *row_bytes(t, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const WeightView one{t, 1, cols, static_cast<const uint8_t*>(m.view.data) + r * rb};
+      float y1 = NAN;
+      cpu::matmul(one, x.data(), 1, &y1);
+      ASSERT_EQ(y[r], y1) << dtype_name(t) << " row " << r;
+    }
+  }
 }
 
 TEST(Kernels, DequantizeRowsMatchesSharedMath) {

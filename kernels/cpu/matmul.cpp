@@ -5,6 +5,7 @@
 #include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/parallel_for.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -168,7 +169,7 @@ void row_dots(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const
             acc1[k] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc1[k]);
           else
             acc0[k] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc0[k]);
-          if constexpr (t == DType::Q4_1) macc[k] += m * xsum[k * nb + b];
+          if constexpr (t == DType::Q4_1) macc[k] = std::fma(m, xsum[k * nb + b], macc[k]);
         }
       }
     }
@@ -251,7 +252,7 @@ void row_dots512(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, co
           acc1[k] = _mm512_fmadd_ps(d, s, acc1[k]);
         else
           acc0[k] = _mm512_fmadd_ps(d, s, acc0[k]);
-        if constexpr (t == DType::Q4_1) macc[k] += m * xsum[k * nb + b];
+        if constexpr (t == DType::Q4_1) macc[k] = std::fma(m, xsum[k * nb + b], macc[k]);
       }
     }
   }
@@ -260,6 +261,67 @@ void row_dots512(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, co
     alignas(64) float lanes[16];
     _mm512_store_ps(lanes, _mm512_add_ps(acc0[k], acc1[k]));
     out[k] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + macc[k];
+  }
+}
+
+// Decode (one token) over long rows: R rows at once. A row's arithmetic is
+// exactly row_dots512<t, 1>'s (bit-identical results), but each activation
+// vector is loaded once for R rows. One row at a time, an activation vector of
+// more than ~4096 floats stops staying in L1 while the weights stream past, and
+// its reloads halve the rate (bench_kernels' "by row length" table).
+template <DType t, int R>
+void rows_dot512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, const float* xsum, float* out) {
+  __m512 acc0[R], acc1[R];
+  float macc[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    acc0[r] = acc1[r] = _mm512_setzero_ps();
+    macc[r] = 0.0f;
+  }
+  if constexpr (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    for (int64_t c = 0; c < cols; c += 32) {  // cols % 32 == 0 (the caller checks)
+      const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* row = p + r * row_bytes;
+        acc0[r] = _mm512_fmadd_ps(load16<t>(row, c), x0, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(load16<t>(row, c + 16), x1, acc1[r]);
+      }
+    }
+  } else {
+    const int64_t nb = cols / 32;
+    const size_t bb = dtype_info(t).block_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* blk = p + r * row_bytes + b * bb;
+        const __m512 d = _mm512_set1_ps(h2f(blk));
+        __m512 w0, w1;
+        if constexpr (t == DType::Q8_0) {
+          w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+          w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+        } else if constexpr (t == DType::Q4_0) {
+          load_q4_512(blk + 2, w0, w1);
+          const __m512 eight = _mm512_set1_ps(8.0f);
+          w0 = _mm512_sub_ps(w0, eight);
+          w1 = _mm512_sub_ps(w1, eight);
+        } else {
+          load_q4_512(blk + 4, w0, w1);
+        }
+        const __m512 sv = _mm512_fmadd_ps(w1, x1, _mm512_mul_ps(w0, x0));
+        if (b & 1)
+          acc1[r] = _mm512_fmadd_ps(d, sv, acc1[r]);
+        else
+          acc0[r] = _mm512_fmadd_ps(d, sv, acc0[r]);
+        if constexpr (t == DType::Q4_1) macc[r] = std::fma(h2f(blk + 2), xsum[b], macc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(acc0[r], acc1[r]));
+    out[r] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + macc[r];
   }
 }
 #pragma GCC diagnostic pop
@@ -413,6 +475,9 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
 }  // namespace gemm512
 #endif
 
+// Rows longer than this (in columns) are processed eight at a time at n = 1.
+constexpr int64_t kLongRow = 4096;
+
 template <int N>
 void gemv_n(const WeightView& w, const float* x, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
@@ -429,12 +494,22 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       }
     xs = xsum.data();
   }
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
+  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
+  // blocked_range splits down to [grain/2, grain] rows: keep groups of eight.
+  if (N == 1 && cols > kLongRow) grain = std::max<int64_t>(grain, 16);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, grain), [&](const tbb::blocked_range<int64_t>& r) {
 #ifdef REDWOOD_AVX2
     float out[N];
     auto run = [&]<DType T>() {
-      for (int64_t i = r.begin(); i < r.end(); ++i) {
+      int64_t i = r.begin();
+#ifdef REDWOOD_AVX512
+      if (N == 1 && cols > kLongRow && cols % 32 == 0) {
+        constexpr int R = 8;
+        const size_t rb = *row_bytes(w.type, cols);
+        for (; i + R <= r.end(); i += R) rows_dot512<T, R>(row_ptr(w, i), rb, cols, x, xs, y + i);
+      }
+#endif
+      for (; i < r.end(); ++i) {
 #ifdef REDWOOD_AVX512
         row_dots512<T, N>(row_ptr(w, i), cols, x, cols, xs, out);
 #else
