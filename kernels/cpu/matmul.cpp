@@ -324,6 +324,143 @@ void rows_dot512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
     out[r] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + macc[r];
   }
 }
+
+#ifdef __AVX512BF16__
+#define REDWOOD_BF16DOT 1
+// ---- 4-bit decode with bf16 dot products -------------------------------------
+// A 4-bit weight is a small integer, exact in bf16, and VDPBF16PS multiplies
+// pairs of bf16 exactly into fp32 accumulators: 32 multiply-adds per
+// instruction, with no widening to 32 bits and no int->float conversion. To keep
+// fp32 accuracy the activations are split into three bf16 parts, x = hi + mid +
+// lo (8 + 8 + 8 significant bits: x itself, except in rare cases a last bit),
+// so a block costs three dot instructions per half instead of two
+// conversions and two FMAs per 16 weights. Blocks go in pairs (64 weights): the
+// 32 low nibbles of blocks A and B widen to one vector of 16-bit lanes, and
+// the activations are laid out per pair to match (xp below).
+namespace bf16dot {
+
+// Per pair of blocks, 6 x 32 bf16: for the low-nibble half (weights 0..15 of
+// A, then of B) hi, mid, lo; then the same for the high-nibble half (16..31).
+constexpr int kPairWords = 192;
+
+inline uint16_t to_bf16(float f) {  // round to nearest even; x is finite
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+void split_activations(const float* x, int64_t cols, uint16_t* xp) {
+  const int64_t pairs = cols / 64;
+  for (int64_t p = 0; p < pairs; ++p) {
+    uint16_t* o = xp + p * kPairWords;
+    for (int half = 0; half < 2; ++half)
+      for (int blk = 0; blk < 2; ++blk)
+        for (int j = 0; j < 16; ++j) {
+          const float v = x[p * 64 + blk * 32 + half * 16 + j];
+          const uint16_t hi = to_bf16(v);
+          const float r1 = v - from_bf16(hi);
+          const uint16_t mid = to_bf16(r1);
+          const uint16_t lo = to_bf16(r1 - from_bf16(mid));
+          o[half * 96 + blk * 16 + j] = hi;
+          o[half * 96 + 32 + blk * 16 + j] = mid;
+          o[half * 96 + 64 + blk * 16 + j] = lo;
+        }
+  }
+}
+
+// R rows (R = 1, or 8 over long rows); each row's arithmetic is the same for
+// every R. xs: per-block sums of x (Q4_1). An odd last block is done in fp32.
+template <DType t, int R>
+void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, const uint16_t* xp, const float* xs,
+              float* out) {
+  static_assert(t == DType::Q4_0 || t == DType::Q4_1);
+  constexpr int qoff = t == DType::Q4_0 ? 2 : 4;
+  constexpr size_t bb = t == DType::Q4_0 ? 18 : 20;
+  // nibble -> bf16 of the weight's integer part: q - 8 (Q4_0) or q (Q4_1)
+  alignas(64) uint16_t tab[32] = {};
+  for (int q = 0; q < 16; ++q) {
+    const float v = static_cast<float>(t == DType::Q4_0 ? q - 8 : q);
+    tab[q] = to_bf16(v);
+  }
+  const __m512i table = _mm512_load_si512(tab);
+  const __m512i low4 = _mm512_set1_epi16(0x0f);
+  const __m512i d_idx = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+  [[maybe_unused]] const __m512i m_idx = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 acc[R], macc[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) acc[r] = macc[r] = _mm512_setzero_ps();
+  const int64_t nb = cols / 32, pairs = nb / 2;
+  for (int64_t pi = 0; pi < pairs; ++pi) {
+    const uint16_t* xq = xp + pi * kPairWords;
+    const __m512bh l_hi = (__m512bh)_mm512_loadu_si512(xq), l_mid = (__m512bh)_mm512_loadu_si512(xq + 32),
+                   l_lo = (__m512bh)_mm512_loadu_si512(xq + 64), h_hi = (__m512bh)_mm512_loadu_si512(xq + 96),
+                   h_mid = (__m512bh)_mm512_loadu_si512(xq + 128), h_lo = (__m512bh)_mm512_loadu_si512(xq + 160);
+    __m512 xsv = _mm512_setzero_ps();
+    if constexpr (t == DType::Q4_1)  // lanes 0-7: sum(x of A) / 8, lanes 8-15: sum(x of B) / 8
+      xsv = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(xs[2 * pi] * 0.125f), _mm512_set1_ps(xs[2 * pi + 1] * 0.125f));
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* a = p + r * row_bytes + 2 * pi * bb;
+      const uint8_t* b = a + bb;
+      const __m256i q =
+          _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + qoff))),
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + qoff)), 1);
+      const __m512i w16 = _mm512_cvtepu8_epi16(q);
+      const __m512bh wl = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(w16, low4), table);
+      const __m512bh wh = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(w16, 4), table);
+      __m512 t1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), wl, l_hi);
+      __m512 t2 = _mm512_dpbf16_ps(_mm512_setzero_ps(), wl, l_mid);
+      __m512 t3 = _mm512_dpbf16_ps(_mm512_setzero_ps(), wl, l_lo);
+      t1 = _mm512_dpbf16_ps(t1, wh, h_hi);
+      t2 = _mm512_dpbf16_ps(t2, wh, h_mid);
+      t3 = _mm512_dpbf16_ps(t3, wh, h_lo);
+      const __m512 sum = _mm512_add_ps(t1, _mm512_add_ps(t2, t3));
+      // [dA, mA, dB, mB] as halves (Q4_0: [dA, -, dB, -]), converted once, then spread
+      // to lanes 0-7 (block A) and 8-15 (block B).
+      uint32_t ha, hb;
+      memcpy(&ha, a, 4);
+      memcpy(&hb, b, 4);
+      const __m512 scales = _mm512_castps128_ps512(
+          _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(ha)), static_cast<int>(hb), 1)));
+      acc[r] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(d_idx, scales), acc[r]);
+      if constexpr (t == DType::Q4_1) {
+        const __m512 mv = _mm512_permutexvar_ps(m_idx, scales);
+        macc[r] = _mm512_fmadd_ps(mv, xsv, macc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float tail = 0.0f;
+    if (nb % 2) {  // the odd last block, in fp32
+      const int64_t bl = nb - 1;
+      const uint8_t* blk = p + r * row_bytes + bl * bb;
+      __m512 w0, w1;
+      load_q4_512(blk + qoff, w0, w1);
+      if constexpr (t == DType::Q4_0) {
+        const __m512 eight = _mm512_set1_ps(8.0f);
+        w0 = _mm512_sub_ps(w0, eight);
+        w1 = _mm512_sub_ps(w1, eight);
+      }
+      const __m512 sv =
+          _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + bl * 32 + 16), _mm512_mul_ps(w0, _mm512_loadu_ps(x + bl * 32)));
+      macc[r] = _mm512_fmadd_ps(_mm512_set1_ps(h2f(blk)), sv, macc[r]);
+      if constexpr (t == DType::Q4_1) tail = h2f(blk + 2) * xs[bl];
+    }
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(acc[r], macc[r]));
+    out[r] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + tail;
+  }
+}
+
+}  // namespace bf16dot
+#endif
 #pragma GCC diagnostic pop
 #endif
 #endif
@@ -494,6 +631,15 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       }
     xs = xsum.data();
   }
+  [[maybe_unused]] const uint16_t* xp = nullptr;
+#ifdef REDWOOD_BF16DOT
+  std::vector<uint16_t> xsplit;
+  if (N == 1 && (w.type == DType::Q4_0 || w.type == DType::Q4_1)) {
+    xsplit.resize(static_cast<size_t>(cols / 64) * bf16dot::kPairWords);
+    bf16dot::split_activations(x, cols, xsplit.data());
+    xp = xsplit.data();
+  }
+#endif
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
   // blocked_range splits down to [grain/2, grain] rows: keep groups of eight.
   if (N == 1 && cols > kLongRow) grain = std::max<int64_t>(grain, 16);
@@ -502,6 +648,15 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     float out[N];
     auto run = [&]<DType T>() {
       int64_t i = r.begin();
+#ifdef REDWOOD_BF16DOT
+      if constexpr (N == 1 && (T == DType::Q4_0 || T == DType::Q4_1)) {
+        const size_t rb = *row_bytes(w.type, cols);
+        if (cols > kLongRow)
+          for (; i + 8 <= r.end(); i += 8) bf16dot::rows_dot<T, 8>(row_ptr(w, i), rb, cols, x, xp, xs, y + i);
+        for (; i < r.end(); ++i) bf16dot::rows_dot<T, 1>(row_ptr(w, i), rb, cols, x, xp, xs, y + i);
+        return;
+      }
+#endif
 #ifdef REDWOOD_AVX512
       if (N == 1 && cols > kLongRow && cols % 32 == 0) {
         constexpr int R = 8;
