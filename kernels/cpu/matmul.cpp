@@ -415,13 +415,14 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, 
       const __m512i w16 = _mm512_cvtepu8_epi16(q);
       const __m512bh wl = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(w16, low4), table);
       const __m512bh wh = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(w16, 4), table);
+      // The small parts (lo, then mid) accumulate in one chain, the main part in another.
       __m512 t1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), wl, l_hi);
-      __m512 t2 = _mm512_dpbf16_ps(_mm512_setzero_ps(), wl, l_mid);
-      __m512 t3 = _mm512_dpbf16_ps(_mm512_setzero_ps(), wl, l_lo);
+      __m512 t2 = _mm512_dpbf16_ps(_mm512_setzero_ps(), wl, l_lo);
       t1 = _mm512_dpbf16_ps(t1, wh, h_hi);
+      t2 = _mm512_dpbf16_ps(t2, wh, h_lo);
+      t2 = _mm512_dpbf16_ps(t2, wl, l_mid);
       t2 = _mm512_dpbf16_ps(t2, wh, h_mid);
-      t3 = _mm512_dpbf16_ps(t3, wh, h_lo);
-      const __m512 sum = _mm512_add_ps(t1, _mm512_add_ps(t2, t3));
+      const __m512 sum = _mm512_add_ps(t1, t2);
       // [dA, mA, dB, mB] as halves (Q4_0: [dA, -, dB, -]), converted once, then spread
       // to lanes 0-7 (block A) and 8-15 (block B).
       uint32_t ha, hb;
