@@ -201,6 +201,23 @@ inline __m512 load16(const uint8_t* p, int64_t c) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// A quantized block's 32 weights as two 16-float vectors, without the block
+// scale: q (Q8_0), q - 8 (Q4_0) or q (Q4_1, whose offset m is added apart).
+template <DType t>
+inline void load_block512(const uint8_t* blk, __m512& w0, __m512& w1) {
+  if constexpr (t == DType::Q8_0) {
+    w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+    w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+  } else if constexpr (t == DType::Q4_0) {
+    load_q4_512(blk + 2, w0, w1);
+    const __m512 eight = _mm512_set1_ps(8.0f);
+    w0 = _mm512_sub_ps(w0, eight);
+    w1 = _mm512_sub_ps(w1, eight);
+  } else {
+    load_q4_512(blk + 4, w0, w1);
+  }
+}
+
 template <DType t, int N>
 void row_dots512(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xsum, float* out) {
   __m512 acc0[N], acc1[N];
@@ -232,19 +249,8 @@ void row_dots512(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, co
       const uint8_t* blk = p + b * bb;
       const __m512 d = _mm512_set1_ps(h2f(blk));
       __m512 w0, w1;
-      float m = 0.0f;
-      if constexpr (t == DType::Q8_0) {
-        w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
-        w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
-      } else if constexpr (t == DType::Q4_0) {
-        load_q4_512(blk + 2, w0, w1);
-        const __m512 eight = _mm512_set1_ps(8.0f);
-        w0 = _mm512_sub_ps(w0, eight);
-        w1 = _mm512_sub_ps(w1, eight);
-      } else {
-        m = h2f(blk + 2);
-        load_q4_512(blk + 4, w0, w1);
-      }
+      load_block512<t>(blk, w0, w1);
+      [[maybe_unused]] const float m = t == DType::Q4_1 ? h2f(blk + 2) : 0.0f;
       for (int k = 0; k < N; ++k) {
         const float* xb = x + k * ldx + b * 32;
         const __m512 s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(w0, _mm512_loadu_ps(xb)));
@@ -298,17 +304,7 @@ void rows_dot512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
         const uint8_t* blk = p + r * row_bytes + b * bb;
         const __m512 d = _mm512_set1_ps(h2f(blk));
         __m512 w0, w1;
-        if constexpr (t == DType::Q8_0) {
-          w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
-          w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
-        } else if constexpr (t == DType::Q4_0) {
-          load_q4_512(blk + 2, w0, w1);
-          const __m512 eight = _mm512_set1_ps(8.0f);
-          w0 = _mm512_sub_ps(w0, eight);
-          w1 = _mm512_sub_ps(w1, eight);
-        } else {
-          load_q4_512(blk + 4, w0, w1);
-        }
+        load_block512<t>(blk, w0, w1);
         const __m512 sv = _mm512_fmadd_ps(w1, x1, _mm512_mul_ps(w0, x0));
         if (b & 1)
           acc1[r] = _mm512_fmadd_ps(d, sv, acc1[r]);
@@ -443,12 +439,7 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, 
       const int64_t bl = nb - 1;
       const uint8_t* blk = p + r * row_bytes + bl * bb;
       __m512 w0, w1;
-      load_q4_512(blk + qoff, w0, w1);
-      if constexpr (t == DType::Q4_0) {
-        const __m512 eight = _mm512_set1_ps(8.0f);
-        w0 = _mm512_sub_ps(w0, eight);
-        w1 = _mm512_sub_ps(w1, eight);
-      }
+      load_block512<t>(blk, w0, w1);
       const __m512 sv =
           _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + bl * 32 + 16), _mm512_mul_ps(w0, _mm512_loadu_ps(x + bl * 32)));
       macc[r] = _mm512_fmadd_ps(_mm512_set1_ps(h2f(blk)), sv, macc[r]);

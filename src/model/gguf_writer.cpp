@@ -25,45 +25,22 @@ struct Out {
   }
 };
 
+// clang-format off
 void put_value(Out& o, const GgufValue& v, bool with_type) {
   if (with_type) o.pod<uint32_t>(static_cast<uint32_t>(v.type));
   switch (v.type) {
-    case GgufType::U8:
-      o.pod<uint8_t>(static_cast<uint8_t>(v.u));
-      break;
-    case GgufType::I8:
-      o.pod<int8_t>(static_cast<int8_t>(v.i));
-      break;
-    case GgufType::U16:
-      o.pod<uint16_t>(static_cast<uint16_t>(v.u));
-      break;
-    case GgufType::I16:
-      o.pod<int16_t>(static_cast<int16_t>(v.i));
-      break;
-    case GgufType::U32:
-      o.pod<uint32_t>(static_cast<uint32_t>(v.u));
-      break;
-    case GgufType::I32:
-      o.pod<int32_t>(static_cast<int32_t>(v.i));
-      break;
-    case GgufType::U64:
-      o.pod<uint64_t>(v.u);
-      break;
-    case GgufType::I64:
-      o.pod<int64_t>(v.i);
-      break;
-    case GgufType::F32:
-      o.pod<float>(static_cast<float>(v.f));
-      break;
-    case GgufType::F64:
-      o.pod<double>(v.f);
-      break;
-    case GgufType::BOOL:
-      o.pod<uint8_t>(v.u ? 1 : 0);
-      break;
-    case GgufType::STRING:
-      o.str(v.s);
-      break;
+    case GgufType::U8: o.pod<uint8_t>(static_cast<uint8_t>(v.u)); break;
+    case GgufType::I8: o.pod<int8_t>(static_cast<int8_t>(v.i)); break;
+    case GgufType::U16: o.pod<uint16_t>(static_cast<uint16_t>(v.u)); break;
+    case GgufType::I16: o.pod<int16_t>(static_cast<int16_t>(v.i)); break;
+    case GgufType::U32: o.pod<uint32_t>(static_cast<uint32_t>(v.u)); break;
+    case GgufType::I32: o.pod<int32_t>(static_cast<int32_t>(v.i)); break;
+    case GgufType::U64: o.pod<uint64_t>(v.u); break;
+    case GgufType::I64: o.pod<int64_t>(v.i); break;
+    case GgufType::F32: o.pod<float>(static_cast<float>(v.f)); break;
+    case GgufType::F64: o.pod<double>(v.f); break;
+    case GgufType::BOOL: o.pod<uint8_t>(v.u ? 1 : 0); break;
+    case GgufType::STRING: o.str(v.s); break;
     case GgufType::ARRAY:
       o.pod<uint32_t>(static_cast<uint32_t>(v.elem));
       o.pod<uint64_t>(v.arr.size());
@@ -71,6 +48,7 @@ void put_value(Out& o, const GgufValue& v, bool with_type) {
       break;
   }
 }
+// clang-format on
 
 void write_all(int fd, const std::string& path, const char* p, size_t n) {
   while (n > 0) {
