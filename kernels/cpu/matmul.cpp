@@ -536,7 +536,8 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
   // xt[p][k][64]: panel p holds tokens 64p .. 64p+63 (zero beyond n). Kept per
   // calling thread, so a forward pass does not reallocate it for every matmul.
   // (A lambda naming a thread_local sees the running thread's copy: the tasks
-  // below get the panels through a plain pointer.)
+  // below get the panels through a plain pointer.) matmul is never called from
+  // inside a oneTBB task, so a thread cannot re-enter this with its buffer in use.
   thread_local std::vector<float> xt_buffer;
   if (xt_buffer.size() < static_cast<size_t>(n_panels) * cols * kTok)
     xt_buffer.resize(static_cast<size_t>(n_panels) * cols * kTok);
