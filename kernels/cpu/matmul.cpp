@@ -504,6 +504,40 @@ void dequant_span(DType t, const uint8_t* p, int64_t cols, float* out) {
 // chain over k, so a row's result does not depend on n or on the other tokens.
 namespace gemm512 {
 
+// dequant_span with 512-bit vectors for the quantized types (a block is two
+// vectors): the same values, half the instructions of the AVX2 loop.
+template <DType t>
+void dequant_blocks512(const uint8_t* p, int64_t cols, float* out) {
+  constexpr size_t bb = t == DType::Q8_0 ? 34 : t == DType::Q4_0 ? 18 : 20;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* blk = p + b * bb;
+    __m512 w0, w1;
+    load_block512<t>(blk, w0, w1);
+    const __m512 d = _mm512_set1_ps(h2f(blk));
+    if constexpr (t == DType::Q4_1) {
+      const __m512 m = _mm512_set1_ps(h2f(blk + 2));
+      _mm512_storeu_ps(out + b * 32, _mm512_fmadd_ps(w0, d, m));
+      _mm512_storeu_ps(out + b * 32 + 16, _mm512_fmadd_ps(w1, d, m));
+    } else {
+      _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(w0, d));
+      _mm512_storeu_ps(out + b * 32 + 16, _mm512_mul_ps(w1, d));
+    }
+  }
+}
+
+void dequant_tile_span(DType t, const uint8_t* p, int64_t cols, float* out) {
+  switch (t) {
+    case DType::Q8_0:
+      return dequant_blocks512<DType::Q8_0>(p, cols, out);
+    case DType::Q4_0:
+      return dequant_blocks512<DType::Q4_0>(p, cols, out);
+    case DType::Q4_1:
+      return dequant_blocks512<DType::Q4_1>(p, cols, out);
+    default:
+      return dequant_span(t, p, cols, out);
+  }
+}
+
 constexpr int kTok = 64;      // tokens per panel
 constexpr int64_t kKc = 256;  // k per chunk: the panel chunk (64 KiB) and row tile stay in L2
 constexpr int64_t kRb = 60;   // rows per task: a multiple of every R below
@@ -574,8 +608,8 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
                           for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
                             const int64_t kc = std::min(kKc, cols - k0);
                             for (int64_t i = 0; i < nr; ++i)
-                              dequant_span(w.type, row_ptr(w, r0 + i) + k0 / per_block * static_cast<int64_t>(bb), kc,
-                                           sc.tile.data() + i * kKc);
+                              dequant_tile_span(w.type, row_ptr(w, r0 + i) + k0 / per_block * static_cast<int64_t>(bb),
+                                                kc, sc.tile.data() + i * kKc);
                             for (int64_t i = nr; i < nr_padded; ++i) std::fill_n(sc.tile.data() + i * kKc, kc, 0.0f);
                             const float* xp = xt + (static_cast<size_t>(p) * cols + k0) * kTok;
                             switch (nv) {
