@@ -176,6 +176,33 @@ Mat random_matrix(DType t, int64_t rows, int64_t cols) {
   return m;
 }
 
+// Decode (n = 1 after a 64-token prompt, mean of decode_n tokens) and 64-token
+// prefill (median of prefill_reps) of one model, in tokens per second.
+struct ModelRates {
+  double decode_tok_s, prefill_tok_s;
+};
+ModelRates decode_and_prefill(Transformer& tf, const ModelDesc& d, int decode_n, int prefill_reps) {
+  std::vector<int32_t> prompt(64);
+  for (int i = 0; i < 64; ++i) prompt[i] = (i * 7919) % d.hp.vocab;
+  std::vector<float> lg(d.hp.vocab);
+  const double tp = median_time(prefill_reps, [&] {
+    KvCache kv = tf.make_cache(64);
+    ChainBatch b(prompt, 0);
+    tf.forward(b.view(), kv, lg, LogitsRows::kLast);
+  });
+  KvCache kv = tf.make_cache(64 + decode_n + 1);
+  ChainBatch b(prompt, 0);
+  tf.forward(b.view(), kv, lg, LogitsRows::kLast);
+  kv.commit_prefix(64);
+  auto a = Clock::now();
+  for (int i = 0; i < decode_n; ++i) {
+    const int32_t tok = (i * 31) % d.hp.vocab, pos = kv.committed(), par = -1;
+    tf.forward(Batch{{&tok, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast);
+    kv.commit_prefix(1);
+  }
+  return {decode_n / secs(a, Clock::now()), 64.0 / tp};
+}
+
 // The device half (--cuda): every figure through the Backend interface, timed
 // on the host around synchronize() (median of several runs).
 void cuda_section(nlohmann::json& J, bool quick, const std::vector<std::string>& models) {
@@ -220,32 +247,14 @@ void cuda_section(nlohmann::json& J, bool quick, const std::vector<std::string>&
     ModelDesc d = load_model_desc(path);
     DeviceWeights w(d, *be);
     Transformer tf(d, w, *be);
-    std::vector<int32_t> prompt(64);
-    for (int i = 0; i < 64; ++i) prompt[i] = (i * 7919) % d.hp.vocab;
-    std::vector<float> lg(d.hp.vocab);
-    const double tp = median_time(3, [&] {
-      KvCache kv = tf.make_cache(64);
-      ChainBatch cb64(prompt, 0);
-      tf.forward(cb64.view(), kv, lg, LogitsRows::kLast);
-    });
-    const int decode_n = 32;
-    KvCache kv = tf.make_cache(64 + decode_n + 1);
-    ChainBatch c64(prompt, 0);
-    tf.forward(c64.view(), kv, lg, LogitsRows::kLast);
-    kv.commit_prefix(64);
-    auto t0 = Clock::now();
-    for (int i = 0; i < decode_n; ++i) {
-      const int32_t tok = (i * 31) % d.hp.vocab, pos = kv.committed(), par = -1;
-      tf.forward(Batch{{&tok, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast);
-      kv.commit_prefix(1);
-    }
-    const double td = secs(t0, Clock::now()) / decode_n;
+    const ModelRates mr = decode_and_prefill(tf, d, 32, 3);
     const double gb = d.total_bytes() / 1e9;
     std::printf(
         "\nmodel %s on the device (%.2f GB)\n  decode  %8.2f tokens/s (%.1f GB/s effective)\n  prefill "
         "%8.2f tokens/s (64 tokens)\n",
-        path.c_str(), gb, 1.0 / td, gb / td, 64.0 / tp);
-    J["cuda"]["models"][path] = {{"weights_GB", gb}, {"decode_tok_s", 1.0 / td}, {"prefill64_tok_s", 64.0 / tp}};
+        path.c_str(), gb, mr.decode_tok_s, gb * mr.decode_tok_s, mr.prefill_tok_s);
+    J["cuda"]["models"][path] = {
+        {"weights_GB", gb}, {"decode_tok_s", mr.decode_tok_s}, {"prefill64_tok_s", mr.prefill_tok_s}};
   }
 }
 
@@ -296,12 +305,18 @@ int main(int argc, char** argv) {
   // measured again right before and after each type's GEMV, and each ratio is
   // to the mean of those two, so a ratio compares figures taken seconds apart.
   const size_t bw_bytes = quick ? (64ull << 20) : (256ull << 20);
+  struct GemvRun {
+    double seconds, bw_here;  // median time; copy bandwidth around it (B/s)
+  };
+  auto gemv_run = [&](const Mat& m, int reps) {
+    std::vector<float> x(m.view.cols, 0.5f), y(m.view.rows);
+    const double bw_before = copy_bandwidth(bw_bytes);
+    const double tt = median_time(reps, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
+    return GemvRun{tt, 0.5 * (bw_before + copy_bandwidth(bw_bytes))};
+  };
   for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
     Mat m = random_matrix(t, rows, cols);
-    std::vector<float> x(cols, 0.5f), y(rows);
-    const double bw_before = copy_bandwidth(bw_bytes);
-    const double tt = median_time(quick ? 3 : 9, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
-    const double bw_here = 0.5 * (bw_before + copy_bandwidth(bw_bytes));
+    const auto [tt, bw_here] = gemv_run(m, quick ? 3 : 9);
     const double gbps = m.size / tt;
     std::printf("  %-5s %8.2f MB  %7.3f ms  %6.2f GB/s  ratio %.2f (copy bw here %.2f GB/s) ; %.2f\n",
                 std::string(dtype_name(t)).c_str(), m.size / 1e6, tt * 1e3, gbps / 1e9, gbps / bw_here, bw_here / 1e9,
@@ -318,13 +333,10 @@ int main(int argc, char** argv) {
   // no longer stays in L1 while the weights stream past it.
   if (!quick) {
     std::printf("\nGEMV n=1 by row length (GB/s of weights; ratio to the copy bandwidth around it)\n");
-    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
       for (auto [r, c] : {std::pair<int64_t, int64_t>{16384, 4096}, {8192, 8192}, {4096, 28672}}) {
         Mat m = random_matrix(t, r, c);
-        std::vector<float> x(c, 0.5f), y(r);
-        const double bw_before = copy_bandwidth(bw_bytes);
-        const double tt = median_time(9, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
-        const double bw_here = 0.5 * (bw_before + copy_bandwidth(bw_bytes));
+        const auto [tt, bw_here] = gemv_run(m, 9);
         const double gbps = m.size / tt;
         const std::string shape = std::to_string(r) + "x" + std::to_string(c);
         std::printf("  %-5s %-11s %6.2f GB/s  ratio %.2f\n", std::string(dtype_name(t)).c_str(), shape.c_str(),
@@ -351,38 +363,33 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Small batches (tree levels, small trees) on an LM head shaped like
+  // SmolLM2's (49152 x 576, Q8_0): n <= 8 is the GEMV path, larger n the
+  // batched kernel, whose 16-token vectors are partly empty below n = 16.
+  {
+    Mat m = random_matrix(DType::Q8_0, 49152, 576);
+    std::printf("\nsmall batches, LM head 49152 x 576 Q8_0 (ms per pass; ms per token)\n");
+    for (int n : {1, 8, 9, 16, 32}) {
+      std::vector<float> x(n * 576, 0.25f), y(n * 49152);
+      const double tt = median_time(quick ? 3 : 9, [&] { cpu::matmul(m.view, x.data(), n, y.data()); });
+      std::printf("  n=%-3d %8.3f ms  %7.3f ms/token\n", n, tt * 1e3, tt * 1e3 / n);
+      J["small_batches"][std::to_string(n)] = {{"ms", tt * 1e3}, {"ms_per_token", tt * 1e3 / n}};
+    }
+  }
+
   // Whole models: decode (n = 1 after a 64-token prompt) and 64-token prefill.
   for (const auto& path : models) {
     ModelDesc d = load_model_desc(path);
     ResidentWeights w(d);
     auto be = make_cpu_backend();
     Transformer tf(d, w, *be);
-    std::vector<int32_t> prompt(64);
-    for (int i = 0; i < 64; ++i) prompt[i] = (i * 7919) % d.hp.vocab;
-    const int decode_n = quick ? 8 : 32;
-    std::vector<float> lg(d.hp.vocab);
-    const double tp = median_time(quick ? 1 : 3, [&] {
-      KvCache kv = tf.make_cache(64);
-      ChainBatch b(prompt, 0);
-      tf.forward(b.view(), kv, lg, LogitsRows::kLast);
-    });
-    KvCache kv = tf.make_cache(64 + decode_n + 1);
-    ChainBatch b(prompt, 0);
-    tf.forward(b.view(), kv, lg, LogitsRows::kLast);
-    kv.commit_prefix(64);
-    auto a = Clock::now();
-    for (int i = 0; i < decode_n; ++i) {
-      const int32_t tok = (i * 31) % d.hp.vocab, pos = kv.committed(), par = -1;
-      tf.forward(Batch{{&tok, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast);
-      kv.commit_prefix(1);
-    }
-    const double td = secs(a, Clock::now()) / decode_n;
+    const ModelRates mr = decode_and_prefill(tf, d, quick ? 8 : 32, quick ? 1 : 3);
     const double gb = d.total_bytes() / 1e9;
     std::printf(
         "\nmodel %s (%.2f GB weights)\n  decode  %7.2f tokens/s (%.1f GB/s effective)\n  prefill %7.2f tokens/s "
         "(64 tokens)\n",
-        path.c_str(), gb, 1.0 / td, gb / td, 64.0 / tp);
-    J["models"][path] = {{"weights_GB", gb}, {"decode_tok_s", 1.0 / td}, {"prefill64_tok_s", 64.0 / tp}};
+        path.c_str(), gb, mr.decode_tok_s, gb * mr.decode_tok_s, mr.prefill_tok_s);
+    J["models"][path] = {{"weights_GB", gb}, {"decode_tok_s", mr.decode_tok_s}, {"prefill64_tok_s", mr.prefill_tok_s}};
   }
   if (!json_out.empty()) std::ofstream(json_out) << J.dump(2) << "\n";
   return 0;

@@ -16,6 +16,11 @@ if "gemv_by_row_length" in j:
     print("|---|" + "---|" * len(shapes))
     for t, v in j["gemv_by_row_length"].items():
         print(f"| {t} | " + " | ".join(f"{v[s]['GBps']:.1f} GB/s ({v[s]['ratio_to_copy']:.2f})" for s in shapes) + " |")
+if "small_batches" in j:
+    print("\n| small batches, LM head 49152 x 576 Q8_0: n | ms per pass | ms per token |")
+    print("|---|---|---|")
+    for n, v in sorted(j["small_batches"].items(), key=lambda kv: int(kv[0])):
+        print(f"| {n} | {v['ms']:.3f} | {v['ms_per_token']:.3f} |")
 print("\n| batched matmul (4096 x 4096) | n | GFLOP/s | / FMA peak (goal >= 0.5) |")
 print("|---|---|---|---|")
 for t, v in j["gemm"].items():

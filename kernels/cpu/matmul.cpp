@@ -218,107 +218,81 @@ inline void load_block512(const uint8_t* blk, __m512& w0, __m512& w1) {
   }
 }
 
-template <DType t, int N>
-void row_dots512(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xsum, float* out) {
-  __m512 acc0[N], acc1[N];
-  for (int k = 0; k < N; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
-  float macc[N] = {};
+// Dot products of R weight rows (row_bytes apart) with N token vectors: each
+// weight is read once for all N tokens, each activation vector once for all R
+// rows. Decode over long rows uses R = 8: one row at a time, an activation
+// vector of more than ~4096 floats stops staying in L1 while the weights
+// stream past, and reloading it halves the rate (bench_kernels' "by row
+// length" table). A row's arithmetic does not depend on R, so results are
+// bit-identical whatever R. out[r * N + k] is row r, token k.
+template <DType t, int N, int R = 1>
+void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, int64_t ldx, const float* xsum,
+                 float* out) {
+  __m512 acc0[R][N], acc1[R][N];
+  float macc[R][N];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) {
+      acc0[r][k] = acc1[r][k] = _mm512_setzero_ps();
+      macc[r][k] = 0.0f;
+    }
   if constexpr (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
     int64_t c = 0;
     for (; c + 32 <= cols; c += 32) {
-      const __m512 w0 = load16<t>(p, c), w1 = load16<t>(p, c + 16);
-      for (int k = 0; k < N; ++k) {
-        acc0[k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k * ldx + c), acc0[k]);
-        acc1[k] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + k * ldx + c + 16), acc1[k]);
-      }
-    }
-    for (; c + 16 <= cols; c += 16) {
-      const __m512 w = load16<t>(p, c);
-      for (int k = 0; k < N; ++k) acc0[k] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + k * ldx + c), acc0[k]);
-    }
-    if (c < cols) {  // tail (cols not a multiple of 16)
-      float tmp[16];
-      dequant_row_scalar(t, p + c * (t == DType::F32 ? 4 : 2), cols - c, tmp);
-      for (int k = 0; k < N; ++k)
-        for (int64_t j = c; j < cols; ++j) macc[k] += tmp[j - c] * x[k * ldx + j];
-    }
-  } else {
-    const int64_t nb = cols / 32;
-    const size_t bb = dtype_info(t).block_bytes;
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = p + b * bb;
-      const __m512 d = _mm512_set1_ps(h2f(blk));
-      __m512 w0, w1;
-      load_block512<t>(blk, w0, w1);
-      [[maybe_unused]] const float m = t == DType::Q4_1 ? h2f(blk + 2) : 0.0f;
-      for (int k = 0; k < N; ++k) {
-        const float* xb = x + k * ldx + b * 32;
-        const __m512 s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(w0, _mm512_loadu_ps(xb)));
-        if (b & 1)
-          acc1[k] = _mm512_fmadd_ps(d, s, acc1[k]);
-        else
-          acc0[k] = _mm512_fmadd_ps(d, s, acc0[k]);
-        if constexpr (t == DType::Q4_1) macc[k] = std::fma(m, xsum[k * nb + b], macc[k]);
-      }
-    }
-  }
-  for (int k = 0; k < N; ++k) {
-    // Through memory: GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized.
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_add_ps(acc0[k], acc1[k]));
-    out[k] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + macc[k];
-  }
-}
-
-// Decode (one token) over long rows: R rows at once. A row's arithmetic is
-// exactly row_dots512<t, 1>'s (bit-identical results), but each activation
-// vector is loaded once for R rows. One row at a time, an activation vector of
-// more than ~4096 floats stops staying in L1 while the weights stream past, and
-// its reloads halve the rate (bench_kernels' "by row length" table).
-template <DType t, int R>
-void rows_dot512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, const float* xsum, float* out) {
-  __m512 acc0[R], acc1[R];
-  float macc[R];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    acc0[r] = acc1[r] = _mm512_setzero_ps();
-    macc[r] = 0.0f;
-  }
-  if constexpr (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
-    for (int64_t c = 0; c < cols; c += 32) {  // cols % 32 == 0 (the caller checks)
-      const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const uint8_t* row = p + r * row_bytes;
-        acc0[r] = _mm512_fmadd_ps(load16<t>(row, c), x0, acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(load16<t>(row, c + 16), x1, acc1[r]);
+        const __m512 w0 = load16<t>(row, c), w1 = load16<t>(row, c + 16);
+        for (int k = 0; k < N; ++k) {
+          acc0[r][k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k * ldx + c), acc0[r][k]);
+          acc1[r][k] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + k * ldx + c + 16), acc1[r][k]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {  // tails (cols not a multiple of 32, then of 16)
+      const uint8_t* row = p + r * row_bytes;
+      int64_t ct = c;
+      for (; ct + 16 <= cols; ct += 16) {
+        const __m512 w = load16<t>(row, ct);
+        for (int k = 0; k < N; ++k) acc0[r][k] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + k * ldx + ct), acc0[r][k]);
+      }
+      if (ct < cols) {
+        float tmp[16];
+        dequant_row_scalar(t, row + ct * (t == DType::F32 ? 4 : 2), cols - ct, tmp);
+        for (int k = 0; k < N; ++k)
+          for (int64_t j = ct; j < cols; ++j) macc[r][k] += tmp[j - ct] * x[k * ldx + j];
       }
     }
   } else {
     const int64_t nb = cols / 32;
     const size_t bb = dtype_info(t).block_bytes;
     for (int64_t b = 0; b < nb; ++b) {
-      const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const uint8_t* blk = p + r * row_bytes + b * bb;
         const __m512 d = _mm512_set1_ps(h2f(blk));
         __m512 w0, w1;
         load_block512<t>(blk, w0, w1);
-        const __m512 sv = _mm512_fmadd_ps(w1, x1, _mm512_mul_ps(w0, x0));
-        if (b & 1)
-          acc1[r] = _mm512_fmadd_ps(d, sv, acc1[r]);
-        else
-          acc0[r] = _mm512_fmadd_ps(d, sv, acc0[r]);
-        if constexpr (t == DType::Q4_1) macc[r] = std::fma(h2f(blk + 2), xsum[b], macc[r]);
+        [[maybe_unused]] const float m = t == DType::Q4_1 ? h2f(blk + 2) : 0.0f;
+        for (int k = 0; k < N; ++k) {
+          const float* xb = x + k * ldx + b * 32;
+          const __m512 sv = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(w0, _mm512_loadu_ps(xb)));
+          if (b & 1)
+            acc1[r][k] = _mm512_fmadd_ps(d, sv, acc1[r][k]);
+          else
+            acc0[r][k] = _mm512_fmadd_ps(d, sv, acc0[r][k]);
+          if constexpr (t == DType::Q4_1) macc[r][k] = std::fma(m, xsum[k * nb + b], macc[r][k]);
+        }
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_add_ps(acc0[r], acc1[r]));
-    out[r] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + macc[r];
-  }
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) {
+      // Through memory: GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized.
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, _mm512_add_ps(acc0[r][k], acc1[r][k]));
+      out[r * N + k] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + macc[r][k];
+    }
 }
 
 #ifdef __AVX512BF16__
@@ -685,15 +659,14 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       }
 #endif
 #ifdef REDWOOD_AVX512
-      if (N == 1 && cols > kLongRow && cols % 32 == 0) {
-        constexpr int R = 8;
+      if (N == 1 && cols > kLongRow) {
         const size_t rb = *row_bytes(w.type, cols);
-        for (; i + R <= r.end(); i += R) rows_dot512<T, R>(row_ptr(w, i), rb, cols, x, xs, y + i);
+        for (; i + 8 <= r.end(); i += 8) row_dots512<T, 1, 8>(row_ptr(w, i), rb, cols, x, cols, xs, y + i);
       }
 #endif
       for (; i < r.end(); ++i) {
 #ifdef REDWOOD_AVX512
-        row_dots512<T, N>(row_ptr(w, i), cols, x, cols, xs, out);
+        row_dots512<T, N>(row_ptr(w, i), 0, cols, x, cols, xs, out);
 #else
         row_dots<T, N>(row_ptr(w, i), cols, x, cols, xs, out);
 #endif
