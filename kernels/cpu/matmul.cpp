@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/common/math.h"
@@ -193,6 +194,13 @@ inline void load_q4_512(const uint8_t* qs, __m512& w0, __m512& w1) {
   w1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), mask)));  // 16..31
 }
 
+// Through memory: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized.
+inline float hsum512(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  return hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+}
+
 template <DType t>
 inline __m512 load16(const uint8_t* p, int64_t c) {
   if constexpr (t == DType::F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + c);
@@ -287,145 +295,179 @@ void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int k = 0; k < N; ++k) {
-      // Through memory: GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized.
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, _mm512_add_ps(acc0[r][k], acc1[r][k]));
-      out[r * N + k] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + macc[r][k];
+    for (int k = 0; k < N; ++k) out[r * N + k] = hsum512(_mm512_add_ps(acc0[r][k], acc1[r][k])) + macc[r][k];
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#define REDWOOD_INTDOT 1
+// ---- quantized decode with integer dot products ------------------------------
+// At n = 1 a quantized GEMV is bound by the work per weight, not by memory,
+// when it widens every weight to fp32. Here the weights stay bytes and
+// VPDPBUSD does 64 byte products per instruction. The activations become
+// integers: the few elements x that meet in one int32 lane are rounded to
+// X = round(x * 2^(B - e)), e their exponent (max |x| < 2^e), B = 22 (4-bit)
+// or 21 (Q8_0, whose lane of four products must fit in int32), so |X| <= 2^B
+// and the rounding error is at most 2^-B of the lane's largest element, the
+// order of fp32 summation rounding; X is split into three signed bytes
+// (X = 65536 d2 + 256 d1 + d0)
+// and the three digit planes are dotted with the weight bytes, shifting in
+// between. Each int32 lane then holds the exact integer dot of its weights,
+// converted to fp32 once and scaled by (weight block scale) * 2^(e - B).
+// Weights go in groups of 64 bytes of quants: four 4-bit blocks (their 16-byte
+// quants gathered by one VPERMT2B, low and high nibbles as two vectors) or two
+// Q8_0 blocks. Unsigned weight bytes meet signed digits: Q4_0's q - 8 and
+// Q8_0's q + 128 - 128 are offset corrections computed once per activation
+// lane (exact in wrapping int32: every lane's true value fits). Q4_1's offset
+// m adds m * sum(x) per lane, in fp32.
+namespace intdot {
+
+template <DType t>
+struct Layout {
+  static constexpr bool q4 = t != DType::Q8_0;
+  static constexpr int bits = q4 ? 22 : 21;               // B above
+  static constexpr int planes = q4 ? 2 : 1;               // weight vectors per group (low, high nibbles)
+  static constexpr int blocks = q4 ? 4 : 2;               // quantized blocks per group
+  static constexpr int lanes_per_block = 16 / blocks;     // int32 lanes holding one block's products
+  static constexpr int bb = t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34;  // block bytes
+  static constexpr int qoff = t == DType::Q4_1 ? 4 : 2;  // quants' offset in a block
+  static constexpr int group_bytes = blocks * bb;         // 72, 80, 68: two loads, the second masked
+  // Activation bytes per group: 3 digit planes x planes vectors, then per lane
+  // 2^(e - B) (fp32), then the offset correction (int32; Q4_1: sum(x) / lanes, fp32).
+  static constexpr int xbytes = 3 * planes * 64 + 64 + 64;
+  // Gather indexes: byte k of a weight vector, and the scale word of lane k.
+  alignas(64) uint8_t qidx[64]{};
+  alignas(64) uint16_t didx[32]{};
+  constexpr Layout() {
+    for (int k = 0; k < 64; ++k) {
+      const int per = q4 ? 16 : 32;
+      qidx[k] = static_cast<uint8_t>((k / per) * bb + qoff + k % per);
     }
-}
+    for (int k = 0; k < 32; ++k) didx[k] = static_cast<uint16_t>((k % 16) / lanes_per_block * bb / 2);
+  }
+};
 
-#ifdef __AVX512BF16__
-#define REDWOOD_BF16DOT 1
-// ---- 4-bit decode with bf16 dot products -------------------------------------
-// A 4-bit weight is a small integer, exact in bf16, and VDPBF16PS multiplies
-// pairs of bf16 exactly into fp32 accumulators: 32 multiply-adds per
-// instruction, with no widening to 32 bits and no int->float conversion. To keep
-// fp32 accuracy the activations are split into three bf16 parts, x = hi + mid +
-// lo (8 + 8 + 8 significant bits: x itself, except in rare cases a last bit),
-// so a block costs three dot instructions per half instead of two
-// conversions and two FMAs per 16 weights. Blocks go in pairs (64 weights): the
-// 32 low nibbles of blocks A and B widen to one vector of 16-bit lanes, and
-// the activations are laid out per pair to match (xp below).
-namespace bf16dot {
-
-// Per pair of blocks, 6 x 32 bf16: for the low-nibble half (weights 0..15 of
-// A, then of B) hi, mid, lo; then the same for the high-nibble half (16..31).
-constexpr int kPairWords = 192;
-
-inline uint16_t to_bf16(float f) {  // round to nearest even; x is finite
+// frexp's exponent: v < 2^e (v >= 0 finite; e = 0 for v = 0).
+inline int exponent_above(float v) {
   uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
+  memcpy(&u, &v, 4);
+  const int biased = static_cast<int>(u >> 23);
+  if (biased != 0) return biased - 126;
+  int e = 0;
+  std::frexp(v, &e);  // zero or subnormal
+  return e;
 }
 
-void split_activations(const float* x, int64_t cols, uint16_t* xp) {
-  const int64_t pairs = cols / 64;
-  for (int64_t p = 0; p < pairs; ++p) {
-    uint16_t* o = xp + p * kPairWords;
-    for (int half = 0; half < 2; ++half)
-      for (int blk = 0; blk < 2; ++blk)
-        for (int j = 0; j < 16; ++j) {
-          const float v = x[p * 64 + blk * 32 + half * 16 + j];
-          const uint16_t hi = to_bf16(v);
-          const float r1 = v - from_bf16(hi);
-          const uint16_t mid = to_bf16(r1);
-          const uint16_t lo = to_bf16(r1 - from_bf16(mid));
-          o[half * 96 + blk * 16 + j] = hi;
-          o[half * 96 + 32 + blk * 16 + j] = mid;
-          o[half * 96 + 64 + blk * 16 + j] = lo;
-        }
+// Lays x (cols, a multiple of 32) out for rows_dot<t>: groups of
+// Layout<t>::xbytes. Each int32 lane's elements (Q4: 4 low-nibble and 4
+// high-nibble positions; Q8_0: 4) share one exponent, so the rounding is
+// relative to the largest of those few elements.
+template <DType t>
+void prepare(const float* x, int64_t cols, uint8_t* out) {
+  using L = Layout<t>;
+  const int64_t nb = cols / 32, groups = (nb + L::blocks - 1) / L::blocks;
+  constexpr int per_lane = L::q4 ? 8 : 4;
+  memset(out, 0, static_cast<size_t>(groups) * L::xbytes);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* g = out + (b / L::blocks) * L::xbytes;
+    float* xe = reinterpret_cast<float*>(g + 3 * L::planes * 64);
+    void* corr = g + 3 * L::planes * 64 + 64;
+    const int bl = static_cast<int>(b % L::blocks);
+    for (int k = 0; k < L::lanes_per_block; ++k) {
+      int js[per_lane];  // the lane's elements within the block
+      for (int i = 0; i < per_lane; ++i) js[i] = L::q4 ? (i / 4) * 16 + 4 * k + i % 4 : 4 * k + i;
+      float mx = 0.0f, sum = 0.0f;
+      for (int j : js) {
+        mx = std::max(mx, std::fabs(x[b * 32 + j]));
+        sum += x[b * 32 + j];
+      }
+      const bool finite = std::isfinite(mx) && std::isfinite(sum);
+      const int e = finite ? exponent_above(mx) : 0;
+      const double up = std::ldexp(1.0, L::bits - e);
+      int64_t sx = 0;
+      for (int j : js) {
+        const int32_t X = finite ? static_cast<int32_t>(std::nearbyint(x[b * 32 + j] * up)) : 0;  // |X| <= 2^B
+        sx += X;
+        const int d0 = static_cast<int8_t>(X & 0xff);
+        const int32_t y = (X - d0) / 256;
+        const int d1 = static_cast<int8_t>(y & 0xff);
+        const int d2 = (y - d1) / 256;
+        const int plane = L::q4 ? j / 16 : 0;
+        const int pos = L::q4 ? bl * 16 + j % 16 : bl * 32 + j;
+        g[(0 * L::planes + plane) * 64 + pos] = static_cast<uint8_t>(d2);
+        g[(1 * L::planes + plane) * 64 + pos] = static_cast<uint8_t>(d1);
+        g[(2 * L::planes + plane) * 64 + pos] = static_cast<uint8_t>(d0);
+      }
+      const int lane = bl * L::lanes_per_block + k;
+      // A non-finite activation makes every row's result NaN, as an fp32 dot would.
+      xe[lane] = finite ? std::ldexp(1.0f, e - L::bits) : std::numeric_limits<float>::quiet_NaN();
+      if constexpr (t == DType::Q4_0)  // sum((q - 8) X) = sum(q X) - 8 sum(X)
+        static_cast<int32_t*>(corr)[lane] = static_cast<int32_t>(8 * sx);
+      else if constexpr (t == DType::Q4_1)  // m sum(x), in fp32
+        static_cast<float*>(corr)[lane] = sum;
+      else  // Q8_0: sum((q + 128) X) - 128 sum(X)
+        static_cast<int32_t*>(corr)[lane] = static_cast<int32_t>(128 * sx);
+    }
   }
 }
 
-// R rows (R = 1, or 8 over long rows); each row's arithmetic is the same for
-// every R. xs: per-block sums of x (Q4_1). An odd last block is done in fp32.
+// Dot products of R weight rows (row_bytes apart) with the prepared
+// activations xq; each row's arithmetic is the same for every R.
 template <DType t, int R>
-void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, const uint16_t* xp, const float* xs,
-              float* out) {
-  static_assert(t == DType::Q4_0 || t == DType::Q4_1);
-  constexpr int qoff = t == DType::Q4_0 ? 2 : 4;
-  constexpr size_t bb = t == DType::Q4_0 ? 18 : 20;
-  // nibble -> bf16 of the weight's integer part: q - 8 (Q4_0) or q (Q4_1)
-  alignas(64) uint16_t tab[32] = {};
-  for (int q = 0; q < 16; ++q) {
-    const float v = static_cast<float>(t == DType::Q4_0 ? q - 8 : q);
-    tab[q] = to_bf16(v);
-  }
-  const __m512i table = _mm512_load_si512(tab);
-  const __m512i low4 = _mm512_set1_epi16(0x0f);
-  const __m512i d_idx = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-  [[maybe_unused]] const __m512i m_idx = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* xq, float* out) {
+  using L = Layout<t>;
+  static constexpr L lay{};
+  const __m512i qidx = _mm512_load_si512(lay.qidx), didx = _mm512_load_si512(lay.didx);
+  [[maybe_unused]] const __m512i midx = _mm512_add_epi16(didx, _mm512_set1_epi16(1));  // Q4_1's m follows d
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  [[maybe_unused]] const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int64_t nb = cols / 32, groups = (nb + L::blocks - 1) / L::blocks;
+  const __mmask64 full_hi = (~0ull) >> (128 - L::group_bytes);  // bytes 64..group_bytes-1
+  // The last group may hold fewer blocks: load only its bytes (zeros contribute nothing).
+  const int64_t last_bytes = (nb - (groups - 1) * L::blocks) * L::bb;
+  const __mmask64 last_lo = last_bytes >= 64 ? ~0ull : (1ull << last_bytes) - 1;
+  const __mmask64 last_hi = last_bytes > 64 ? (~0ull) >> (128 - last_bytes) : 0;
   __m512 acc[R], macc[R];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r] = macc[r] = _mm512_setzero_ps();
-  const int64_t nb = cols / 32, pairs = nb / 2;
-  for (int64_t pi = 0; pi < pairs; ++pi) {
-    const uint16_t* xq = xp + pi * kPairWords;
-    const __m512bh l_hi = (__m512bh)_mm512_loadu_si512(xq), l_mid = (__m512bh)_mm512_loadu_si512(xq + 32),
-                   l_lo = (__m512bh)_mm512_loadu_si512(xq + 64), h_hi = (__m512bh)_mm512_loadu_si512(xq + 96),
-                   h_mid = (__m512bh)_mm512_loadu_si512(xq + 128), h_lo = (__m512bh)_mm512_loadu_si512(xq + 160);
-    __m512 xsv = _mm512_setzero_ps();
-    if constexpr (t == DType::Q4_1)  // lanes 0-7: sum(x of A) / 8, lanes 8-15: sum(x of B) / 8
-      xsv = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(xs[2 * pi] * 0.125f), _mm512_set1_ps(xs[2 * pi + 1] * 0.125f));
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const uint8_t* xg = xq + gi * L::xbytes;
+    const bool last = gi == groups - 1;
+    const __mmask64 mlo = last ? last_lo : ~0ull, mhi = last ? last_hi : full_hi;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const uint8_t* a = p + r * row_bytes + 2 * pi * bb;
-      const uint8_t* b = a + bb;
-      const __m256i q =
-          _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + qoff))),
-                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + qoff)), 1);
-      const __m512i w16 = _mm512_cvtepu8_epi16(q);
-      const __m512bh wl = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(w16, low4), table);
-      const __m512bh wh = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(w16, 4), table);
-      // The small parts (lo, then mid) accumulate in one chain, the main part in another.
-      __m512 t1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), wl, l_hi);
-      __m512 t2 = _mm512_dpbf16_ps(_mm512_setzero_ps(), wl, l_lo);
-      t1 = _mm512_dpbf16_ps(t1, wh, h_hi);
-      t2 = _mm512_dpbf16_ps(t2, wh, h_lo);
-      t2 = _mm512_dpbf16_ps(t2, wl, l_mid);
-      t2 = _mm512_dpbf16_ps(t2, wh, h_mid);
-      const __m512 sum = _mm512_add_ps(t1, t2);
-      // [dA, mA, dB, mB] as halves (Q4_0: [dA, -, dB, -]), converted once, then spread
-      // to lanes 0-7 (block A) and 8-15 (block B).
-      uint32_t ha, hb;
-      memcpy(&ha, a, 4);
-      memcpy(&hb, b, 4);
-      const __m512 scales = _mm512_castps128_ps512(
-          _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(ha)), static_cast<int>(hb), 1)));
-      acc[r] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(d_idx, scales), acc[r]);
+      const uint8_t* a = p + r * row_bytes + gi * L::group_bytes;
+      const __m512i v0 = _mm512_maskz_loadu_epi8(mlo, a), v1 = _mm512_maskz_loadu_epi8(mhi, a + 64);
+      const __m512i q = _mm512_permutex2var_epi8(v0, qidx, v1);
+      __m512i s;
+      if constexpr (L::q4) {
+        const __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+        s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(xg));
+        s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, hi, _mm512_load_si512(xg + 64)), 8);
+        s = _mm512_dpbusd_epi32(s, lo, _mm512_load_si512(xg + 128));
+        s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, hi, _mm512_load_si512(xg + 192)), 8);
+        s = _mm512_dpbusd_epi32(s, lo, _mm512_load_si512(xg + 256));
+        s = _mm512_dpbusd_epi32(s, hi, _mm512_load_si512(xg + 320));
+      } else {
+        const __m512i w = _mm512_xor_si512(q, sign);  // q + 128, unsigned
+        s = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_load_si512(xg)), 8);
+        s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, w, _mm512_load_si512(xg + 64)), 8);
+        s = _mm512_dpbusd_epi32(s, w, _mm512_load_si512(xg + 128));
+      }
+      const uint8_t* tail = xg + 3 * L::planes * 64;
+      if constexpr (t != DType::Q4_1) s = _mm512_sub_epi32(s, _mm512_load_si512(tail + 64));
+      const __m512 d = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, v0)));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_load_ps(reinterpret_cast<const float*>(tail))),
+                               acc[r]);
       if constexpr (t == DType::Q4_1) {
-        const __m512 mv = _mm512_permutexvar_ps(m_idx, scales);
-        macc[r] = _mm512_fmadd_ps(mv, xsv, macc[r]);
+        const __m512 m = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, v0)));
+        macc[r] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(tail + 64)), macc[r]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    float tail = 0.0f;
-    if (nb % 2) {  // the odd last block, in fp32
-      const int64_t bl = nb - 1;
-      const uint8_t* blk = p + r * row_bytes + bl * bb;
-      __m512 w0, w1;
-      load_block512<t>(blk, w0, w1);
-      const __m512 sv =
-          _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + bl * 32 + 16), _mm512_mul_ps(w0, _mm512_loadu_ps(x + bl * 32)));
-      macc[r] = _mm512_fmadd_ps(_mm512_set1_ps(h2f(blk)), sv, macc[r]);
-      if constexpr (t == DType::Q4_1) tail = h2f(blk + 2) * xs[bl];
-    }
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_add_ps(acc[r], macc[r]));
-    out[r] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + tail;
-  }
+  for (int r = 0; r < R; ++r) out[r] = hsum512(_mm512_add_ps(acc[r], macc[r]));
 }
 
-}  // namespace bf16dot
+}  // namespace intdot
 #endif
 #pragma GCC diagnostic pop
 #endif
@@ -632,13 +674,24 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       }
     xs = xsum.data();
   }
-  [[maybe_unused]] const uint16_t* xp = nullptr;
-#ifdef REDWOOD_BF16DOT
-  std::vector<uint16_t> xsplit;
-  if (N == 1 && (w.type == DType::Q4_0 || w.type == DType::Q4_1)) {
-    xsplit.resize(static_cast<size_t>(cols / 64) * bf16dot::kPairWords);
-    bf16dot::split_activations(x, cols, xsplit.data());
-    xp = xsplit.data();
+#ifdef REDWOOD_INTDOT
+  constexpr auto intdot_type = [](DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; };
+  std::vector<uint8_t> xprep;
+  const uint8_t* xq = nullptr;
+  if (N == 1 && intdot_type(w.type)) {
+    auto prepare = [&]<DType T>() {
+      using L = intdot::Layout<T>;
+      xprep.resize(static_cast<size_t>((cols / 32 + L::blocks - 1) / L::blocks * L::xbytes + 64));
+      uint8_t* aligned = xprep.data() + (64 - reinterpret_cast<uintptr_t>(xprep.data()) % 64) % 64;  // aligned loads
+      intdot::prepare<T>(x, cols, aligned);
+      xq = aligned;
+    };
+    if (w.type == DType::Q4_0)
+      prepare.template operator()<DType::Q4_0>();
+    else if (w.type == DType::Q4_1)
+      prepare.template operator()<DType::Q4_1>();
+    else
+      prepare.template operator()<DType::Q8_0>();
   }
 #endif
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
@@ -649,12 +702,12 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     float out[N];
     auto run = [&]<DType T>() {
       int64_t i = r.begin();
-#ifdef REDWOOD_BF16DOT
-      if constexpr (N == 1 && (T == DType::Q4_0 || T == DType::Q4_1)) {
+#ifdef REDWOOD_INTDOT
+      if constexpr (N == 1 && intdot_type(T)) {
         const size_t rb = *row_bytes(w.type, cols);
         if (cols > kLongRow)
-          for (; i + 8 <= r.end(); i += 8) bf16dot::rows_dot<T, 8>(row_ptr(w, i), rb, cols, x, xp, xs, y + i);
-        for (; i < r.end(); ++i) bf16dot::rows_dot<T, 1>(row_ptr(w, i), rb, cols, x, xp, xs, y + i);
+          for (; i + 8 <= r.end(); i += 8) intdot::rows_dot<T, 8>(row_ptr(w, i), rb, cols, xq, y + i);
+        for (; i < r.end(); ++i) intdot::rows_dot<T, 1>(row_ptr(w, i), rb, cols, xq, y + i);
         return;
       }
 #endif
