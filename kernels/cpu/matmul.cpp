@@ -410,10 +410,12 @@ void prepare(const float* x, int64_t cols, uint8_t* out) {
   }
 }
 
-// Dot products of R weight rows (row_bytes apart) with the prepared
-// activations xq; each row's arithmetic is the same for every R.
-template <DType t, int R>
-void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* xq, float* out) {
+// Dot products of R weight rows (row_bytes apart) with N prepared token
+// vectors (xstride bytes apart): each weight group is loaded and unpacked once
+// for all N tokens. A row's arithmetic is the same for every R and N.
+// out[r * N + k] is row r, token k.
+template <DType t, int N, int R>
+void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* xq, size_t xstride, float* out) {
   using L = Layout<t>;
   static constexpr L lay{};
   const __m512i qidx = _mm512_load_si512(lay.qidx), didx = _mm512_load_si512(lay.didx);
@@ -426,11 +428,11 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
   const int64_t last_bytes = (nb - (groups - 1) * L::blocks) * L::bb;
   const __mmask64 last_lo = last_bytes >= 64 ? ~0ull : (1ull << last_bytes) - 1;
   const __mmask64 last_hi = last_bytes > 64 ? (~0ull) >> (128 - last_bytes) : 0;
-  __m512 acc[R], macc[R];
+  __m512 acc[R][N], macc[R][N];
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) acc[r] = macc[r] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) acc[r][k] = macc[r][k] = _mm512_setzero_ps();
   for (int64_t gi = 0; gi < groups; ++gi) {
-    const uint8_t* xg = xq + gi * L::xbytes;
     const bool last = gi == groups - 1;
     const __mmask64 mlo = last ? last_lo : ~0ull, mhi = last ? last_hi : full_hi;
 #pragma GCC unroll 16
@@ -438,33 +440,44 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
       const uint8_t* a = p + r * row_bytes + gi * L::group_bytes;
       const __m512i v0 = _mm512_maskz_loadu_epi8(mlo, a), v1 = _mm512_maskz_loadu_epi8(mhi, a + 64);
       const __m512i q = _mm512_permutex2var_epi8(v0, qidx, v1);
-      __m512i s;
+      __m512i lo, hi;
       if constexpr (L::q4) {
-        const __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
-        s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(xg));
-        s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, hi, _mm512_load_si512(xg + 64)), 8);
-        s = _mm512_dpbusd_epi32(s, lo, _mm512_load_si512(xg + 128));
-        s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, hi, _mm512_load_si512(xg + 192)), 8);
-        s = _mm512_dpbusd_epi32(s, lo, _mm512_load_si512(xg + 256));
-        s = _mm512_dpbusd_epi32(s, hi, _mm512_load_si512(xg + 320));
+        lo = _mm512_and_si512(q, low4);
+        hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
       } else {
-        const __m512i w = _mm512_xor_si512(q, sign);  // q + 128, unsigned
-        s = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_load_si512(xg)), 8);
-        s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, w, _mm512_load_si512(xg + 64)), 8);
-        s = _mm512_dpbusd_epi32(s, w, _mm512_load_si512(xg + 128));
+        lo = hi = _mm512_xor_si512(q, sign);  // q + 128, unsigned
       }
-      const uint8_t* tail = xg + 3 * L::planes * 64;
-      if constexpr (t != DType::Q4_1) s = _mm512_sub_epi32(s, _mm512_load_si512(tail + 64));
       const __m512 d = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, v0)));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_load_ps(reinterpret_cast<const float*>(tail))),
-                               acc[r]);
-      if constexpr (t == DType::Q4_1) {
-        const __m512 m = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, v0)));
-        macc[r] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(tail + 64)), macc[r]);
+      [[maybe_unused]] __m512 m;
+      if constexpr (t == DType::Q4_1)
+        m = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, v0)));
+#pragma GCC unroll 16
+      for (int k = 0; k < N; ++k) {
+        const uint8_t* xg = xq + k * xstride + gi * L::xbytes;
+        __m512i s;
+        if constexpr (L::q4) {
+          s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(xg));
+          s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, hi, _mm512_load_si512(xg + 64)), 8);
+          s = _mm512_dpbusd_epi32(s, lo, _mm512_load_si512(xg + 128));
+          s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, hi, _mm512_load_si512(xg + 192)), 8);
+          s = _mm512_dpbusd_epi32(s, lo, _mm512_load_si512(xg + 256));
+          s = _mm512_dpbusd_epi32(s, hi, _mm512_load_si512(xg + 320));
+        } else {
+          s = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(xg)), 8);
+          s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, lo, _mm512_load_si512(xg + 64)), 8);
+          s = _mm512_dpbusd_epi32(s, lo, _mm512_load_si512(xg + 128));
+        }
+        const uint8_t* tail = xg + 3 * L::planes * 64;
+        if constexpr (t != DType::Q4_1) s = _mm512_sub_epi32(s, _mm512_load_si512(tail + 64));
+        const __m512 scale = _mm512_mul_ps(d, _mm512_load_ps(reinterpret_cast<const float*>(tail)));
+        acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r][k]);
+        if constexpr (t == DType::Q4_1)
+          macc[r][k] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(tail + 64)), macc[r][k]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum512(_mm512_add_ps(acc[r], macc[r]));
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) out[r * N + k] = hsum512(_mm512_add_ps(acc[r][k], macc[r][k]));
 }
 
 }  // namespace intdot
@@ -661,9 +674,15 @@ constexpr int64_t kLongRow = 4096;
 template <int N>
 void gemv_n(const WeightView& w, const float* x, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
+#ifdef REDWOOD_INTDOT
+  // The quantized types take the integer dot path (intdot), with activations prepared below.
+  constexpr auto intdot_type = [](DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; };
+#else
+  constexpr auto intdot_type = [](DType) { return false; };
+#endif
   std::vector<float> xsum;
   const float* xs = nullptr;
-  if (w.type == DType::Q4_1) {
+  if (w.type == DType::Q4_1 && !intdot_type(w.type)) {
     const int64_t nb = cols / 32;
     xsum.resize(N * nb);
     for (int k = 0; k < N; ++k)
@@ -675,15 +694,16 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     xs = xsum.data();
   }
 #ifdef REDWOOD_INTDOT
-  constexpr auto intdot_type = [](DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; };
   std::vector<uint8_t> xprep;
   const uint8_t* xq = nullptr;
-  if (N == 1 && intdot_type(w.type)) {
+  size_t xstride = 0;
+  if (intdot_type(w.type)) {
     auto prepare = [&]<DType T>() {
       using L = intdot::Layout<T>;
-      xprep.resize(static_cast<size_t>((cols / 32 + L::blocks - 1) / L::blocks * L::xbytes + 64));
+      xstride = static_cast<size_t>((cols / 32 + L::blocks - 1) / L::blocks * L::xbytes);
+      xprep.resize(N * xstride + 64);
       uint8_t* aligned = xprep.data() + (64 - reinterpret_cast<uintptr_t>(xprep.data()) % 64) % 64;  // aligned loads
-      intdot::prepare<T>(x, cols, aligned);
+      for (int k = 0; k < N; ++k) intdot::prepare<T>(x + k * cols, cols, aligned + k * xstride);
       xq = aligned;
     };
     if (w.type == DType::Q4_0)
@@ -703,11 +723,14 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     auto run = [&]<DType T>() {
       int64_t i = r.begin();
 #ifdef REDWOOD_INTDOT
-      if constexpr (N == 1 && intdot_type(T)) {
+      if constexpr (intdot_type(T)) {
         const size_t rb = *row_bytes(w.type, cols);
-        if (cols > kLongRow)
-          for (; i + 8 <= r.end(); i += 8) intdot::rows_dot<T, 8>(row_ptr(w, i), rb, cols, xq, y + i);
-        for (; i < r.end(); ++i) intdot::rows_dot<T, 1>(row_ptr(w, i), rb, cols, xq, y + i);
+        if (N == 1 && cols > kLongRow)
+          for (; i + 8 <= r.end(); i += 8) intdot::rows_dot<T, 1, 8>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
+        for (; i < r.end(); ++i) {
+          intdot::rows_dot<T, N, 1>(row_ptr(w, i), rb, cols, xq, xstride, out);
+          for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
+        }
         return;
       }
 #endif
