@@ -100,26 +100,28 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
 #endif
 }
 
-// Decode over long rows processes eight rows at once; each row's arithmetic is
-// the single-row kernel's, so the results are bit-identical to one-row calls.
+// Decode processes several rows at once (eight over long rows; four for the
+// quantized types); each row's arithmetic is the single-row kernel's, so the
+// results are bit-identical to one-row calls.
 TEST(Kernels, LongRowDecodeEqualsRowByRow) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
-    const int64_t rows = 45, cols = 8192 + 64;
-    Mat m = random_matrix(t, rows, cols, 11);
-    std::mt19937 rng(3);
-    std::normal_distribution<float> nd;
-    std::vector<float> x(cols);
-    for (auto& v : x) v = nd(rng);
-    std::vector<float> y(rows, NAN);
-    cpu::matmul(m.view, x.data(), 1, y.data());
-    const size_t rb = *row_bytes(t, cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      const WeightView one{t, 1, cols, static_cast<const uint8_t*>(m.view.data) + r * rb};
-      float y1 = NAN;
-      cpu::matmul(one, x.data(), 1, &y1);
-      ASSERT_EQ(y[r], y1) << dtype_name(t) << " row " << r;
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1})
+    for (int64_t cols : {int64_t{576}, int64_t{8192 + 64}}) {
+      const int64_t rows = 45;
+      Mat m = random_matrix(t, rows, cols, 11);
+      std::mt19937 rng(3);
+      std::normal_distribution<float> nd;
+      std::vector<float> x(cols);
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> y(rows, NAN);
+      cpu::matmul(m.view, x.data(), 1, y.data());
+      const size_t rb = *row_bytes(t, cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        const WeightView one{t, 1, cols, static_cast<const uint8_t*>(m.view.data) + r * rb};
+        float y1 = NAN;
+        cpu::matmul(one, x.data(), 1, &y1);
+        ASSERT_EQ(y[r], y1) << dtype_name(t) << " cols " << cols << " row " << r;
+      }
     }
-  }
 }
 
 // Decode keeps fp32-level accuracy for activations spanning seven decades with

@@ -324,13 +324,13 @@ namespace intdot {
 template <DType t>
 struct Layout {
   static constexpr bool q4 = t != DType::Q8_0;
-  static constexpr int bits = q4 ? 22 : 21;               // B above
-  static constexpr int planes = q4 ? 2 : 1;               // weight vectors per group (low, high nibbles)
-  static constexpr int blocks = q4 ? 4 : 2;               // quantized blocks per group
-  static constexpr int lanes_per_block = 16 / blocks;     // int32 lanes holding one block's products
+  static constexpr int bits = q4 ? 22 : 21;            // B above
+  static constexpr int planes = q4 ? 2 : 1;            // weight vectors per group (low, high nibbles)
+  static constexpr int blocks = q4 ? 4 : 2;            // quantized blocks per group
+  static constexpr int lanes_per_block = 16 / blocks;  // int32 lanes holding one block's products
   static constexpr int bb = t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34;  // block bytes
-  static constexpr int qoff = t == DType::Q4_1 ? 4 : 2;  // quants' offset in a block
-  static constexpr int group_bytes = blocks * bb;         // 72, 80, 68: two loads, the second masked
+  static constexpr int qoff = t == DType::Q4_1 ? 4 : 2;                          // quants' offset in a block
+  static constexpr int group_bytes = blocks * bb;  // 72, 80, 68: two loads, the second masked
   // Activation bytes per group: 3 digit planes x planes vectors, then per lane
   // 2^(e - B) (fp32), then the offset correction (int32; Q4_1: sum(x) / lanes, fp32).
   static constexpr int xbytes = 3 * planes * 64 + 64 + 64;
@@ -346,66 +346,88 @@ struct Layout {
   }
 };
 
-// frexp's exponent: v < 2^e (v >= 0 finite; e = 0 for v = 0).
-inline int exponent_above(float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  const int biased = static_cast<int>(u >> 23);
-  if (biased != 0) return biased - 126;
-  int e = 0;
-  std::frexp(v, &e);  // zero or subnormal
-  return e;
+// Within each 128-bit lane (four floats: the elements that meet in one int32
+// lane of the dot), every element becomes the four's max / sum. The max is of
+// magnitudes' bit patterns (non-negative floats order as integers), so a NaN
+// wins too, unlike with VMAXPS.
+inline __m512i max4(__m512i a) {
+  a = _mm512_max_epu32(a, _mm512_shuffle_epi32(a, _MM_PERM_CDAB));
+  return _mm512_max_epu32(a, _mm512_shuffle_epi32(a, _MM_PERM_BADC));
+}
+inline __m512i magnitude(__m512 v) {
+  return _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
+}
+inline __m512 sum4(__m512 a) {
+  a = _mm512_add_ps(a, _mm512_permute_ps(a, 0xb1));
+  return _mm512_add_ps(a, _mm512_permute_ps(a, 0x4e));
+}
+inline __m512i sum4(__m512i a) {
+  a = _mm512_add_epi32(a, _mm512_shuffle_epi32(a, _MM_PERM_CDAB));
+  return _mm512_add_epi32(a, _mm512_shuffle_epi32(a, _MM_PERM_BADC));
+}
+// One value per group of four (elements 0, 4, 8, 12), as four floats / ints.
+inline __m128 per_group(__m512 v) {
+  return _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, v));
+}
+inline __m128i per_group(__m512i v) {
+  return _mm512_castsi512_si128(_mm512_maskz_compress_epi32(0x1111, v));
 }
 
 // Lays x (cols, a multiple of 32) out for rows_dot<t>: groups of
-// Layout<t>::xbytes. Each int32 lane's elements (Q4: 4 low-nibble and 4
-// high-nibble positions; Q8_0: 4) share one exponent, so the rounding is
-// relative to the largest of those few elements.
+// Layout<t>::xbytes. The elements that meet in one int32 lane (Q4: 4 low- and
+// 4 high-nibble positions; Q8_0: 4) share one exponent e, the biased exponent
+// of their largest magnitude less 126 (so max |x| < 2^e; zero and subnormal
+// maxima give e = -126, still exact in X): X = x * 2^(B - e) by VSCALEFPS,
+// rounded to nearest even. A non-finite element makes its lane's scale NaN.
 template <DType t>
 void prepare(const float* x, int64_t cols, uint8_t* out) {
   using L = Layout<t>;
   const int64_t nb = cols / 32, groups = (nb + L::blocks - 1) / L::blocks;
-  constexpr int per_lane = L::q4 ? 8 : 4;
   memset(out, 0, static_cast<size_t>(groups) * L::xbytes);
+  const __m512i bias = _mm512_set1_epi32(126 + L::bits), inf_exp = _mm512_set1_epi32(255);
+  // v's 16 elements with lane maxima m: digit planes at pos (bytes) of plane; returns X.
+  auto put = [&](uint8_t* g, __m512 v, __m512i biased, int plane, int pos) {
+    const __mmask16 finite = _mm512_cmplt_epi32_mask(biased, inf_exp);
+    const __m512i X =
+        _mm512_maskz_cvtps_epi32(finite, _mm512_scalef_ps(v, _mm512_cvtepi32_ps(_mm512_sub_epi32(bias, biased))));
+    const __m512i d0 = _mm512_srai_epi32(_mm512_slli_epi32(X, 24), 24);
+    const __m512i y = _mm512_srai_epi32(_mm512_sub_epi32(X, d0), 8);
+    const __m512i d1 = _mm512_srai_epi32(_mm512_slli_epi32(y, 24), 24);
+    const __m512i d2 = _mm512_srai_epi32(_mm512_sub_epi32(y, d1), 8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(g + (0 * L::planes + plane) * 64 + pos), _mm512_cvtepi32_epi8(d2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(g + (1 * L::planes + plane) * 64 + pos), _mm512_cvtepi32_epi8(d1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(g + (2 * L::planes + plane) * 64 + pos), _mm512_cvtepi32_epi8(d0));
+    return X;
+  };
+  // Four lanes' scales 2^(e - B) (NaN where not finite) at lane index `lane`.
+  auto put_scales = [&](uint8_t* g, __m512i biased, int lane) {
+    const __mmask16 finite = _mm512_cmplt_epi32_mask(biased, inf_exp);
+    const __m512 sc = _mm512_mask_scalef_ps(_mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()), finite,
+                                            _mm512_set1_ps(1.0f), _mm512_cvtepi32_ps(_mm512_sub_epi32(biased, bias)));
+    _mm_storeu_ps(reinterpret_cast<float*>(g + 3 * L::planes * 64) + lane, per_group(sc));
+  };
+  auto exponents = [](__m512i m) { return _mm512_srli_epi32(m, 23); };
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* g = out + (b / L::blocks) * L::xbytes;
-    float* xe = reinterpret_cast<float*>(g + 3 * L::planes * 64);
-    void* corr = g + 3 * L::planes * 64 + 64;
+    uint8_t* corr = g + 3 * L::planes * 64 + 64;
     const int bl = static_cast<int>(b % L::blocks);
-    for (int k = 0; k < L::lanes_per_block; ++k) {
-      int js[per_lane];  // the lane's elements within the block
-      for (int i = 0; i < per_lane; ++i) js[i] = L::q4 ? (i / 4) * 16 + 4 * k + i % 4 : 4 * k + i;
-      float mx = 0.0f, sum = 0.0f;
-      for (int j : js) {
-        mx = std::max(mx, std::fabs(x[b * 32 + j]));
-        sum += x[b * 32 + j];
-      }
-      const bool finite = std::isfinite(mx) && std::isfinite(sum);
-      const int e = finite ? exponent_above(mx) : 0;
-      const double up = std::ldexp(1.0, L::bits - e);
-      int64_t sx = 0;
-      for (int j : js) {
-        const int32_t X = finite ? static_cast<int32_t>(std::nearbyint(x[b * 32 + j] * up)) : 0;  // |X| <= 2^B
-        sx += X;
-        const int d0 = static_cast<int8_t>(X & 0xff);
-        const int32_t y = (X - d0) / 256;
-        const int d1 = static_cast<int8_t>(y & 0xff);
-        const int d2 = (y - d1) / 256;
-        const int plane = L::q4 ? j / 16 : 0;
-        const int pos = L::q4 ? bl * 16 + j % 16 : bl * 32 + j;
-        g[(0 * L::planes + plane) * 64 + pos] = static_cast<uint8_t>(d2);
-        g[(1 * L::planes + plane) * 64 + pos] = static_cast<uint8_t>(d1);
-        g[(2 * L::planes + plane) * 64 + pos] = static_cast<uint8_t>(d0);
-      }
-      const int lane = bl * L::lanes_per_block + k;
-      // A non-finite activation makes every row's result NaN, as an fp32 dot would.
-      xe[lane] = finite ? std::ldexp(1.0f, e - L::bits) : std::numeric_limits<float>::quiet_NaN();
+    const __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
+    if constexpr (L::q4) {  // lane k of the block: elements 4k..4k+3 of both halves
+      const __m512i e = exponents(max4(_mm512_max_epu32(magnitude(v0), magnitude(v1))));
+      const __m512i X = _mm512_add_epi32(put(g, v0, e, 0, bl * 16), put(g, v1, e, 1, bl * 16));
+      put_scales(g, e, bl * 4);
       if constexpr (t == DType::Q4_0)  // sum((q - 8) X) = sum(q X) - 8 sum(X)
-        static_cast<int32_t*>(corr)[lane] = static_cast<int32_t>(8 * sx);
-      else if constexpr (t == DType::Q4_1)  // m sum(x), in fp32
-        static_cast<float*>(corr)[lane] = sum;
-      else  // Q8_0: sum((q + 128) X) - 128 sum(X)
-        static_cast<int32_t*>(corr)[lane] = static_cast<int32_t>(128 * sx);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(corr) + bl, per_group(_mm512_slli_epi32(sum4(X), 3)));
+      else  // Q4_1: m sum(x), in fp32
+        _mm_storeu_ps(reinterpret_cast<float*>(corr) + bl * 4, per_group(sum4(_mm512_add_ps(v0, v1))));
+    } else {  // Q8_0, lane k of the block: elements 4k..4k+3; sum((q + 128) X) - 128 sum(X)
+      for (int h = 0; h < 2; ++h) {
+        const __m512 v = h ? v1 : v0;
+        const __m512i e = exponents(max4(magnitude(v)));
+        const __m512i X = put(g, v, e, 0, bl * 32 + h * 16);
+        put_scales(g, e, bl * 8 + h * 4);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(corr) + bl * 2 + h, per_group(_mm512_slli_epi32(sum4(X), 7)));
+      }
     }
   }
 }
@@ -423,22 +445,25 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   [[maybe_unused]] const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   const int64_t nb = cols / 32, groups = (nb + L::blocks - 1) / L::blocks;
-  const __mmask64 full_hi = (~0ull) >> (128 - L::group_bytes);  // bytes 64..group_bytes-1
-  // The last group may hold fewer blocks: load only its bytes (zeros contribute nothing).
-  const int64_t last_bytes = (nb - (groups - 1) * L::blocks) * L::bb;
-  const __mmask64 last_lo = last_bytes >= 64 ? ~0ull : (1ull << last_bytes) - 1;
-  const __mmask64 last_hi = last_bytes > 64 ? (~0ull) >> (128 - last_bytes) : 0;
+  // Both 64-byte loads of a group are plain where the row has 128 bytes left
+  // from its start (reading into the next group is harmless); the last groups'
+  // loads are masked to the row (masked loads that split cache lines are slow,
+  // so only there).
+  const int64_t row_len = nb * L::bb, plain_groups = row_len >= 128 ? (row_len - 128) / L::group_bytes + 1 : 0;
   __m512 acc[R][N], macc[R][N];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
     for (int k = 0; k < N; ++k) acc[r][k] = macc[r][k] = _mm512_setzero_ps();
   for (int64_t gi = 0; gi < groups; ++gi) {
-    const bool last = gi == groups - 1;
-    const __mmask64 mlo = last ? last_lo : ~0ull, mhi = last ? last_hi : full_hi;
+    const bool plain = gi < plain_groups;
+    const int64_t rem = row_len - gi * L::group_bytes;  // bytes left in the row
+    const __mmask64 mlo = rem >= 64 ? ~0ull : (1ull << rem) - 1;
+    const __mmask64 mhi = rem >= 128 ? ~0ull : rem > 64 ? (1ull << (rem - 64)) - 1 : 0;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const uint8_t* a = p + r * row_bytes + gi * L::group_bytes;
-      const __m512i v0 = _mm512_maskz_loadu_epi8(mlo, a), v1 = _mm512_maskz_loadu_epi8(mhi, a + 64);
+      const __m512i v0 = plain ? _mm512_loadu_si512(a) : _mm512_maskz_loadu_epi8(mlo, a);
+      const __m512i v1 = plain ? _mm512_loadu_si512(a + 64) : _mm512_maskz_loadu_epi8(mhi, a + 64);
       const __m512i q = _mm512_permutex2var_epi8(v0, qidx, v1);
       __m512i lo, hi;
       if constexpr (L::q4) {
@@ -715,8 +740,8 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   }
 #endif
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
-  // blocked_range splits down to [grain/2, grain] rows: keep groups of eight.
-  if (N == 1 && cols > kLongRow) grain = std::max<int64_t>(grain, 16);
+  // blocked_range splits down to [grain/2, grain] rows: keep groups of eight (four).
+  if (N == 1 && (cols > kLongRow || intdot_type(w.type))) grain = std::max<int64_t>(grain, 16);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, grain), [&](const tbb::blocked_range<int64_t>& r) {
 #ifdef REDWOOD_AVX2
     float out[N];
@@ -725,8 +750,12 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
 #ifdef REDWOOD_INTDOT
       if constexpr (intdot_type(T)) {
         const size_t rb = *row_bytes(w.type, cols);
+        // Shorter rows go four at a time too: more independent work per step
+        // (e.g. SmolLM2's 576-column LM head: ~25% faster than one at a time).
         if (N == 1 && cols > kLongRow)
           for (; i + 8 <= r.end(); i += 8) intdot::rows_dot<T, 1, 8>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
+        if (N == 1)
+          for (; i + 4 <= r.end(); i += 4) intdot::rows_dot<T, 1, 4>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
         for (; i < r.end(); ++i) {
           intdot::rows_dot<T, N, 1>(row_ptr(w, i), rb, cols, xq, xstride, out);
           for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
