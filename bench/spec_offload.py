@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Speculative vs autoregressive decoding with the target streamed under a budget.
 
-    python3 bench/spec_offload.py [--redwood build/redwood] [--prompts 5] [--tokens 64] [--draft-layers 10]
+    python3 bench/spec_offload.py [--redwood build/redwood] [--prompts 5] [--tokens 64]
+                                  [--draft-layers 10 | --draft PATH]
 
 SmolLM2-135M target, device budget = the planner's minimum plus a third of the
 layers (so about two thirds of the target streams from storage every pass),
@@ -36,11 +37,14 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--prompts", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--draft-layers", type=int, default=10)
+    ap.add_argument("--draft-layers", type=int, default=10, help="self-draft: the target's first K blocks")
+    ap.add_argument("--draft", help="a draft GGUF instead of a self-draft (e.g. one from tools/train-draft.py)")
     ap.add_argument("--first", type=int, default=500, help="index of the first GSM8K question used")
     args = ap.parse_args()
 
-    draft = os.path.join(ROOT, "build", f"self-draft-{args.draft_layers}L.gguf")
+    draft = args.draft or os.path.join(ROOT, "build", f"self-draft-{args.draft_layers}L.gguf")
+    if args.draft and not os.path.exists(draft):
+        sys.exit(f"spec_offload: no draft file {draft}")
     if not os.path.exists(draft):
         redwood(args, ["make-draft", "--from", args.model, "--layers", str(args.draft_layers), "--out", draft])
     with open(DATA) as f:
@@ -67,8 +71,9 @@ def main():
         "sequoia 32/8": ["--draft", draft, "--tree", "sequoia", "--budget", "32", "--depth", "8"],
     }
     print(f"target {os.path.basename(args.model)}, --device-mem {budget_ar / 2**20:.1f} MiB (autoregressive) / "
-          f"{budget / 2**20:.1f} MiB (with the draft): 10 of 30 target layers resident, 20 streamed; "
-          f"self-draft {args.draft_layers} of 30 blocks, {len(questions)} GSM8K prompts x {args.tokens} tokens\n")
+          f"{budget / 2**20:.1f} MiB (with the draft): 10 of 30 target layers resident, 20 streamed; " +
+          (f"draft {os.path.relpath(draft, ROOT)}" if args.draft else f"self-draft {args.draft_layers} of 30 blocks") +
+          f", {len(questions)} GSM8K prompts x {args.tokens} tokens\n")
     print("| T | mode | s/token | tokens/target pass | speedup vs autoregressive | stall s/pass |")
     print("|---|---|---|---|---|---|")
     for temp in ["0", "0.6"]:
