@@ -462,6 +462,9 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const uint8_t* a = p + r * row_bytes + gi * L::group_bytes;
+      // Software prefetch 1 KiB ahead in each row: in the VM's ~75 GB/s state
+      // it took the 4-bit GEMV from ~0.65 to ~0.8 of the copy bandwidth (2 KiB: ~0.75).
+      if (plain) _mm_prefetch(reinterpret_cast<const char*>(a) + 1024, _MM_HINT_T0);
       const __m512i v0 = plain ? _mm512_loadu_si512(a) : _mm512_maskz_loadu_epi8(mlo, a);
       const __m512i v1 = plain ? _mm512_loadu_si512(a + 64) : _mm512_maskz_loadu_epi8(mhi, a + 64);
       const __m512i q = _mm512_permutex2var_epi8(v0, qidx, v1);
