@@ -250,6 +250,8 @@ void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const uint8_t* row = p + r * row_bytes;
+        // 1 KiB ahead, as in intdot (F16 in the ~75 GB/s state: ~0.8 -> 0.93 of the copy).
+        if constexpr (t != DType::F32) _mm_prefetch(reinterpret_cast<const char*>(row) + 2 * c + 1024, _MM_HINT_T0);
         const __m512 w0 = load16<t>(row, c), w1 = load16<t>(row, c + 16);
         for (int k = 0; k < N; ++k) {
           acc0[r][k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k * ldx + c), acc0[r][k]);
