@@ -303,18 +303,18 @@ void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
 #if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
 #define REDWOOD_INTDOT 1
 // ---- quantized decode with integer dot products ------------------------------
-// At n = 1 a quantized GEMV is bound by the work per weight, not by memory,
-// when it widens every weight to fp32. Here the weights stay bytes and
+// Decoding (n <= 8), a quantized GEMV is bound by the work per weight, not by
+// memory, when it widens every weight to fp32. Here the weights stay bytes and
 // VPDPBUSD does 64 byte products per instruction. The activations become
 // integers: the few elements x that meet in one int32 lane are rounded to
 // X = round(x * 2^(B - e)), e their exponent (max |x| < 2^e), B = 22 (4-bit)
 // or 21 (Q8_0, whose lane of four products must fit in int32), so |X| <= 2^B
 // and the rounding error is at most 2^-B of the lane's largest element, the
 // order of fp32 summation rounding; X is split into three signed bytes
-// (X = 65536 d2 + 256 d1 + d0)
-// and the three digit planes are dotted with the weight bytes, shifting in
-// between. Each int32 lane then holds the exact integer dot of its weights,
-// converted to fp32 once and scaled by (weight block scale) * 2^(e - B).
+// (X = 65536 d2 + 256 d1 + d0) and the three digit planes are dotted with the
+// weight bytes, shifting in between. Each int32 lane then holds the exact
+// integer dot of its weights, converted to fp32 once and scaled by (weight
+// block scale) * 2^(e - B).
 // Weights go in groups of 64 bytes of quants: four 4-bit blocks (their 16-byte
 // quants gathered by one VPERMT2B, low and high nibbles as two vectors) or two
 // Q8_0 blocks. Unsigned weight bytes meet signed digits: Q4_0's q - 8 and
@@ -332,9 +332,9 @@ struct Layout {
   static constexpr int lanes_per_block = 16 / blocks;  // int32 lanes holding one block's products
   static constexpr int bb = t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34;  // block bytes
   static constexpr int qoff = t == DType::Q4_1 ? 4 : 2;                          // quants' offset in a block
-  static constexpr int group_bytes = blocks * bb;  // 72, 80, 68: two loads, the second masked
+  static constexpr int group_bytes = blocks * bb;                                // 72, 80, 68: two 64-byte loads
   // Activation bytes per group: 3 digit planes x planes vectors, then per lane
-  // 2^(e - B) (fp32), then the offset correction (int32; Q4_1: sum(x) / lanes, fp32).
+  // 2^(e - B) (fp32), then the offset correction (int32; Q4_1: the lane's sum(x), fp32).
   static constexpr int xbytes = 3 * planes * 64 + 64 + 64;
   // Gather indexes: byte k of a weight vector, and the scale word of lane k.
   alignas(64) uint8_t qidx[64]{};
