@@ -104,78 +104,62 @@ inline __m256 load_bf8(const uint8_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// Dot products of one weight row with N token vectors, each row read once.
-// For quantized blocks, the block scale is applied per block to the sum over
-// the block: acc += d * (q . x), plus m * sum(x) for Q4_1 (xsum precomputed).
-template <DType t, int N>
-void row_dots(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xsum, float* out) {
-  // Two accumulators per token (even/odd step) and split partial sums inside a
-  // block keep FMA dependency chains short: at n = 1 the kernel must not be
-  // latency-bound if it is to run at memory bandwidth.
-  __m256 acc0[N], acc1[N];
-  for (int k = 0; k < N; ++k) acc0[k] = acc1[k] = _mm256_setzero_ps();
-  float macc[N] = {};
-  if constexpr (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
-    {
-      auto load = [&](int64_t c) {
-        return t == DType::F32   ? _mm256_loadu_ps(reinterpret_cast<const float*>(p) + c)
-               : t == DType::F16 ? load_h8(p + 2 * c)
-                                 : load_bf8(p + 2 * c);
-      };
-      int64_t c = 0;
-      for (; c + 16 <= cols; c += 16) {
-        const __m256 w0 = load(c), w1 = load(c + 8);
-        for (int k = 0; k < N; ++k) {
-          acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), acc0[k]);
-          acc1[k] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k * ldx + c + 8), acc1[k]);
-        }
-      }
-      for (; c + 8 <= cols; c += 8) {
-        const __m256 w = load(c);
-        for (int k = 0; k < N; ++k) acc0[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + k * ldx + c), acc0[k]);
-      }
-      if (c < cols) {  // tail (cols not a multiple of 8)
-        float tmp[8];
-        dequant_row_scalar(t, p + c * (t == DType::F32 ? 4 : 2), cols - c, tmp);
-        for (int k = 0; k < N; ++k)
-          for (int64_t j = c; j < cols; ++j) macc[k] += tmp[j - c] * x[k * ldx + j];
-      }
+// Dot products of R weight rows (row_bytes apart) of a plain type (F32, F16,
+// BF16) with N token vectors: each weight is read once for all N tokens, each
+// activation vector once for all R rows (decode uses R = 4: an activation
+// vector of 8192 floats fills L1, and reloading it for every row costs
+// bandwidth). Quantized types take the integer dot paths below. A row's
+// arithmetic does not depend on R. out[r * N + k] is row r, token k.
+template <DType t, int N, int R = 1>
+void row_dots(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, int64_t ldx, float* out) {
+  static_assert(t == DType::F32 || t == DType::F16 || t == DType::BF16);
+  // Two accumulators per token (even/odd step) keep FMA dependency chains
+  // short: at n = 1 the kernel must not be latency-bound if it is to run at
+  // memory bandwidth.
+  __m256 acc0[R][N], acc1[R][N];
+  float macc[R][N];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) {
+      acc0[r][k] = acc1[r][k] = _mm256_setzero_ps();
+      macc[r][k] = 0.0f;
     }
-  } else {
-    {
-      const int64_t nb = cols / 32;
-      const size_t bb = dtype_info(t).block_bytes;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = p + b * bb;
-        const __m256 d = _mm256_set1_ps(h2f(blk));
-        __m256 w[4];
-        float m = 0.0f;
-        if constexpr (t == DType::Q8_0) {
-          load_q8(reinterpret_cast<const int8_t*>(blk + 2), w);
-        } else if constexpr (t == DType::Q4_0) {
-          load_q4(blk + 2, w);
-          const __m256 eight = _mm256_set1_ps(8.0f);
-          for (auto& v : w) v = _mm256_sub_ps(v, eight);
-        } else {
-          m = h2f(blk + 2);
-          load_q4(blk + 4, w);
-        }
-        for (int k = 0; k < N; ++k) {
-          const float* xb = x + k * ldx + b * 32;
-          __m256 s0 = _mm256_mul_ps(w[0], _mm256_loadu_ps(xb));
-          __m256 s1 = _mm256_mul_ps(w[1], _mm256_loadu_ps(xb + 8));
-          s0 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xb + 16), s0);
-          s1 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xb + 24), s1);
-          if (b & 1)
-            acc1[k] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc1[k]);
-          else
-            acc0[k] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc0[k]);
-          if constexpr (t == DType::Q4_1) macc[k] = std::fma(m, xsum[k * nb + b], macc[k]);
-        }
+  auto load = [](const uint8_t* row, int64_t c) {
+    return t == DType::F32   ? _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c)
+           : t == DType::F16 ? load_h8(row + 2 * c)
+                             : load_bf8(row + 2 * c);
+  };
+  int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = p + r * row_bytes;
+      // Software prefetch 1 KiB ahead, once per 64-byte line of 16-bit weights.
+      if (t != DType::F32 && (c & 31) == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(row) + 2 * c + 1024, _MM_HINT_T0);
+      const __m256 w0 = load(row, c), w1 = load(row, c + 8);
+      for (int k = 0; k < N; ++k) {
+        acc0[r][k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), acc0[r][k]);
+        acc1[r][k] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k * ldx + c + 8), acc1[r][k]);
       }
     }
   }
-  for (int k = 0; k < N; ++k) out[k] = hsum(_mm256_add_ps(acc0[k], acc1[k])) + macc[k];
+  for (int r = 0; r < R; ++r) {  // tails (cols not a multiple of 16, then of 8)
+    const uint8_t* row = p + r * row_bytes;
+    int64_t ct = c;
+    for (; ct + 8 <= cols; ct += 8) {
+      const __m256 w = load(row, ct);
+      for (int k = 0; k < N; ++k) acc0[r][k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + k * ldx + ct), acc0[r][k]);
+    }
+    if (ct < cols) {
+      float tmp[8];
+      dequant_row_scalar(t, row + ct * (t == DType::F32 ? 4 : 2), cols - ct, tmp);
+      for (int k = 0; k < N; ++k)
+        for (int64_t j = ct; j < cols; ++j) macc[r][k] += tmp[j - ct] * x[k * ldx + j];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) out[r * N + k] = hsum(_mm256_add_ps(acc0[r][k], acc1[r][k])) + macc[r][k];
 }
 
 #ifdef __AVX512F__
@@ -518,6 +502,190 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 #endif
 #endif
 
+#if defined(REDWOOD_AVX2) && !defined(REDWOOD_INTDOT)
+#define REDWOOD_INTDOT2 1
+// ---- quantized decode with integer dot products, AVX2 ------------------------
+// The same idea as intdot above for machines without AVX-512 VNNI: the
+// weights stay small integers, the activations become exact integers, and the
+// dot products run on VPMADDWD (16 16-bit products per instruction, summed in
+// pairs into int32 lanes); widening every weight to fp32 instead costs more
+// work per weight than a core can do at memory speed. The four elements that
+// meet in one int32 lane (2j, 2j + 1, 16 + 2j, 17 + 2j of a 32-element block)
+// share one exponent e (max |x| < 2^e) and are rounded to
+// X = round(x * 2^(B - e)), B = 24 for 4-bit weights and 21 for Q8_0 (a lane
+// of four products must fit in int32), so the rounding is at most 2^-B of the
+// lane's largest element. X = 4096 H + L, with L in [-2048, 2048) and H small,
+// both int16; the H and L planes are dotted with the weights (Q8_0's q as
+// int16, Q4_0's q with 8 * sum(X) subtracted per lane, Q4_1's q
+// with m * sum(x) added per lane in fp32) and
+// combined as (H-dot << 12) + L-dot, each lane's exact integer dot, converted
+// to fp32 once and scaled by (weight block scale) * 2^(e - B).
+namespace intdot2 {
+
+template <DType t>
+struct Layout {
+  static constexpr bool q4 = t != DType::Q8_0;
+  static constexpr int bits = q4 ? 24 : 21;                                      // B above
+  static constexpr int shift = 12;                                               // X = H << shift + L
+  static constexpr int blocks = 1;                                               // quantized blocks per prepared group
+  static constexpr int bb = t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34;  // block bytes
+  // Activation bytes per block: H (elements 0..15, 16..31), L (the same), the
+  // eight lanes' 2^(e - B) (fp32; NaN where not finite), then Q4_0: the lanes'
+  // 8 sum(X) (int32), Q4_1: the lanes' sum(x) (fp32).
+  static constexpr int xbytes = 4 * 32 + 32 + (t == DType::Q8_0 ? 0 : 32);
+};
+
+// Lays x (cols, a multiple of 32) out for rows_dot<t>: Layout<t>::xbytes per block.
+template <DType t>
+void prepare(const float* x, int64_t cols, uint8_t* out) {
+  using L = Layout<t>;
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff), inf_exp = _mm256_set1_epi32(255);
+  // Maxima of zero or below 2^(B - 125) are treated as 2^(B - 125): X loses
+  // nothing that matters (such lanes' products are below 2^-100) and both
+  // 2^(B - e) and 2^(e - B) stay normal floats.
+  const __m256i min_exp = _mm256_set1_epi32(L::bits + 1), half = _mm256_set1_epi32(1 << (L::shift - 1));
+  const __m256 nan = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    uint8_t* g = out + b * L::xbytes;
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + b * 32 + 8 * i);
+    // Lane maxima of magnitudes' bit patterns (a NaN wins too), per element:
+    // a[0] for elements 0..7 and 16..23, a[1] for 8..15 and 24..31.
+    __m256i biased[2], fin[2], X[4];
+    __m256 sc[2];
+    for (int h = 0; h < 2; ++h) {
+      __m256i a = _mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(v[h]), absmask),
+                                   _mm256_and_si256(_mm256_castps_si256(v[h + 2]), absmask));
+      a = _mm256_max_epu32(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(2, 3, 0, 1)));
+      biased[h] = _mm256_max_epi32(_mm256_srli_epi32(a, 23), min_exp);
+      fin[h] = _mm256_cmpgt_epi32(inf_exp, biased[h]);
+      // 2^(126 + B - biased) and 2^(biased - 126 - B), built as exponent fields.
+      const __m256 up =
+          _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(253 + L::bits), biased[h]), 23));
+      sc[h] = _mm256_blendv_ps(
+          nan, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(biased[h], _mm256_set1_epi32(L::bits - 1)), 23)),
+          _mm256_castsi256_ps(fin[h]));
+      X[h] = _mm256_and_si256(_mm256_cvtps_epi32(_mm256_mul_ps(v[h], up)), fin[h]);
+      X[h + 2] = _mm256_and_si256(_mm256_cvtps_epi32(_mm256_mul_ps(v[h + 2], up)), fin[h]);
+    }
+    // H and L planes as int16 in element order (packs interleaves 128-bit halves).
+    for (int part = 0; part < 2; ++part) {  // elements 0..15, 16..31
+      const __m256i x0 = X[2 * part], x1 = X[2 * part + 1];
+      const __m256i h0 = _mm256_srai_epi32(_mm256_add_epi32(x0, half), L::shift);
+      const __m256i h1 = _mm256_srai_epi32(_mm256_add_epi32(x1, half), L::shift);
+      const __m256i l0 = _mm256_sub_epi32(x0, _mm256_slli_epi32(h0, L::shift));
+      const __m256i l1 = _mm256_sub_epi32(x1, _mm256_slli_epi32(h1, L::shift));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(g + 32 * part),
+                         _mm256_permute4x64_epi64(_mm256_packs_epi32(h0, h1), 0xd8));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(g + 64 + 32 * part),
+                         _mm256_permute4x64_epi64(_mm256_packs_epi32(l0, l1), 0xd8));
+    }
+    // Lane j's scale: element 2j of sc[0] (j < 4) or 2(j - 4) of sc[1].
+    _mm256_store_ps(
+        reinterpret_cast<float*>(g + 128),
+        _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(sc[0], sc[1], 0x88)), 0xd8)));
+    if constexpr (t == DType::Q4_0) {  // sum((q - 8) X) = sum(q X) - 8 sum(X), per lane
+      const __m256i s0 = _mm256_add_epi32(X[0], X[2]), s1 = _mm256_add_epi32(X[1], X[3]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(g + 160),
+                         _mm256_slli_epi32(_mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xd8), 3));
+    }
+    if constexpr (t == DType::Q4_1)  // the block's sum(x) in eight partial sums (any lane order: m is per block)
+      _mm256_store_ps(reinterpret_cast<float*>(g + 160),
+                      _mm256_hadd_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[1], v[3])));
+  }
+}
+
+// The 32 weights of a block as two int16 vectors (elements 0..15, 16..31):
+// Q8_0's q, the 4-bit types' unsigned q.
+template <DType t>
+inline void load_block(const uint8_t* blk, __m256i& w0, __m256i& w1) {
+  if constexpr (t == DType::Q8_0) {
+    w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+    w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+  } else {
+    const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + Layout<t>::bb - 16)));
+    const __m256i low4 = _mm256_set1_epi16(0x0f);
+    w0 = _mm256_and_si256(q, low4);
+    w1 = _mm256_srli_epi16(q, 4);
+  }
+}
+
+// Every fp16 value as fp32 (256 KiB, as in ggml): a block scale becomes one
+// broadcast load, where VPBROADCASTW + VCVTPH2PS cost vector-pipe work per
+// block that the decode loop cannot spare. Scales of one matrix take few
+// distinct values, so the table's hot part stays in cache.
+struct HalfTable {
+  std::vector<float> f = std::vector<float>(65536);
+  HalfTable() {
+    for (uint32_t h = 0; h < 65536; ++h) f[h] = f16_to_f32(static_cast<uint16_t>(h));
+  }
+};
+inline const float* half_table() {
+  static const HalfTable table;
+  return table.f.data();
+}
+
+inline __m256 load_half_bcast(const float* table, const uint8_t* p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return _mm256_broadcast_ss(table + h);
+}
+
+// Dot products of R weight rows (row_bytes apart) with N prepared token
+// vectors (xstride bytes apart): each block is loaded and widened once for all
+// N tokens. A row's arithmetic is the same for every R and N.
+// out[r * N + k] is row r, token k.
+template <DType t, int N, int R>
+void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* xq, size_t xstride, float* out) {
+  using L = Layout<t>;
+  const int64_t nb = cols / 32;
+  const float* const h2f_table = half_table();
+  __m256 acc[R][N];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) acc[r][k] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = p + r * row_bytes + b * L::bb;
+      // Software prefetch 1 KiB ahead in each row, about once per cache line.
+      if (L::q4 ? (b & 1) == 0 : true) _mm_prefetch(reinterpret_cast<const char*>(blk) + 1024, _MM_HINT_T0);
+      __m256i w0, w1;
+      load_block<t>(blk, w0, w1);
+      const __m256 d = load_half_bcast(h2f_table, blk);
+      [[maybe_unused]] __m256 m;
+      if constexpr (t == DType::Q4_1) m = load_half_bcast(h2f_table, blk + 2);
+#pragma GCC unroll 16
+      for (int k = 0; k < N; ++k) {
+        const uint8_t* xg = xq + k * xstride + b * L::xbytes;
+        auto ld = [&](int off) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(xg + off)); };
+        const __m256i sh = _mm256_add_epi32(_mm256_madd_epi16(w0, ld(0)), _mm256_madd_epi16(w1, ld(32)));
+        const __m256i sl = _mm256_add_epi32(_mm256_madd_epi16(w0, ld(64)), _mm256_madd_epi16(w1, ld(96)));
+        __m256i s = _mm256_add_epi32(_mm256_slli_epi32(sh, L::shift), sl);
+        if constexpr (t == DType::Q4_0) s = _mm256_sub_epi32(s, ld(160));
+        const __m256 scale = _mm256_mul_ps(d, _mm256_load_ps(reinterpret_cast<const float*>(xg + 128)));
+        acc[r][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[r][k]);
+        if constexpr (t == DType::Q4_1)
+          acc[r][k] = _mm256_fmadd_ps(m, _mm256_load_ps(reinterpret_cast<const float*>(xg + 160)), acc[r][k]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) out[r * N + k] = hsum(acc[r][k]);
+}
+
+}  // namespace intdot2
+#endif
+
+// The integer dot path this build has, if any (both have the same interface).
+#if defined(REDWOOD_INTDOT)
+namespace idot = intdot;
+#define REDWOOD_IDOT 1
+#elif defined(REDWOOD_INTDOT2)
+namespace idot = intdot2;
+#define REDWOOD_IDOT 1
+#endif
+
 // Dequantizes `cols` weights starting at p (a whole number of blocks for the
 // quantized types) into out; the same values as dequant_row_scalar.
 void dequant_span(DType t, const uint8_t* p, int64_t cols, float* out) {
@@ -700,18 +868,127 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
 }  // namespace gemm512
 #endif
 
-// Rows longer than this (in columns) are processed eight at a time at n = 1.
+#if defined(REDWOOD_AVX2) && !defined(REDWOOD_AVX512)
+// ---- batched pass: fused dequantize + GEMM with 256-bit FMAs -----------------
+// gemm512's scheme for AVX2 machines (16 vector registers): the activations
+// are transposed once per call into panels xt[k][16] (16 tokens, zero-padded),
+// each 256-column chunk of a row tile is dequantized once and used by every
+// panel, and a micro-kernel keeps R rows x 16 tokens of outputs in 12
+// registers (R = 6; 12 rows x 8 tokens for a panel of at most 8): per column,
+// 2 vector loads and R broadcasts feed 12 FMAs. Every output is one
+// sequential fp32 FMA chain over k, so results do not depend on n.
+namespace gemm256 {
+
+constexpr int kTok = 16;      // tokens per panel
+constexpr int64_t kKc = 256;  // k per chunk: the row tile (48 KiB) and the panels' chunks stay in L2
+constexpr int64_t kRb = 48;   // rows per task: a multiple of both R below
+
+// (The unroll pragmas make GCC keep acc in registers: without them it
+// stores every accumulator to the stack on each step, a third of the speed.)
+template <int R, int NV>
+void micro(const float* w, int64_t kc, const float* xt, float* ct) {
+  __m256 acc[R][NV];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_loadu_ps(ct + r * kTok + v * 8);
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 xv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) xv[v] = _mm256_loadu_ps(xt + k * kTok + v * 8);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m256 b = _mm256_broadcast_ss(w + r * kKc + k);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(b, xv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(ct + r * kTok + v * 8, acc[r][v]);
+}
+
+void gemm(const WeightView& w, const float* x, int n, float* y) {
+  const int64_t cols = w.cols, rows = w.rows;
+  const int n_panels = (n + kTok - 1) / kTok;
+  // xt[p][k][16]: panel p holds tokens 16p .. 16p+15 (zero beyond n), kept per
+  // calling thread as in gemm512 (matmul is never called from a oneTBB task).
+  thread_local std::vector<float> xt_buffer;
+  if (xt_buffer.size() < static_cast<size_t>(n_panels) * cols * kTok)
+    xt_buffer.resize(static_cast<size_t>(n_panels) * cols * kTok);
+  float* const xt = xt_buffer.data();
+  for (int t = 0; t < n_panels * kTok; ++t) {
+    float* dst = xt + static_cast<size_t>(t / kTok) * cols * kTok + t % kTok;
+    if (t >= n) {
+      for (int64_t c = 0; c < cols; ++c) dst[c * kTok] = 0.0f;
+      continue;
+    }
+    const float* src = x + static_cast<size_t>(t) * cols;
+    for (int64_t c = 0; c < cols; ++c) dst[c * kTok] = src[c];
+  }
+  const size_t bb = dtype_info(w.type).block_bytes;
+  const int64_t per_block = dtype_info(w.type).block_elems;
+  struct Scratch {
+    std::vector<float> tile, ct;  // tile[kRb][kKc]; ct[panel][kRb][kTok]
+  };
+  tbb::enumerable_thread_specific<Scratch> scratch;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + kRb - 1) / kRb, 1),
+                    [&](const tbb::blocked_range<int64_t>& range) {
+                      Scratch& sc = scratch.local();
+                      sc.tile.assign(kRb * kKc, 0.0f);  // rows past the matrix stay zero
+                      sc.ct.resize(static_cast<size_t>(n_panels) * kRb * kTok);
+                      for (int64_t blk = range.begin(); blk < range.end(); ++blk) {
+                        const int64_t r0 = blk * kRb;
+                        const int64_t nr = std::min(kRb, rows - r0);
+                        if (nr < kRb) std::fill(sc.tile.begin() + nr * kKc, sc.tile.end(), 0.0f);
+                        std::fill(sc.ct.begin(), sc.ct.end(), 0.0f);
+                        for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
+                          const int64_t kc = std::min(kKc, cols - k0);
+                          for (int64_t i = 0; i < nr; ++i)
+                            dequant_span(w.type, row_ptr(w, r0 + i) + k0 / per_block * static_cast<int64_t>(bb), kc,
+                                         sc.tile.data() + i * kKc);
+                          for (int p = 0; p < n_panels; ++p) {
+                            const float* xp = xt + (static_cast<size_t>(p) * cols + k0) * kTok;
+                            float* cp = sc.ct.data() + static_cast<size_t>(p) * kRb * kTok;
+                            if (n - p * kTok > 8) {
+                              for (int64_t r = 0; r < nr; r += 6)
+                                micro<6, 2>(sc.tile.data() + r * kKc, kc, xp, cp + r * kTok);
+                            } else {
+                              for (int64_t r = 0; r < nr; r += 12)
+                                micro<12, 1>(sc.tile.data() + r * kKc, kc, xp, cp + r * kTok);
+                            }
+                          }
+                        }
+                        for (int p = 0; p < n_panels; ++p) {
+                          const int nt = std::min(kTok, n - p * kTok);
+                          const float* cp = sc.ct.data() + static_cast<size_t>(p) * kRb * kTok;
+                          for (int t = 0; t < nt; ++t) {
+                            float* yt = y + static_cast<size_t>(p * kTok + t) * rows + r0;
+                            for (int64_t i = 0; i < nr; ++i) yt[i] = cp[i * kTok + t];
+                          }
+                        }
+                      }
+                    });
+}
+
+}  // namespace gemm256
+#endif
+
+// Rows longer than this (in columns) are processed eight (AVX-512) or four
+// (AVX2, 16 vector registers) at a time at n = 1.
 constexpr int64_t kLongRow = 4096;
 
 template <int N>
 void gemv_n(const WeightView& w, const float* x, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
-#ifdef REDWOOD_INTDOT
-  // The quantized types take the integer dot path (intdot), with activations prepared below.
+#ifdef REDWOOD_IDOT
+  // The quantized types take the integer dot path (intdot or intdot2), with activations prepared below.
   constexpr auto intdot_type = [](DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; };
 #else
   constexpr auto intdot_type = [](DType) { return false; };
 #endif
+#ifdef REDWOOD_AVX512  // row_dots512 adds Q4_1's m * sum(x) per block
   std::vector<float> xsum;
   const float* xs = nullptr;
   if (w.type == DType::Q4_1 && !intdot_type(w.type)) {
@@ -725,17 +1002,18 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       }
     xs = xsum.data();
   }
-#ifdef REDWOOD_INTDOT
+#endif
+#ifdef REDWOOD_IDOT
   std::vector<uint8_t> xprep;
   const uint8_t* xq = nullptr;
   size_t xstride = 0;
   if (intdot_type(w.type)) {
     auto prepare_tokens = [&]<DType T>() {
-      using L = intdot::Layout<T>;
+      using L = idot::Layout<T>;
       xstride = static_cast<size_t>((cols / 32 + L::blocks - 1) / L::blocks * L::xbytes);
       xprep.resize(N * xstride + 64);
       uint8_t* aligned = xprep.data() + (64 - reinterpret_cast<uintptr_t>(xprep.data()) % 64) % 64;  // aligned loads
-      for (int k = 0; k < N; ++k) intdot::prepare<T>(x + k * cols, cols, aligned + k * xstride);
+      for (int k = 0; k < N; ++k) idot::prepare<T>(x + k * cols, cols, aligned + k * xstride);
       xq = aligned;
     };
     if (w.type == DType::Q4_0)
@@ -754,17 +1032,19 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     float out[N];
     auto run = [&]<DType T>() {
       int64_t i = r.begin();
-#ifdef REDWOOD_INTDOT
+#ifdef REDWOOD_IDOT
       if constexpr (intdot_type(T)) {
         const size_t rb = *row_bytes(w.type, cols);
+#ifdef REDWOOD_INTDOT  // 32 vector registers: eight rows at once over long rows
+        if (N == 1 && cols > kLongRow)
+          for (; i + 8 <= r.end(); i += 8) idot::rows_dot<T, 1, 8>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
+#endif
         // Shorter rows go four at a time too: more independent work per step
         // (faster for SmolLM2's 576-column LM head in a test outside the repository).
-        if (N == 1 && cols > kLongRow)
-          for (; i + 8 <= r.end(); i += 8) intdot::rows_dot<T, 1, 8>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
         if (N == 1)
-          for (; i + 4 <= r.end(); i += 4) intdot::rows_dot<T, 1, 4>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
+          for (; i + 4 <= r.end(); i += 4) idot::rows_dot<T, 1, 4>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
         for (; i < r.end(); ++i) {
-          intdot::rows_dot<T, N, 1>(row_ptr(w, i), rb, cols, xq, xstride, out);
+          idot::rows_dot<T, N, 1>(row_ptr(w, i), rb, cols, xq, xstride, out);
           for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
         }
         return;
@@ -775,15 +1055,21 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
         const size_t rb = *row_bytes(w.type, cols);
         for (; i + 8 <= r.end(); i += 8) row_dots512<T, 1, 8>(row_ptr(w, i), rb, cols, x, cols, xs, y + i);
       }
-#endif
       for (; i < r.end(); ++i) {
-#ifdef REDWOOD_AVX512
         row_dots512<T, N>(row_ptr(w, i), 0, cols, x, cols, xs, out);
-#else
-        row_dots<T, N>(row_ptr(w, i), cols, x, cols, xs, out);
-#endif
         for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
       }
+#else
+      if constexpr (!intdot_type(T)) {  // quantized types returned above (intdot2)
+        const size_t rb = *row_bytes(w.type, cols);
+        if (N == 1 && cols > kLongRow)
+          for (; i + 4 <= r.end(); i += 4) row_dots<T, 1, 4>(row_ptr(w, i), rb, cols, x, cols, y + i);
+        for (; i < r.end(); ++i) {
+          row_dots<T, N>(row_ptr(w, i), 0, cols, x, cols, out);
+          for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
+        }
+      }
+#endif
     };
     switch (w.type) {
       case DType::F32:
@@ -850,8 +1136,10 @@ void dequantize_rows(const WeightView& w, int64_t r0, int64_t nrows, float* out)
 
 void matmul(const WeightView& w, const float* x, int n, float* y) {
   if (n <= 0) return;
-#ifdef REDWOOD_AVX512
+#if defined(REDWOOD_AVX512)
   if (n > kGemvMaxN) return gemm512::gemm(w, x, n, y);
+#elif defined(REDWOOD_AVX2)
+  if (n > kGemvMaxN) return gemm256::gemm(w, x, n, y);
 #endif
   if (n > kGemvMaxN) return gemm_blocked(w, x, n, y);
   switch (n) {

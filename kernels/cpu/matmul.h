@@ -1,12 +1,15 @@
 // CPU matrix kernels: y[t][r] = sum_c W[r][c] x[t][c], weights in stored type.
 //  - n <= kGemvMaxN: fused dequantize-dot; each weight row is read once for all n tokens
 //    (memory-bound: the decode and small-tree case).
-//  - larger n (compute-bound: prefill and large trees): with AVX-512, a fused
-//    dequantize + GEMM (row tiles dequantized per 256-column chunk, activations
-//    transposed into 64-token panels, a register-blocked 512-bit FMA micro-kernel).
-//    Each output is one sequential FMA chain over the columns, so results do not
-//    depend on n (batch-invariant). Without AVX-512: a block of rows is dequantized
-//    to float once, then multiplied by all n tokens with OpenBLAS sgemm.
+//    Quantized types use integer dot products (AVX-512 VNNI, or AVX2 VPMADDWD)
+//    over activations rounded to 2^-21..2^-24 of each lane's largest element.
+//  - larger n (compute-bound: prefill and large trees): a fused dequantize + GEMM
+//    (row tiles dequantized per 256-column chunk, activations transposed into
+//    token panels, a register-blocked FMA micro-kernel; 512-bit with AVX-512,
+//    256-bit with AVX2). Each output is one sequential FMA chain over the
+//    columns, so results do not depend on n (batch-invariant). Without AVX2: a
+//    block of rows is dequantized to float once, then multiplied by all n tokens
+//    with OpenBLAS sgemm.
 // Row blocks run in parallel on oneTBB; OpenBLAS runs single-threaded inside a task.
 #pragma once
 #include <cstdint>
