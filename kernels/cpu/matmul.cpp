@@ -945,9 +945,16 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
                         std::fill(sc.ct.begin(), sc.ct.end(), 0.0f);
                         for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
                           const int64_t kc = std::min(kKc, cols - k0);
-                          for (int64_t i = 0; i < nr; ++i)
-                            dequant_span(w.type, row_ptr(w, r0 + i) + k0 / per_block * static_cast<int64_t>(bb), kc,
-                                         sc.tile.data() + i * kKc);
+                          const int64_t chunk_bytes = kKc / per_block * static_cast<int64_t>(bb);
+                          for (int64_t i = 0; i < nr; ++i) {
+                            const uint8_t* src = row_ptr(w, r0 + i) + k0 / per_block * static_cast<int64_t>(bb);
+                            dequant_span(w.type, src, kc, sc.tile.data() + i * kKc);
+                            // The next chunk of this row streams in while the panels run:
+                            // 48 short row streams are more than the hardware prefetchers follow.
+                            if (k0 + kKc < cols)
+                              for (int64_t off = 0; off < chunk_bytes; off += 64)
+                                _mm_prefetch(reinterpret_cast<const char*>(src + chunk_bytes + off), _MM_HINT_T0);
+                          }
                           for (int p = 0; p < n_panels; ++p) {
                             const float* xp = xt + (static_cast<size_t>(p) * cols + k0) * kTok;
                             float* cp = sc.ct.data() + static_cast<size_t>(p) * kRb * kTok;
