@@ -58,14 +58,30 @@ double median_time(int reps, F&& f) {
   return t[t.size() / 2];
 }
 
+// The bandwidth buffers are AlignedBuffers (2 MiB aligned, transparent huge
+// pages advised), as the GEMV's matrices and model weights are, so both sides
+// of a ratio see the same page size. The copy is an explicit loop with
+// non-temporal stores, the fastest copy these machines do: glibc's memcpy
+// switches to such stores only above a size threshold, and below it the
+// stores' read-for-ownership traffic made a 256 MiB copy run at 24 GB/s
+// against 38-41 GB/s at 512 MiB on the 2026-11-24 Zen 3 VM.
 double copy_bandwidth(size_t bytes) {
-  const size_t n = bytes / sizeof(double);
-  std::vector<double> a(n, 1.0), b(n, 0.0);
+  const size_t n = bytes / sizeof(float);
+  AlignedBuffer abuf(n * sizeof(float)), bbuf(n * sizeof(float));
+  float* const a = reinterpret_cast<float*>(abuf.data());
+  float* const b = reinterpret_cast<float*>(bbuf.data());
+  std::fill_n(a, n, 1.0f);
+  std::fill_n(b, n, 0.0f);
   const int threads = cpu_threads();
   const double t = median_time(5, [&] {
     tbb::parallel_for(0, threads, [&](int k) {
-      const size_t lo = n * k / threads, hi = n * (k + 1) / threads;
-      memcpy(b.data() + lo, a.data() + lo, (hi - lo) * sizeof(double));
+      const size_t lo = n * k / threads / 8 * 8, hi = k + 1 == threads ? n : n * (k + 1) / threads / 8 * 8;
+#if defined(__AVX2__)
+      for (size_t i = lo; i < hi; i += 8) _mm256_stream_ps(b + i, _mm256_load_ps(a + i));
+      _mm_sfence();
+#else
+      memcpy(b + lo, a + lo, (hi - lo) * sizeof(float));
+#endif
     });
   });
   return 2.0 * bytes / t;  // STREAM counts read + write
@@ -74,7 +90,9 @@ double copy_bandwidth(size_t bytes) {
 // Read-only bandwidth: a parallel sum over a large array (what a GEMV does).
 double read_bandwidth(size_t bytes) {
   const size_t n = bytes / sizeof(float);
-  std::vector<float> a(n, 1.0f);
+  AlignedBuffer abuf(n * sizeof(float));
+  float* const a = reinterpret_cast<float*>(abuf.data());
+  std::fill_n(a, n, 1.0f);
   const int threads = cpu_threads();
   std::vector<float> sink(threads);
   const double t = median_time(5, [&] {
@@ -261,7 +279,7 @@ void cuda_section(nlohmann::json& J, bool quick, const std::vector<std::string>&
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, cuda = false;
+  bool quick = false, models_only = false, cuda = false, gemv_only = false;
   std::string json_out;
   std::vector<std::string> models;
   for (int i = 1; i < argc; ++i) {
@@ -270,6 +288,10 @@ int main(int argc, char** argv) {
       quick = true;
     else if (a == "--cuda")
       cuda = true;
+    else if (a == "--models-only")  // decode and prefill of the given models only
+      models_only = true;
+    else if (a == "--gemv-only")  // the copy bandwidth and the GEMV table only
+      gemv_only = true;
     else if (a == "--json" && i + 1 < argc)
       json_out = argv[++i];
     else
@@ -288,94 +310,108 @@ int main(int argc, char** argv) {
     return 0;
   }
   J["threads"] = cpu_threads();
-  const double bw = copy_bandwidth(quick ? (64ull << 20) : (512ull << 20));
-  const double rbw = read_bandwidth(quick ? (64ull << 20) : (512ull << 20));
-  const double peak = fma_peak();
-  J["read_bw_GBps"] = rbw / 1e9;
-  J["copy_bw_GBps"] = bw / 1e9;
-  J["fma_peak_GFLOPs"] = peak / 1e9;
-  std::printf("threads %d | STREAM-style copy %.2f GB/s | read-only sum %.2f GB/s | FMA peak %.1f GFLOP/s\n",
-              cpu_threads(), bw / 1e9, rbw / 1e9, peak / 1e9);
+  if (!models_only) {  // the kernel tables
+    const double bw = copy_bandwidth(quick ? (64ull << 20) : (512ull << 20));
+    const double rbw = read_bandwidth(quick ? (64ull << 20) : (512ull << 20));
+    const double peak = fma_peak();
+    J["read_bw_GBps"] = rbw / 1e9;
+    J["copy_bw_GBps"] = bw / 1e9;
+    J["fma_peak_GFLOPs"] = peak / 1e9;
+    std::printf("threads %d | STREAM-style copy %.2f GB/s | read-only sum %.2f GB/s | FMA peak %.1f GFLOP/s\n",
+                cpu_threads(), bw / 1e9, rbw / 1e9, peak / 1e9);
 
-  // GEMV: a matrix far larger than the last-level cache.
-  const int64_t rows = quick ? 2048 : 8192, cols = quick ? 2048 : 8192;
-  std::printf("\nGEMV n=1, %lld x %lld (weight bytes read per second / copy bandwidth; / read-only bandwidth)\n",
-              (long long)rows, (long long)cols);
-  // This VM's memory bandwidth drifts (other tenants): the copy bandwidth is
-  // measured again right before and after each type's GEMV, and each ratio is
-  // to the mean of those two, so a ratio compares figures taken seconds apart.
-  const size_t bw_bytes = quick ? (64ull << 20) : (256ull << 20);
-  struct GemvRun {
-    double seconds, bw_here;  // median time; copy bandwidth around it (B/s)
-  };
-  auto gemv_run = [&](const Mat& m, int reps) {
-    std::vector<float> x(m.view.cols, 0.5f), y(m.view.rows);
-    const double bw_before = copy_bandwidth(bw_bytes);
-    const double tt = median_time(reps, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
-    return GemvRun{tt, 0.5 * (bw_before + copy_bandwidth(bw_bytes))};
-  };
-  for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
-    Mat m = random_matrix(t, rows, cols);
-    const auto [tt, bw_here] = gemv_run(m, quick ? 3 : 9);
-    const double gbps = m.size / tt;
-    std::printf("  %-5s %8.2f MB  %7.3f ms  %6.2f GB/s  ratio %.2f (copy bw here %.2f GB/s) ; %.2f\n",
-                std::string(dtype_name(t)).c_str(), m.size / 1e6, tt * 1e3, gbps / 1e9, gbps / bw_here, bw_here / 1e9,
-                gbps / rbw);
-    J["gemv"][std::string(dtype_name(t))] = {{"GBps", gbps / 1e9},
-                                             {"ratio_to_copy", gbps / bw_here},
-                                             {"copy_bw_here_GBps", bw_here / 1e9},
-                                             {"ratio_to_read", gbps / rbw},
-                                             {"ms", tt * 1e3}};
-  }
+    // GEMV: a matrix far larger than the last-level cache.
+    const int64_t rows = quick ? 2048 : 8192, cols = quick ? 2048 : 8192;
+    std::printf(
+        "\nGEMV n=1, %lld x %lld (weight bytes read per second / copy bandwidth ; / read-only bandwidth, both around "
+        "it)\n",
+        (long long)rows, (long long)cols);
+    // This VM's memory bandwidth drifts (other tenants): the copy and read-only
+    // bandwidths are measured again right before and after each type's GEMV,
+    // and each ratio is to the mean of those two, so a ratio compares figures
+    // taken seconds apart.
+    const size_t bw_bytes = quick ? (64ull << 20) : (256ull << 20);
+    struct GemvRun {
+      double seconds, bw_here, rbw_here;  // median time; copy and read-only bandwidth around it (B/s)
+    };
+    auto gemv_run = [&](const Mat& m, int reps) {
+      std::vector<float> x(m.view.cols, 0.5f), y(m.view.rows);
+      const double bw_before = copy_bandwidth(bw_bytes), rbw_before = read_bandwidth(bw_bytes);
+      const double tt = median_time(reps, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
+      const double rbw_after = read_bandwidth(bw_bytes);
+      return GemvRun{tt, 0.5 * (bw_before + copy_bandwidth(bw_bytes)), 0.5 * (rbw_before + rbw_after)};
+    };
+    for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+      Mat m = random_matrix(t, rows, cols);
+      const auto [tt, bw_here, rbw_here] = gemv_run(m, quick ? 3 : 9);
+      const double gbps = m.size / tt;
+      std::printf(
+          "  %-5s %8.2f MB  %7.3f ms  %6.2f GB/s  ratio %.2f (copy bw here %.2f GB/s) ; %.2f (read bw here %.2f)\n",
+          std::string(dtype_name(t)).c_str(), m.size / 1e6, tt * 1e3, gbps / 1e9, gbps / bw_here, bw_here / 1e9,
+          gbps / rbw_here, rbw_here / 1e9);
+      J["gemv"][std::string(dtype_name(t))] = {{"GBps", gbps / 1e9},
+                                               {"ratio_to_copy", gbps / bw_here},
+                                               {"copy_bw_here_GBps", bw_here / 1e9},
+                                               {"ratio_to_read", gbps / rbw_here},
+                                               {"read_bw_here_GBps", rbw_here / 1e9},
+                                               {"ms", tt * 1e3}};
+    }
+    if (gemv_only) {
+      if (!json_out.empty()) std::ofstream(json_out) << J.dump(2) << "\n";
+      return 0;
+    }
 
-  // The same quantized GEMV over rows of different lengths (about the same
-  // bytes): with long rows the float activation vector (4 bytes per column)
-  // no longer stays in L1 while the weights stream past it.
-  if (!quick) {
-    std::printf("\nGEMV n=1 by row length (GB/s of weights; ratio to the copy bandwidth around it)\n");
-    for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
-      for (auto [r, c] : {std::pair<int64_t, int64_t>{16384, 4096}, {8192, 8192}, {4096, 28672}}) {
-        Mat m = random_matrix(t, r, c);
-        const auto [tt, bw_here] = gemv_run(m, 9);
-        const double gbps = m.size / tt;
-        const std::string shape = std::to_string(r) + "x" + std::to_string(c);
-        std::printf("  %-5s %-11s %6.2f GB/s  ratio %.2f\n", std::string(dtype_name(t)).c_str(), shape.c_str(),
-                    gbps / 1e9, gbps / bw_here);
-        J["gemv_by_row_length"][std::string(dtype_name(t))][shape] = {{"GBps", gbps / 1e9},
-                                                                      {"ratio_to_copy", gbps / bw_here}};
+    // The same quantized GEMV over rows of different lengths (about the same
+    // bytes): with long rows the float activation vector (4 bytes per column)
+    // no longer stays in L1 while the weights stream past it.
+    if (!quick) {
+      std::printf(
+          "\nGEMV n=1 by row length (GB/s of weights; ratio to the copy ; to the read-only bandwidth around it)\n");
+      for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+        for (auto [r, c] : {std::pair<int64_t, int64_t>{16384, 4096}, {8192, 8192}, {4096, 28672}}) {
+          Mat m = random_matrix(t, r, c);
+          const auto [tt, bw_here, rbw_here] = gemv_run(m, 9);
+          const double gbps = m.size / tt;
+          const std::string shape = std::to_string(r) + "x" + std::to_string(c);
+          std::printf("  %-5s %-11s %6.2f GB/s  ratio %.2f ; %.2f\n", std::string(dtype_name(t)).c_str(), shape.c_str(),
+                      gbps / 1e9, gbps / bw_here, gbps / rbw_here);
+          J["gemv_by_row_length"][std::string(dtype_name(t))][shape] = {
+              {"GBps", gbps / 1e9}, {"ratio_to_copy", gbps / bw_here}, {"ratio_to_read", gbps / rbw_here}};
+        }
       }
     }
-  }
 
-  // GEMM: prefill / tree batches.
-  const int64_t gr = quick ? 1024 : 4096, gc = quick ? 1024 : 4096;
-  std::printf("\nbatched matmul %lld x %lld (FLOP/s / FMA peak)\n", (long long)gr, (long long)gc);
-  for (DType t : {DType::F32, DType::F16, DType::Q4_0}) {
-    Mat m = random_matrix(t, gr, gc);
-    for (int n : {64, 256}) {
-      std::vector<float> x(n * gc, 0.25f), y(n * gr);
-      const double tt = median_time(quick ? 2 : 5, [&] { cpu::matmul(m.view, x.data(), n, y.data()); });
-      const double fl = 2.0 * n * gr * gc / tt;
-      std::printf("  %-5s n=%-4d %8.3f ms  %7.1f GFLOP/s  ratio %.2f\n", std::string(dtype_name(t)).c_str(), n,
-                  tt * 1e3, fl / 1e9, peak > 0 ? fl / peak : 0.0);
-      J["gemm"][std::string(dtype_name(t))][std::to_string(n)] = {{"GFLOPs", fl / 1e9},
-                                                                  {"ratio_to_peak", peak > 0 ? fl / peak : 0.0}};
+    // GEMM: prefill / tree batches.
+    const int64_t gr = quick ? 1024 : 4096, gc = quick ? 1024 : 4096;
+    std::printf("\nbatched matmul %lld x %lld (FLOP/s / FMA peak)\n", (long long)gr, (long long)gc);
+    for (DType t : {DType::F32, DType::F16, DType::Q4_0}) {
+      Mat m = random_matrix(t, gr, gc);
+      for (int n : {64, 256}) {
+        std::vector<float> x(n * gc, 0.25f), y(n * gr);
+        const double tt = median_time(quick ? 2 : 5, [&] { cpu::matmul(m.view, x.data(), n, y.data()); });
+        const double fl = 2.0 * n * gr * gc / tt;
+        std::printf("  %-5s n=%-4d %8.3f ms  %7.1f GFLOP/s  ratio %.2f\n", std::string(dtype_name(t)).c_str(), n,
+                    tt * 1e3, fl / 1e9, peak > 0 ? fl / peak : 0.0);
+        J["gemm"][std::string(dtype_name(t))][std::to_string(n)] = {{"GFLOPs", fl / 1e9},
+                                                                    {"ratio_to_peak", peak > 0 ? fl / peak : 0.0}};
+      }
     }
-  }
 
-  // Small batches (tree levels, small trees) on an LM head shaped like
-  // SmolLM2's (49152 x 576, Q8_0): n <= 8 is the GEMV path, larger n the
-  // batched kernel, whose 16-token vectors are partly empty below n = 16.
-  {
-    Mat m = random_matrix(DType::Q8_0, 49152, 576);
-    std::printf("\nsmall batches, LM head 49152 x 576 Q8_0 (ms per pass; ms per token)\n");
-    for (int n : {1, 8, 9, 16, 32}) {
-      std::vector<float> x(n * 576, 0.25f), y(n * 49152);
-      const double tt = median_time(quick ? 3 : 9, [&] { cpu::matmul(m.view, x.data(), n, y.data()); });
-      std::printf("  n=%-3d %8.3f ms  %7.3f ms/token\n", n, tt * 1e3, tt * 1e3 / n);
-      J["small_batches"][std::to_string(n)] = {{"ms", tt * 1e3}, {"ms_per_token", tt * 1e3 / n}};
+    // Small batches (tree levels, small trees) on an LM head shaped like
+    // SmolLM2's (49152 x 576, Q8_0): n <= 8 is the GEMV path, larger n the
+    // batched kernel, whose 16-token vectors are partly empty below n = 16.
+    {
+      Mat m = random_matrix(DType::Q8_0, 49152, 576);
+      std::printf("\nsmall batches, LM head 49152 x 576 Q8_0 (ms per pass; ms per token)\n");
+      for (int n : {1, 8, 9, 16, 32}) {
+        std::vector<float> x(n * 576, 0.25f), y(n * 49152);
+        const double tt = median_time(quick ? 3 : 9, [&] { cpu::matmul(m.view, x.data(), n, y.data()); });
+        std::printf("  n=%-3d %8.3f ms  %7.3f ms/token\n", n, tt * 1e3, tt * 1e3 / n);
+        J["small_batches"][std::to_string(n)] = {{"ms", tt * 1e3}, {"ms_per_token", tt * 1e3 / n}};
+      }
     }
-  }
+
+  }  // !models_only
 
   // Whole models: decode (n = 1 after a 64-token prompt) and 64-token prefill.
   for (const auto& path : models) {
