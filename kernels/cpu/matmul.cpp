@@ -516,10 +516,10 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 // of four products must fit in int32), so the rounding is at most 2^-B of the
 // lane's largest element. X = 4096 H + L, with L in [-2048, 2048) and H small,
 // both int16; the H and L planes are dotted with the weights (Q8_0's q as
-// int16, Q4_0's q with 8 * sum(X) subtracted per lane, Q4_1's q
-// with m * sum(x) added per lane in fp32) and
-// combined as (H-dot << 12) + L-dot, each lane's exact integer dot, converted
-// to fp32 once and scaled by (weight block scale) * 2^(e - B).
+// int16; Q4_0's q, with 8 * sum(X) subtracted per lane; Q4_1's q, with
+// m * sum(x) added per lane in fp32) and combined as (H-dot << 12) + L-dot,
+// each lane's exact integer dot, converted to fp32 once and scaled by
+// (weight block scale) * 2^(e - B).
 namespace intdot2 {
 
 template <DType t>
