@@ -106,9 +106,9 @@ inline __m256 load_bf8(const uint8_t* p) {
 
 // Dot products of R weight rows (row_bytes apart) of a plain type (F32, F16,
 // BF16) with N token vectors: each weight is read once for all N tokens, each
-// activation vector once for all R rows (decode uses R = 4: an activation
-// vector of 8192 floats fills L1, and reloading it for every row costs
-// bandwidth). Quantized types take the integer dot paths below. A row's
+// activation vector once for all R rows (decode uses R = 4 over rows longer
+// than kLongRow columns: an activation vector of 8192 floats fills L1, and
+// reloading it for every row costs bandwidth). Quantized types take the integer dot paths below. A row's
 // arithmetic does not depend on R. out[r * N + k] is row r, token k.
 template <DType t, int N, int R = 1>
 void row_dots(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, int64_t ldx, float* out) {
