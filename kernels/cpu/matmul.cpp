@@ -644,7 +644,8 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
     for (int k = 0; k < N; ++k) acc[r][k] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 2
+  for (int64_t b = 0; b < nb; ++b) {  // two blocks per step: fewer loop instructions (1.88B Q4_0 decode +4-7%)
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = p + r * row_bytes + b * L::bb;
