@@ -307,6 +307,11 @@ void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
 // m adds m * sum(x) per lane, in fp32.
 namespace intdot {
 
+// Rows per rows_dot call at n = 1: over rows longer than kLongRow columns
+// (32 vector registers), and over shorter ones (more independent work per
+// step; faster for SmolLM2's 576-column LM head in a test outside the repository).
+constexpr int kLongRows = 8, kShortRows = 4;
+
 template <DType t>
 struct Layout {
   static constexpr bool q4 = t != DType::Q8_0;
@@ -521,6 +526,12 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 // each lane's exact integer dot, converted to fp32 once and scaled by
 // (weight block scale) * 2^(e - B).
 namespace intdot2 {
+
+// Rows per rows_dot call at n = 1: four over rows longer than kLongRow
+// columns; shorter rows one at a time, so consecutive rows are one sequential
+// stream for the prefetchers (four interleaved short streams cost a third of
+// the 1.88B Q4_0 model's decode).
+constexpr int kLongRows = 4, kShortRows = 1;
 
 template <DType t>
 struct Layout {
@@ -933,6 +944,7 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
   }
   const size_t bb = dtype_info(w.type).block_bytes;
   const int64_t per_block = dtype_info(w.type).block_elems;
+  const int64_t chunk_bytes = kKc / per_block * static_cast<int64_t>(bb);  // one row's kKc columns
   struct Scratch {
     std::vector<float> tile, ct;  // tile[kRb][kKc]; ct[panel][kRb][kTok]
   };
@@ -949,7 +961,6 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
                         std::fill(sc.ct.begin(), sc.ct.end(), 0.0f);
                         for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
                           const int64_t kc = std::min(kKc, cols - k0);
-                          const int64_t chunk_bytes = kKc / per_block * static_cast<int64_t>(bb);
                           for (int64_t i = 0; i < nr; ++i) {
                             const uint8_t* src = row_ptr(w, r0 + i) + k0 / per_block * static_cast<int64_t>(bb);
                             dequant_span(w.type, src, kc, sc.tile.data() + i * kKc);
@@ -1046,22 +1057,11 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
 #ifdef REDWOOD_IDOT
       if constexpr (intdot_type(T)) {
         const size_t rb = *row_bytes(w.type, cols);
-#ifdef REDWOOD_INTDOT  // 32 vector registers: eight rows at once over long rows
+        constexpr int kl = idot::kLongRows, ks = idot::kShortRows;
         if (N == 1 && cols > kLongRow)
-          for (; i + 8 <= r.end(); i += 8) idot::rows_dot<T, 1, 8>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
-#endif
-#ifdef REDWOOD_INTDOT
-        // Shorter rows go four at a time too: more independent work per step
-        // (faster for SmolLM2's 576-column LM head in a test outside the repository).
+          for (; i + kl <= r.end(); i += kl) idot::rows_dot<T, 1, kl>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
         if (N == 1)
-          for (; i + 4 <= r.end(); i += 4) idot::rows_dot<T, 1, 4>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
-#else
-        // intdot2: four rows at a time over long rows only; shorter rows go one
-        // at a time, so consecutive rows are one sequential stream for the
-        // prefetchers (four interleaved short streams cost a third of decode).
-        if (N == 1 && cols > kLongRow)
-          for (; i + 4 <= r.end(); i += 4) idot::rows_dot<T, 1, 4>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
-#endif
+          for (; i + ks <= r.end(); i += ks) idot::rows_dot<T, 1, ks>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
         for (; i < r.end(); ++i) {
           idot::rows_dot<T, N, 1>(row_ptr(w, i), rb, cols, xq, xstride, out);
           for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
