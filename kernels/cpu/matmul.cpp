@@ -662,8 +662,8 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
       const uint8_t* blk = p + r * row_bytes + b * L::bb;
       // Software prefetch 4 KiB ahead in each row, about once per cache line:
       // rows of up to 4096 columns go one at a time, a single sequential
-      // stream over consecutive rows (1.88B Q4_0 decode: 13-15 tok/s at 1 KiB
-      // ahead, 16.2-16.3 at 4 KiB; four rows at a time gave 9.8-9.9).
+      // stream over consecutive rows (bench_kernels --models-only, 1.88B Q4_0
+      // decode: 13-15 tok/s with 1 KiB here, 16.2-16.3 with 4 KiB).
       if (L::q4 ? (b & 1) == 0 : true) _mm_prefetch(reinterpret_cast<const char*>(blk) + 4096, _MM_HINT_T0);
       __m256i w0, w1;
       load_block<t>(blk, w0, w1);
@@ -899,7 +899,8 @@ constexpr int64_t kKc = 256;  // k per chunk: the row tile (48 KiB) and the pane
 constexpr int64_t kRb = 48;   // rows per task: a multiple of both R below
 
 // (The unroll pragmas make GCC keep acc in registers: without them it
-// stores every accumulator to the stack on each step, a third of the speed.)
+// stores every accumulator to the stack on each step: about a third of the
+// speed in bench_kernels' batched table.)
 template <int R, int NV>
 void micro(const float* w, int64_t kc, const float* xt, float* ct) {
   __m256 acc[R][NV];
