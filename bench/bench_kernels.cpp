@@ -9,7 +9,7 @@
 // through the Backend interface: device copy bandwidth (cudaMemcpy D2D, read +
 // write), GEMV n = 1 weight bytes per second as a fraction of it, batched
 // matmul FLOP/s (n = 64, 256, 768), and the models on --backend cuda.
-// Usage: bench_kernels [--quick] [--cuda] [--json FILE] [MODEL.gguf ...]
+// Usage: bench_kernels --help
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
@@ -30,6 +30,7 @@
 #include "src/engine/transformer.h"
 #include "src/engine/weights.h"
 #include "src/model/model_desc.h"
+#include "src/util/error.h"
 #include "tests/util/tiny_gguf.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -278,7 +279,17 @@ void cuda_section(nlohmann::json& J, bool quick, const std::vector<std::string>&
 
 }  // namespace
 
-int main(int argc, char** argv) {
+constexpr const char* kUsage =
+    "usage: bench_kernels [--quick] [--gemv-only | --models-only] [--cuda] [--json FILE] [MODEL.gguf ...]\n"
+    "  The foundation benchmark (docs/PERFORMANCE.md): copy and read bandwidth, FMA peak, GEMV and batched\n"
+    "  matmul ratios, then decode and 64-token prefill of each MODEL.\n"
+    "  --quick        smaller sizes and fewer repetitions (a smoke run)\n"
+    "  --gemv-only    the bandwidths and the GEMV table only\n"
+    "  --models-only  the models only\n"
+    "  --cuda         the same on the CUDA backend (needs a GPU)\n"
+    "  --json FILE    also write the results as JSON\n";
+
+static int run(int argc, char** argv) {
   bool quick = false, models_only = false, cuda = false, gemv_only = false;
   std::string json_out;
   std::vector<std::string> models;
@@ -294,9 +305,15 @@ int main(int argc, char** argv) {
       gemv_only = true;
     else if (a == "--json" && i + 1 < argc)
       json_out = argv[++i];
+    else if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else if (a.starts_with("-"))
+      throw Error("unknown option " + a + " (see --help)");
     else
       models.push_back(a);
   }
+  for (const auto& path : models) load_model_desc(path);  // a bad file fails now, not after the kernel tables
   set_cpu_threads(0);
   nlohmann::json J;
   if (cuda) {
@@ -429,4 +446,13 @@ int main(int argc, char** argv) {
   }
   if (!json_out.empty()) std::ofstream(json_out) << J.dump(2) << "\n";
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 1;
+  }
 }
