@@ -373,6 +373,33 @@ static int run(int argc, char** argv) {
                                                {"read_bw_here_GBps", rbw_here / 1e9},
                                                {"ms", tt * 1e3}};
     }
+    // The same GEMV on one thread over a matrix that stays in the L2 cache:
+    // the kernel's own speed with memory out of the way. Where one thread's
+    // in-cache time per block, times the blocks each thread takes, is near the
+    // GEMV time above, that GEMV is bound by its instructions, not by memory.
+    {
+      std::printf("\nGEMV n=1 in the L2 cache, one thread (ns per 32-weight block)\n");
+      set_cpu_threads(1);
+      for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+        std::string line = "  " + std::string(dtype_name(t));
+        line.resize(8, ' ');
+        for (int64_t c : {int64_t{2048}, int64_t{8192}}) {  // short and long rows (kernels/cpu/matmul.cpp kLongRow)
+          const int64_t r = std::max<int64_t>(16, (256 << 10) / static_cast<int64_t>(*row_bytes(t, c)) / 16 * 16);
+          Mat m = random_matrix(t, r, c);  // about 256 KiB
+          std::vector<float> x(c, 0.5f), y(m.view.rows);
+          const double tt = median_time(quick ? 3 : 9, [&] {
+            for (int i = 0; i < 20; ++i) cpu::matmul(m.view, x.data(), 1, y.data());
+          });
+          const double ns = tt / 20 / (m.view.rows * c / 32.0) * 1e9;
+          char buf[96];
+          std::snprintf(buf, sizeof buf, "  %lld cols %6.3f ns", (long long)c, ns);
+          line += buf;
+          J["gemv_in_cache"][std::string(dtype_name(t))][std::to_string(c)] = {{"ns_per_block", ns}};
+        }
+        std::printf("%s\n", line.c_str());
+      }
+      set_cpu_threads(0);
+    }
     if (gemv_only) {
       if (!json_out.empty()) std::ofstream(json_out) << J.dump(2) << "\n";
       return 0;
