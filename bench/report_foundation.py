@@ -20,17 +20,30 @@ if "gemv_by_row_length" in j:
         print(f"| {t} | " + " | ".join(f"{v[s]['GBps']:.1f} GB/s ({v[s]['ratio_to_copy']:.2f}"
                                        + (f"; {v[s]['ratio_to_read']:.2f})" if "ratio_to_read" in v[s] else ")")
                                        for s in shapes) + " |")
+if "gemv_in_cache" in j:
+    # One thread's in-cache time per block, spread over all threads, against the
+    # 8192 x 8192 GEMV's time: near 1, that GEMV is bound by its instructions.
+    print("\n| GEMV n = 1 in the L2 cache, one thread: ns per 32-weight block | 2048 cols | 8192 cols "
+          "| that time for the 8192 x 8192 GEMV on all threads / its measured time |")
+    print("|---|---|---|---|")
+    for t, v in j["gemv_in_cache"].items():
+        blocks = 8192 * 8192 / 32
+        est_ms = v["8192"]["ns_per_block"] * blocks / j["threads"] / 1e6
+        frac = f"{est_ms / j['gemv'][t]['ms']:.2f}" if t in j.get("gemv", {}) else "-"
+        print(f"| {t} | {v['2048']['ns_per_block']:.3f} | {v['8192']['ns_per_block']:.3f} | {frac} |")
 if "small_batches" in j:
     print("\n| small batches, LM head 49152 x 576 Q8_0: n | ms per pass | ms per token |")
     print("|---|---|---|")
     for n, v in sorted(j["small_batches"].items(), key=lambda kv: int(kv[0])):
         print(f"| {n} | {v['ms']:.3f} | {v['ms_per_token']:.3f} |")
-print("\n| batched matmul (4096 x 4096) | n | GFLOP/s | / FMA peak (goal >= 0.5) |")
-print("|---|---|---|---|")
-for t, v in j["gemm"].items():
+if "gemm" in j:
+    print("\n| batched matmul (4096 x 4096) | n | GFLOP/s | / FMA peak (goal >= 0.5) |")
+    print("|---|---|---|---|")
+for t, v in j.get("gemm", {}).items():
     for n, r in v.items():
         print(f"| {t} | {n} | {r['GFLOPs']:.1f} | {r['ratio_to_peak']:.2f} |")
-print("\n| model | weights GB | decode tok/s | 64-token prefill tok/s |")
-print("|---|---|---|---|")
-for m, v in j["models"].items():
+if "models" in j:
+    print("\n| model | weights GB | decode tok/s | 64-token prefill tok/s |")
+    print("|---|---|---|---|")
+for m, v in j.get("models", {}).items():
     print(f"| {m} | {v['weights_GB']:.2f} | {v['decode_tok_s']:.2f} | {v['prefill64_tok_s']:.2f} |")
