@@ -1,7 +1,7 @@
 // Runs a test binary built for another instruction set (argv[1], with its
 // arguments) only where this CPU has that set: otherwise exits 77, which CTest
-// reports as skipped (SKIP_RETURN_CODE). Built for the baseline ISA, so it
-// never executes an instruction the CPU lacks.
+// reports as skipped (SKIP_RETURN_CODE). Built like the rest of the tree, for
+// the machine that runs it.
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   __builtin_cpu_init();
-  // What kernels/cpu/matmul.cpp's AVX-512 paths are compiled for (x86-64-v4 + VNNI + VBMI).
+  // What tests/CMakeLists.txt builds test_kernels_avx512 for.
   const char* missing = !__builtin_cpu_supports("avx512f")      ? "avx512f"
                         : !__builtin_cpu_supports("avx512bw")   ? "avx512bw"
                         : !__builtin_cpu_supports("avx512dq")   ? "avx512dq"
