@@ -7,6 +7,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/simd.h"
 #include "tests/util/tiny_gguf.h"
 
 using namespace redwood;
@@ -182,32 +183,113 @@ TEST(Kernels, DequantizeRowsMatchesSharedMath) {
   }
 }
 
+// The vectorized exp of the attention softmax: within 2 ulp of e^x over
+// [-87, 88.37] (a dense sweep), 0 below -87 and for -inf, NaN for NaN.
+TEST(Kernels, Exp256IsWithinTwoUlp) {
+#ifndef REDWOOD_AVX2
+  GTEST_SKIP() << "no AVX2 build";
+#else
+  auto exp8 = [](float x) {
+    float out[8];
+    _mm256_storeu_ps(out, cpu::exp256(_mm256_set1_ps(x)));
+    return out[0];
+  };
+  double worst = 0;
+  for (double x = -87.0; x <= 88.37; x += 0.000731) {
+    const float xf = static_cast<float>(x), got = exp8(xf);
+    const double want = std::exp(static_cast<double>(xf));
+    const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+    worst = std::max(worst, std::abs(got - want) / ulp);
+  }
+  EXPECT_LE(worst, 2.0);
+  EXPECT_EQ(exp8(0.0f), 1.0f);
+  EXPECT_EQ(exp8(-87.5f), 0.0f);
+  EXPECT_EQ(exp8(-1e30f), 0.0f);
+  EXPECT_EQ(exp8(-INFINITY), 0.0f);
+  EXPECT_TRUE(std::isnan(exp8(NAN)));
+#endif
+}
+
+namespace {
+// A random tree of n tokens after n_past committed ones, with ancestor lists
+// (root first, self last) as the model builds them.
+struct TreeCase {
+  int n_heads, n_kv, hd, n_past, n;
+  std::vector<int32_t> parents, off{0}, anc;
+  std::vector<float> q, k, v;
+  AttentionArgs args(float* out) const {
+    return AttentionArgs{q.data(), k.data(), v.data(),       out,        n,          n_past, n_heads,
+                         n_kv,     hd,       parents.data(), off.data(), anc.data(), 1.0f / std::sqrt(float(hd))};
+  }
+};
+TreeCase random_tree_case(std::mt19937& rng, int n_heads, int n_kv, int hd, int n_past, int n) {
+  std::normal_distribution<float> nd;
+  TreeCase c{n_heads, n_kv, hd, n_past, n, std::vector<int32_t>(n), {0}, {}, {}, {}, {}};
+  for (int i = 0; i < n; ++i) c.parents[i] = i == 0 ? -1 : (int)(rng() % (i + 1)) - 1;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p;
+    for (int j = i; j >= 0; j = c.parents[j]) p.push_back(j);
+    c.anc.insert(c.anc.end(), p.rbegin(), p.rend());
+    c.off.push_back((int32_t)c.anc.size());
+  }
+  c.q.resize(n * n_heads * hd);
+  c.k.resize((n_past + n) * n_kv * hd);
+  c.v.resize(c.k.size());
+  for (auto* vec : {&c.q, &c.k, &c.v})
+    for (auto& x : *vec) x = 3 * nd(rng);
+  return c;
+}
+}  // namespace
+
+// Head sizes of the vectorized path (multiples of 8: one or two 64-float
+// chunks of the output) and of the generic one (12), prefixes long enough for
+// several 32-position value blocks, one-token and many-token passes (the two
+// task splits).
 TEST(Kernels, TreeAttentionMatchesDenseMaskReference) {
   std::mt19937 rng(7);
-  std::normal_distribution<float> nd;
-  for (int trial = 0; trial < 20; ++trial) {
-    const int n_heads = 6, n_kv = trial % 2 ? 2 : 3, hd = 16;
-    const int n_past = trial % 4 == 0 ? 0 : (int)(rng() % 40);
-    const int n = 1 + (int)(rng() % 64);
-    std::vector<int32_t> parents(n);
-    for (int i = 0; i < n; ++i) parents[i] = i == 0 ? -1 : (int)(rng() % (i + 1)) - 1;
-    std::vector<int32_t> off{0}, anc;
-    for (int i = 0; i < n; ++i) {
-      std::vector<int32_t> p;
-      for (int j = i; j >= 0; j = parents[j]) p.push_back(j);
-      anc.insert(anc.end(), p.rbegin(), p.rend());
-      off.push_back((int32_t)anc.size());
+  for (int trial = 0; trial < 32; ++trial) {
+    const int hd = std::vector<int>{16, 64, 128, 12}[trial % 4];
+    const int n_kv = trial % 2 ? 2 : 3;
+    const int n_past = trial % 8 == 0 ? 0 : (int)(rng() % 100);
+    const int n = trial % 3 == 0 ? 1 : 1 + (int)(rng() % 64);
+    const TreeCase c = random_tree_case(rng, 6, n_kv, hd, n_past, n);
+    std::vector<float> out(n * 6 * hd, NAN), ref(out.size());
+    cpu::attention(c.args(out.data()));
+    cpu::attention_reference(c.args(ref.data()));
+    ASSERT_LT(rel_err(out, ref), 1e-5) << "trial " << trial << " hd " << hd << " n " << n;
+  }
+}
+
+// A token's attention in a tree pass is bit-identical to the same token
+// decoded alone after its prefix and ancestors: the scores, softmax and
+// weighted sum never depend on which other tokens share the pass.
+TEST(Kernels, TreeAttentionOfATokenEqualsDecodingItAlone) {
+  std::mt19937 rng(11);
+  for (int hd : {16, 64, 12}) {
+    const TreeCase c = random_tree_case(rng, 8, 2, hd, 45, 40);
+    std::vector<float> out(c.n * 8 * hd);
+    cpu::attention(c.args(out.data()));
+    const int64_t kv = 2 * hd;
+    for (int i = 0; i < c.n; ++i) {
+      // The cache as decoding would have it: prefix, then the ancestors in order.
+      TreeCase d = c;
+      d.n = 1;
+      d.n_past = c.n_past + (c.off[i + 1] - c.off[i]) - 1;
+      d.k.assign(c.k.begin(), c.k.begin() + c.n_past * kv);
+      d.v.assign(c.v.begin(), c.v.begin() + c.n_past * kv);
+      for (int j = c.off[i]; j < c.off[i + 1]; ++j) {
+        const int64_t row = (c.n_past + c.anc[j]) * kv;
+        d.k.insert(d.k.end(), c.k.begin() + row, c.k.begin() + row + kv);
+        d.v.insert(d.v.end(), c.v.begin() + row, c.v.begin() + row + kv);
+      }
+      d.q.assign(c.q.begin() + i * 8 * hd, c.q.begin() + (i + 1) * 8 * hd);
+      d.parents = {-1};
+      d.off = {0, 1};
+      d.anc = {0};
+      std::vector<float> one(8 * hd);
+      cpu::attention(d.args(one.data()));
+      for (int e = 0; e < 8 * hd; ++e) ASSERT_EQ(one[e], out[i * 8 * hd + e]) << "hd " << hd << " token " << i;
     }
-    std::vector<float> q(n * n_heads * hd), k((n_past + n) * n_kv * hd), v(k.size());
-    for (auto* vec : {&q, &k, &v})
-      for (auto& x : *vec) x = nd(rng);
-    std::vector<float> out(n * n_heads * hd, NAN), ref(out.size());
-    AttentionArgs a{q.data(), k.data(), v.data(),       out.data(), n,          n_past, n_heads,
-                    n_kv,     hd,       parents.data(), off.data(), anc.data(), 0.25f};
-    cpu::attention(a);
-    a.out = ref.data();
-    cpu::attention_reference(a);
-    ASSERT_LT(rel_err(out, ref), 1e-5) << "trial " << trial;
   }
 }
 

@@ -1,9 +1,11 @@
 #include "kernels/cpu/attention.h"
 
-#include <oneapi/tbb/blocked_range2d.h>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/task_arena.h>
 #include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -11,53 +13,174 @@
 
 namespace redwood::cpu {
 
-// One task = one new token x one KV head: the group's query heads share the
-// same keys, so each key row is loaded once per group. Scores are materialized
-// per (token, head) over prefix + ancestors (at most n_past + depth entries).
+namespace {
+
+#ifdef REDWOOD_AVX2
+// Eight keys' scores q . k_j in one vector. Every key's dot product is formed
+// the same way wherever it sits among the eight (FMAs over head_dim in order,
+// then the same pairwise sum of the eight lanes), so a score does not depend
+// on which keys share its group: a token's attention in a tree pass equals
+// its attention decoded alone.
+inline __m256 dot8(const float* q, const float* const kr[8], int hd) {
+  __m256 a[8];
+  const __m256 q0 = _mm256_loadu_ps(q);
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) a[k] = _mm256_mul_ps(q0, _mm256_loadu_ps(kr[k]));
+  for (int c = 8; c < hd; c += 8) {
+    const __m256 qc = _mm256_loadu_ps(q + c);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kr[k] + c), a[k]);
+  }
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);  // [k0..k3 low lanes | k0..k3 high lanes]
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+struct Scratch {
+  std::vector<float> s;             // scores, then probabilities: [heads][len rounded up to 8]
+  std::vector<const float*> krow;   // key row of every attended position, padded to a multiple of 8
+  std::vector<const float*> vrow;
+  std::vector<float> inv_sum;       // [heads]
+};
+
+// Heads [h0, h1) of KV head kh for new token i (head_dim a multiple of 8, at
+// most 256). Keys are taken eight at a time for all the heads (each key row
+// read once for the group), values 32 positions at a time.
+void attend_avx2(const AttentionArgs& a, int i, int kh, int h0, int h1, Scratch& sc) {
+  const int hd = a.head_dim;
+  const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
+  const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
+  const int32_t* anc = a.anc + a.anc_off[i];
+  const int n_anc = a.anc_off[i + 1] - a.anc_off[i];
+  const int len = a.n_past + n_anc, padded = (len + 7) / 8 * 8, nh = h1 - h0;
+  sc.krow.resize(padded);
+  sc.vrow.resize(len);
+  for (int j = 0; j < len; ++j) {
+    const int64_t pos = j < a.n_past ? j : a.n_past + anc[j - a.n_past];
+    sc.krow[j] = a.k + pos * kv_stride + kh * hd;
+    sc.vrow[j] = a.v + pos * kv_stride + kh * hd;
+  }
+  for (int j = len; j < padded; ++j) sc.krow[j] = sc.krow[0];  // scores dropped below
+  sc.s.resize(static_cast<size_t>(nh) * padded);
+  const __m256 scale = _mm256_set1_ps(a.scale), neg_inf = _mm256_set1_ps(-INFINITY);
+  for (int j = 0; j < padded; j += 8)
+    for (int g = 0; g < nh; ++g)
+      _mm256_storeu_ps(sc.s.data() + static_cast<size_t>(g) * padded + j,
+                       _mm256_mul_ps(dot8(a.q + i * q_stride + (h0 + g) * hd, sc.krow.data() + j, hd), scale));
+  sc.inv_sum.resize(nh);
+  float* inv_sum = sc.inv_sum.data();
+  for (int g = 0; g < nh; ++g) {
+    float* s = sc.s.data() + static_cast<size_t>(g) * padded;
+    for (int j = len; j < padded; ++j) s[j] = -INFINITY;
+    // (A NaN score need not win the maximum: its exp makes the sum, and so
+    // every output of the head, NaN.)
+    __m256 mv = neg_inf;
+    for (int j = 0; j < padded; j += 8) mv = _mm256_max_ps(_mm256_loadu_ps(s + j), mv);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, mv);
+    const __m256 m = _mm256_set1_ps(*std::max_element(lanes, lanes + 8));
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < padded; j += 8) {
+      const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));  // padding: exp(-inf) = 0
+      _mm256_storeu_ps(s + j, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    inv_sum[g] = 1.0f / hsum(sum);
+  }
+  // out = sum_j p_j v_j / sum, each output element summed over j in order.
+  constexpr int kJ = 32;
+  for (int c0 = 0; c0 < hd; c0 += 64) {
+    const int nc = std::min(64, hd - c0) / 8;
+    for (int j0 = 0; j0 < len; j0 += kJ) {
+      const int j1 = std::min(len, j0 + kJ);
+      for (int g = 0; g < nh; ++g) {
+        float* out = a.out + i * q_stride + (h0 + g) * hd + c0;
+        const float* p = sc.s.data() + static_cast<size_t>(g) * padded;
+        __m256 o[8];
+        for (int c = 0; c < nc; ++c) o[c] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8 * c);
+        for (int j = j0; j < j1; ++j) {
+          const __m256 pj = _mm256_set1_ps(p[j]);
+          const float* v = sc.vrow[j] + c0;
+          for (int c = 0; c < nc; ++c) o[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * c), o[c]);
+        }
+        if (j1 == len) {
+          const __m256 r = _mm256_set1_ps(inv_sum[g]);
+          for (int c = 0; c < nc; ++c) o[c] = _mm256_mul_ps(o[c], r);
+        }
+        for (int c = 0; c < nc; ++c) _mm256_storeu_ps(out + 8 * c, o[c]);
+      }
+    }
+  }
+}
+#endif
+
+// The same for any head_dim, one head at a time, scalar exp.
+void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::vector<float>& s) {
+  const int hd = a.head_dim;
+  const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
+  const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
+  const int32_t* anc = a.anc + a.anc_off[i];
+  const int n_anc = a.anc_off[i + 1] - a.anc_off[i];
+  const int len = a.n_past + n_anc;
+  s.resize(len);
+  const float* kbase = a.k + kh * hd;
+  const float* vbase = a.v + kh * hd;
+  auto pos = [&](int j) -> int64_t { return j < a.n_past ? j : a.n_past + anc[j - a.n_past]; };
+  for (int h = h0; h < h1; ++h) {
+    const float* q = a.q + i * q_stride + h * hd;
+    float mx = -INFINITY;
+    for (int j = 0; j < len; ++j) {
+      s[j] = dot(q, kbase + pos(j) * kv_stride, hd) * a.scale;
+      mx = std::max(mx, s[j]);
+    }
+    float sum = 0;
+    for (int j = 0; j < len; ++j) {
+      s[j] = std::exp(s[j] - mx);
+      sum += s[j];
+    }
+    float* out = a.out + i * q_stride + h * hd;
+    for (int d = 0; d < hd; ++d) out[d] = 0;
+    for (int j = 0; j < len; ++j) axpy(s[j], vbase + pos(j) * kv_stride, out, hd);
+    scale(out, 1.0f / sum, hd);
+  }
+}
+
+}  // namespace
+
+// One task = one new token x one KV head (all its query heads, so each key
+// row is read once per group), or, when that gives too few tasks to keep
+// every thread busy (decoding one token), one token x one query head. A
+// head's arithmetic is the same either way. Scores are materialized per
+// (token, head) over prefix + ancestors (at most n_past + depth entries).
 void attention(const AttentionArgs& args) {
   AttentionArgs a = args;
   if (a.n_past_at) a.n_past = *a.n_past_at;
-  const int hd = a.head_dim;
   const int group = a.n_heads / a.n_kv_heads;
-  const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
-  const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
+  const int64_t by_kv = static_cast<int64_t>(a.n) * a.n_kv_heads;
+  const int split = by_kv < 4 * static_cast<int64_t>(tbb::this_task_arena::max_concurrency()) ? group : 1;
+  const int per_task = group / split;
+#ifdef REDWOOD_AVX2
+  const bool fast = a.head_dim % 8 == 0 && a.head_dim <= 256;
+  tbb::enumerable_thread_specific<Scratch> scratch;
+#else
   tbb::enumerable_thread_specific<std::vector<float>> scratch;
-  tbb::parallel_for(tbb::blocked_range2d<int>(0, a.n, 1, 0, a.n_kv_heads, 1), [&](const tbb::blocked_range2d<int>& r) {
+#endif
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, by_kv * split, 1), [&](const tbb::blocked_range<int64_t>& r) {
     auto& sc = scratch.local();
-    for (int i = r.rows().begin(); i < r.rows().end(); ++i) {
-      const int32_t* anc = a.anc + a.anc_off[i];
-      const int n_anc = a.anc_off[i + 1] - a.anc_off[i];
-      const int len = a.n_past + n_anc;
-      sc.resize(static_cast<size_t>(len) * group);
-      for (int kh = r.cols().begin(); kh < r.cols().end(); ++kh) {
-        const float* kbase = a.k + kh * hd;
-        const float* vbase = a.v + kh * hd;
-        for (int g = 0; g < group; ++g) {
-          const int h = kh * group + g;
-          const float* q = a.q + i * q_stride + h * hd;
-          float* s = sc.data() + static_cast<size_t>(g) * len;
-          float mx = -INFINITY;
-          for (int j = 0; j < a.n_past; ++j) {
-            s[j] = dot(q, kbase + j * kv_stride, hd) * a.scale;
-            mx = std::max(mx, s[j]);
-          }
-          for (int j = 0; j < n_anc; ++j) {
-            s[a.n_past + j] = dot(q, kbase + static_cast<int64_t>(a.n_past + anc[j]) * kv_stride, hd) * a.scale;
-            mx = std::max(mx, s[a.n_past + j]);
-          }
-          float sum = 0;
-          for (int j = 0; j < len; ++j) {
-            s[j] = std::exp(s[j] - mx);
-            sum += s[j];
-          }
-          float* out = a.out + i * q_stride + h * hd;
-          for (int d = 0; d < hd; ++d) out[d] = 0;
-          for (int j = 0; j < a.n_past; ++j) axpy(s[j], vbase + j * kv_stride, out, hd);
-          for (int j = 0; j < n_anc; ++j)
-            axpy(s[a.n_past + j], vbase + static_cast<int64_t>(a.n_past + anc[j]) * kv_stride, out, hd);
-          scale(out, 1.0f / sum, hd);
-        }
+    for (int64_t t = r.begin(); t < r.end(); ++t) {
+      const int i = static_cast<int>(t / (a.n_kv_heads * split));
+      const int rest = static_cast<int>(t % (a.n_kv_heads * split)), kh = rest / split;
+      const int h0 = kh * group + (rest % split) * per_task, h1 = h0 + per_task;
+#ifdef REDWOOD_AVX2
+      if (fast) {
+        attend_avx2(a, i, kh, h0, h1, sc);
+        continue;
       }
+      attend_generic(a, i, kh, h0, h1, sc.s);
+#else
+      attend_generic(a, i, kh, h0, h1, sc);
+#endif
     }
   });
 }

@@ -41,6 +41,39 @@ inline float dot(const float* a, const float* b, size_t n) {
   return s;
 }
 
+#ifdef REDWOOD_AVX2
+// e^x for eight floats (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-7
+// polynomial for e^r, 2^n put into the exponent field); within 2 ulp of expf.
+// x < -87 gives 0 (expf: a denormal or 0, below 2^-125 either way), x > 88.37
+// gives e^88.37; NaN stays NaN.
+inline __m256 exp256(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_NLT_UQ);  // x >= -87 or NaN
+  // max/min return their second operand when either is NaN: x passes through.
+  x = _mm256_min_ps(_mm256_set1_ps(88.37f), _mm256_max_ps(lo, x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // 2^n for n in [-126, 128): n = 128 (x near 88.37) as 2 * 2^127.
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i big = _mm256_cmpgt_epi32(ni, _mm256_set1_epi32(127));
+  const __m256 pow2 = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, _mm256_and_si256(big, _mm256_set1_epi32(1))),
+                                         _mm256_set1_epi32(127)),
+                        23));
+  y = _mm256_mul_ps(y, _mm256_blendv_ps(pow2, _mm256_mul_ps(pow2, _mm256_set1_ps(2.0f)), _mm256_castsi256_ps(big)));
+  return _mm256_and_ps(y, keep);
+}
+#endif
+
 // y += alpha * x
 inline void axpy(float alpha, const float* x, float* y, size_t n) {
   size_t i = 0;
