@@ -709,6 +709,62 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 }
 
 }  // namespace intdot2
+
+// ---- quantized GEMV for 2..8 tokens, AVX2: dequantize once, fp32 FMAs --------
+// intdot2 pays its integer dot (about 13 vector instructions) per block and
+// token. Dequantizing a block to four fp32 vectors costs about 18, once for
+// all tokens, after which a token costs 4 FMAs: cheaper from two tokens up
+// (redwood profile-hardware, SmolLM2: see docs/PERFORMANCE.md). The weights
+// are the exact values dequant_row_scalar gives; products and sums are fp32.
+namespace deqdot {
+
+template <DType t>
+inline void dequant_block(const uint8_t* blk, const float* h2f, __m256 w[4]) {
+  const __m256 d = intdot2::load_half_bcast(h2f, blk);
+  if constexpr (t == DType::Q8_0) {
+    for (int i = 0; i < 4; ++i)
+      w[i] = _mm256_mul_ps(
+          d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * i)))));
+  } else {
+    load_q4(blk + intdot2::Layout<t>::bb - 16, w);
+    // Q4_0: q d - 8 d = (q - 8) d exactly (both products are exact in fp32);
+    // Q4_1: q d + m, one rounding, as the scalar dequantization.
+    const __m256 off =
+        t == DType::Q4_0 ? _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)) : intdot2::load_half_bcast(h2f, blk + 2);
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_fmadd_ps(w[i], d, off);
+  }
+}
+
+// One weight row against N token vectors (ldx floats apart): out[k].
+template <DType t, int N>
+void row_dot(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out) {
+  constexpr int A = N <= 2 ? 4 : N <= 4 ? 2 : 1;  // accumulators per token: enough FMA chains to hide latency
+  constexpr int bb = intdot2::Layout<t>::bb;
+  const float* const h2f = intdot2::half_table();
+  __m256 acc[N][A];
+#pragma GCC unroll 32
+  for (int k = 0; k < N; ++k)
+    for (int a = 0; a < A; ++a) acc[k][a] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* blk = p + b * bb;
+    if ((b & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(blk) + 4096, _MM_HINT_T0);
+    __m256 w[4];
+    dequant_block<t>(blk, h2f, w);
+#pragma GCC unroll 8
+    for (int k = 0; k < N; ++k) {
+      const float* xk = x + k * ldx + b * 32;
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) acc[k][i % A] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(xk + 8 * i), acc[k][i % A]);
+    }
+  }
+  for (int k = 0; k < N; ++k) {
+    __m256 s = acc[k][0];
+    for (int a = 1; a < A; ++a) s = _mm256_add_ps(s, acc[k][a]);
+    out[k] = hsum(s);
+  }
+}
+
+}  // namespace deqdot
 #endif
 
 // The integer dot path this build has, if any (both have the same interface).
@@ -1049,7 +1105,12 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   std::vector<uint8_t> xprep;
   const uint8_t* xq = nullptr;
   size_t xstride = 0;
-  if (intdot_type(w.type)) {
+#ifdef REDWOOD_INTDOT2
+  constexpr bool deq = N >= 2;  // deqdot above, no prepared activations
+#else
+  constexpr bool deq = false;
+#endif
+  if (intdot_type(w.type) && !deq) {
     auto prepare_tokens = [&]<DType T>() {
       using L = idot::Layout<T>;
       xstride = static_cast<size_t>((cols / 32 + L::blocks - 1) / L::blocks * L::xbytes);
@@ -1075,6 +1136,15 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     auto run = [&]<DType T>() {
       int64_t i = r.begin();
 #ifdef REDWOOD_IDOT
+#ifdef REDWOOD_INTDOT2
+      if constexpr (intdot_type(T) && deq) {
+        for (; i < r.end(); ++i) {
+          deqdot::row_dot<T, N>(row_ptr(w, i), cols, x, cols, out);
+          for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
+        }
+        return;
+      }
+#endif
       if constexpr (intdot_type(T)) {
         const size_t rb = *row_bytes(w.type, cols);
         constexpr int kl = idot::kLongRows, ks = idot::kShortRows;
