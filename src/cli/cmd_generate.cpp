@@ -170,6 +170,12 @@ int run_generate(GenerateOptions& o) {
   text += tail;
   const double secs = now() - t1;
   const double spt = out.empty() ? 0.0 : secs / static_cast<double>(out.size());
+  // An instruct model given a bare prompt often ends its turn at once: say why
+  // nothing came out, and what usually helps.
+  if (out.empty() && finish == "stop" && !o.chat && !o.prompt.empty() && !m.desc.chat_template.empty())
+    std::fprintf(stderr,
+                 "redwood: note: the model ended its reply at once (end-of-sequence token); it has a chat template: "
+                 "try --chat\n");
   if (o.json) {
     nlohmann::json j;
     j["text"] = text;

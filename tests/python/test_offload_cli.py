@@ -5,7 +5,8 @@
 
 Checks:
     plan-memory : table and JSON; a budget below the minimum -> exit 1, one line naming "at least".
-    generate    : greedy tokens with --device-mem (most layers streamed; ring 2 and 3; host tier;
+    generate    : a bare prompt the instruct model ends at once -> a note suggesting --chat;
+                  greedy tokens with --device-mem (most layers streamed; ring 2 and 3; host tier;
                   --verify-io) equal the tokens without a budget; with --draft too.
     trace       : --trace writes a Chrome trace with I/O and compute events.
     bench       : `bench offload` (small configuration) prints one JSON object with a ratio per size.
@@ -99,6 +100,17 @@ def main() -> int:
               and b["peak_rss"] > 0, p.stdout)
     except (ValueError, KeyError) as e:
         check("bench offload", False, repr(e) + p.stderr[-500:])
+
+    # generate: an instruct model given a bare prompt ends its turn at once (greedy, this
+    # model and prompt); stderr says so and suggests --chat, which then gives text.
+    bare = ["generate"] + m + ["--prompt", "Tell me a long story about a dragon.", "--max-tokens", "8",
+                               "--temperature", "0"]
+    p = run(args, bare)
+    check("generate bare prompt: note suggests --chat",
+          p.returncode == 0 and p.stdout.strip() == "" and "try --chat" in p.stderr, p.stderr)
+    p = run(args, bare + ["--chat"])
+    check("generate --chat: text and no note", p.returncode == 0 and p.stdout.strip() != ""
+          and "try --chat" not in p.stderr, p.stderr)
 
     # bad input
     p = run(args, base + ["--prompt-tokens", "1,2", "--device-mem", "12XB"])
