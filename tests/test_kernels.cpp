@@ -218,8 +218,19 @@ struct TreeCase {
   std::vector<int32_t> parents, off{0}, anc;
   std::vector<float> q, k, v;
   AttentionArgs args(float* out) const {
-    return AttentionArgs{q.data(), k.data(), v.data(),       out,        n,          n_past, n_heads,
-                         n_kv,     hd,       parents.data(), off.data(), anc.data(), 1.0f / std::sqrt(float(hd))};
+    return AttentionArgs{q.data(),
+                         k.data(),
+                         v.data(),
+                         out,
+                         n,
+                         n_past,
+                         n_heads,
+                         n_kv,
+                         hd,
+                         parents.data(),
+                         off.data(),
+                         anc.data(),
+                         1.0f / std::sqrt(float(hd))};
   }
 };
 TreeCase random_tree_case(std::mt19937& rng, int n_heads, int n_kv, int hd, int n_past, int n) {

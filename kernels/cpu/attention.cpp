@@ -1,9 +1,9 @@
 #include "kernels/cpu/attention.h"
 
 #include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/task_arena.h>
 #include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
 #include <cmath>
@@ -38,10 +38,10 @@ inline __m256 dot8(const float* q, const float* const kr[8], int hd) {
 }
 
 struct Scratch {
-  std::vector<float> s;             // scores, then probabilities: [heads][len rounded up to 8]
-  std::vector<const float*> krow;   // key row of every attended position, padded to a multiple of 8
+  std::vector<float> s;            // scores, then probabilities: [heads][len rounded up to 8]
+  std::vector<const float*> krow;  // key row of every attended position, padded to a multiple of 8
   std::vector<const float*> vrow;
-  std::vector<float> inv_sum;       // [heads]
+  std::vector<float> inv_sum;  // [heads]
 };
 
 // Heads [h0, h1) of KV head kh for new token i (head_dim a multiple of 8, at
@@ -164,7 +164,7 @@ void attention(const AttentionArgs& args) {
   const bool fast = a.head_dim % 8 == 0 && a.head_dim <= 256;
   tbb::enumerable_thread_specific<Scratch> scratch;
 #else
-  tbb::enumerable_thread_specific<std::vector<float>> scratch;
+  tbb::enumerable_thread_specific<std::vector<float> > scratch;
 #endif
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, by_kv * split, 1), [&](const tbb::blocked_range<int64_t>& r) {
     auto& sc = scratch.local();

@@ -724,7 +724,8 @@ inline void dequant_block(const uint8_t* blk, const float* h2f, __m256 w[4]) {
   if constexpr (t == DType::Q8_0) {
     for (int i = 0; i < 4; ++i)
       w[i] = _mm256_mul_ps(
-          d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * i)))));
+          d,
+          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * i)))));
   } else {
     load_q4(blk + intdot2::Layout<t>::bb - 16, w);
     // Q4_0: q d - 8 d = (q - 8) d exactly (both products are exact in fp32);

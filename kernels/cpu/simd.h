@@ -65,10 +65,8 @@ inline __m256 exp256(__m256 x) {
   // 2^n for n in [-126, 128): n = 128 (x near 88.37) as 2 * 2^127.
   const __m256i ni = _mm256_cvtps_epi32(n);
   const __m256i big = _mm256_cmpgt_epi32(ni, _mm256_set1_epi32(127));
-  const __m256 pow2 = _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, _mm256_and_si256(big, _mm256_set1_epi32(1))),
-                                         _mm256_set1_epi32(127)),
-                        23));
+  const __m256 pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_sub_epi32(ni, _mm256_and_si256(big, _mm256_set1_epi32(1))), _mm256_set1_epi32(127)), 23));
   y = _mm256_mul_ps(y, _mm256_blendv_ps(pow2, _mm256_mul_ps(pow2, _mm256_set1_ps(2.0f)), _mm256_castsi256_ps(big)));
   return _mm256_and_ps(y, keep);
 }

@@ -2,9 +2,9 @@
 // draft model and a token tree (--draft), with streaming output.
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
@@ -55,8 +55,7 @@ double now() {
 int run_generate(GenerateOptions& o) {
   apply_run_options(o.run);
   validate(o.sampling);
-  if (o.prompt.empty() == o.prompt_tokens.empty())
-    throw Error("give exactly one of --prompt and --prompt-tokens");
+  if (o.prompt.empty() == o.prompt_tokens.empty()) throw Error("give exactly one of --prompt and --prompt-tokens");
   // Speculation flags are checked before any model loads.
   std::optional<spec::SpecConfig> cfg;
   const bool auto_tree = !o.draft.empty() && o.tree == "auto";
