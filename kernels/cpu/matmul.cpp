@@ -81,12 +81,8 @@ inline void load_q4(const uint8_t* qs, __m256 w[4]) {
 }
 
 inline void load_q8(const int8_t* qs, __m256 w[4]) {
-  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16));
-  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a));
-  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8)));
-  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+  for (int i = 0; i < 4; ++i)
+    w[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i))));
 }
 
 // Hardware (F16C) half -> float for block scales; bit-identical to math::f16_to_f32.
@@ -94,6 +90,28 @@ inline float h2f(const uint8_t* p) {
   uint16_t h;
   memcpy(&h, p, 2);
   return _cvtsh_ss(h);
+}
+
+// The 32 weights of a Q8_0, Q4_0 or Q4_1 block as four fp32 vectors (elements
+// 0..7, ..., 24..31), exactly dequant_row_scalar's values: Q8_0 q d; Q4_0
+// q d - 8 d = (q - 8) d (both products exact in fp32); Q4_1 q d + m, one
+// rounding.
+template <DType t>
+inline void dequant_block(const uint8_t* blk, __m256 w[4]) {
+  static_assert(t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1);
+  const float dv = h2f(blk);
+  __m256 off = _mm256_setzero_ps();
+  if constexpr (t == DType::Q8_0) {
+    load_q8(reinterpret_cast<const int8_t*>(blk + 2), w);
+  } else if constexpr (t == DType::Q4_0) {
+    load_q4(blk + 2, w);
+    off = _mm256_set1_ps(-8.0f * dv);
+  } else {
+    load_q4(blk + 4, w);
+    off = _mm256_set1_ps(h2f(blk + 2));
+  }
+  const __m256 d = _mm256_set1_ps(dv);
+  for (int j = 0; j < 4; ++j) w[j] = _mm256_fmadd_ps(w[j], d, off);
 }
 
 inline __m256 load_h8(const uint8_t* p) {
@@ -704,8 +722,12 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int k = 0; k < N; ++k)
-      out[r * N + k] = hsum(t == DType::Q4_1 ? _mm256_add_ps(acc[r][k], macc[r % RM][k % NM]) : acc[r][k]);
+    for (int k = 0; k < N; ++k) {
+      if constexpr (t == DType::Q4_1)
+        out[r * N + k] = hsum(_mm256_add_ps(acc[r][k], macc[r][k]));
+      else
+        out[r * N + k] = hsum(acc[r][k]);
+    }
 }
 
 }  // namespace intdot2
@@ -714,34 +736,15 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 // intdot2 pays its integer dot (about 13 vector instructions) per block and
 // token. Dequantizing a block to four fp32 vectors costs about 18, once for
 // all tokens, after which a token costs 4 FMAs: cheaper from two tokens up
-// (redwood profile-hardware, SmolLM2: see docs/PERFORMANCE.md). The weights
-// are the exact values dequant_row_scalar gives; products and sums are fp32.
+// (redwood profile-hardware, SmolLM2: see docs/PERFORMANCE.md). Products and
+// sums are fp32.
 namespace deqdot {
-
-template <DType t>
-inline void dequant_block(const uint8_t* blk, const float* h2f, __m256 w[4]) {
-  const __m256 d = intdot2::load_half_bcast(h2f, blk);
-  if constexpr (t == DType::Q8_0) {
-    for (int i = 0; i < 4; ++i)
-      w[i] = _mm256_mul_ps(
-          d,
-          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * i)))));
-  } else {
-    load_q4(blk + intdot2::Layout<t>::bb - 16, w);
-    // Q4_0: q d - 8 d = (q - 8) d exactly (both products are exact in fp32);
-    // Q4_1: q d + m, one rounding, as the scalar dequantization.
-    const __m256 off =
-        t == DType::Q4_0 ? _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)) : intdot2::load_half_bcast(h2f, blk + 2);
-    for (int i = 0; i < 4; ++i) w[i] = _mm256_fmadd_ps(w[i], d, off);
-  }
-}
 
 // One weight row against N token vectors (ldx floats apart): out[k].
 template <DType t, int N>
 void row_dot(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out) {
   constexpr int A = N <= 2 ? 4 : N <= 4 ? 2 : 1;  // accumulators per token: enough FMA chains to hide latency
   constexpr int bb = intdot2::Layout<t>::bb;
-  const float* const h2f = intdot2::half_table();
   __m256 acc[N][A];
 #pragma GCC unroll 32
   for (int k = 0; k < N; ++k)
@@ -750,7 +753,7 @@ void row_dot(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float*
     const uint8_t* blk = p + b * bb;
     if ((b & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(blk) + 4096, _MM_HINT_T0);
     __m256 w[4];
-    dequant_block<t>(blk, h2f, w);
+    dequant_block<t>(blk, w);
 #pragma GCC unroll 8
     for (int k = 0; k < N; ++k) {
       const float* xk = x + k * ldx + b * 32;
@@ -791,23 +794,19 @@ void dequant_span(DType t, const uint8_t* p, int64_t cols, float* out) {
   }
   if (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0) {
     const size_t bb = dtype_info(t).block_bytes;
-    for (int64_t b = 0; b < cols / 32; ++b) {
-      const uint8_t* blk = p + b * bb;
-      const float dv = h2f(blk);
-      __m256 v[4];
-      __m256 off = _mm256_setzero_ps();
-      if (t == DType::Q8_0) {
-        load_q8(reinterpret_cast<const int8_t*>(blk + 2), v);
-      } else if (t == DType::Q4_0) {
-        load_q4(blk + 2, v);
-        off = _mm256_set1_ps(-8.0f * dv);
-      } else {
-        load_q4(blk + 4, v);
-        off = _mm256_set1_ps(h2f(blk + 2));
+    auto span = [&]<DType T>() {
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        __m256 v[4];
+        dequant_block<T>(p + b * bb, v);
+        for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + b * 32 + j * 8, v[j]);
       }
-      const __m256 d = _mm256_set1_ps(dv);
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + b * 32 + j * 8, _mm256_fmadd_ps(v[j], d, off));
-    }
+    };
+    if (t == DType::Q8_0)
+      span.template operator()<DType::Q8_0>();
+    else if (t == DType::Q4_0)
+      span.template operator()<DType::Q4_0>();
+    else
+      span.template operator()<DType::Q4_1>();
     return;
   }
 #endif
