@@ -102,14 +102,17 @@ std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, uint32_
         uint8_t* p = w.data() + b * info.block_bytes;
         for (uint32_t i = 0; i < info.block_bytes; ++i) p[i] = static_cast<uint8_t>(g());
         put16(p, math::f32_to_f16(0.01f + 0.02f * (g() % 100) / 100.0f));
-        if (t == DType::Q4_1) put16(p + 2, math::f32_to_f16(-0.1f));
+        if (t == DType::Q6_K) put16(p + 208, math::f32_to_f16(0.001f + 0.002f * (g() % 100) / 100.0f));
+        if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K)
+          put16(p + 2, math::f32_to_f16(t == DType::Q4_K || t == DType::Q5_K ? 0.001f : -0.1f));
       }
     }
   }
   return w;
 }
 
-constexpr DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+constexpr DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                               DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 }  // namespace
 
@@ -123,6 +126,7 @@ TEST_F(Cuda, MatmulMatchesCpuForEveryTypeShapeAndN) {
                                         : std::vector<Shape>{{1, 1}, {5, 33}, {129, 257}, {64, 4096}};
     for (const Shape& s : shapes)
       for (int n : {1, 2, 3, 8, 9, 17, 64}) {
+        if (s.cols % dtype_info(t).block_elems != 0) continue;  // K types: 256-element blocks
         const auto wbytes = random_weights(t, s.rows, s.cols, 7);
         const auto x = randn(static_cast<size_t>(n) * s.cols, 11);
         std::vector<float> want(static_cast<size_t>(n) * s.rows);
@@ -167,7 +171,7 @@ TEST_F(Cuda, ExactGemmModeIsFp32) {
 
 TEST_F(Cuda, EmbedMatchesCpu) {
   for (DType t : kAllTypes) {
-    const int64_t rows = 50, cols = 96;
+    const int64_t rows = 50, cols = dtype_info(t).block_elems == 256 ? 512 : 96;
     const auto e = random_weights(t, rows, cols, 3);
     const std::vector<int32_t> ids = {0, 49, 7, 7, 13};
     std::vector<float> want(ids.size() * cols);

@@ -48,8 +48,11 @@ class MatmulTest : public ::testing::TestWithParam<DType> {};
 TEST_P(MatmulTest, MatchesReferenceAllSizes) {
   const DType t = GetParam();
   const bool block = dtype_info(t).block_elems > 1;
-  for (int64_t cols : {64, 96, 576, 4160}) {  // 4160: the long-row decode path (8 rows at once)
-    for (int64_t extra : {0, 8, 5}) {         // plain types also get tails (cols % 8 != 0)
+  const int64_t be = dtype_info(t).block_elems;
+  // 4160, 4352: the long-row decode path (several rows at once); 768, 4352: K types (256-element blocks)
+  for (int64_t cols : {64, 96, 576, 768, 4160, 4352}) {
+    if (cols % be != 0 || ((cols == 768 || cols == 4352) && be != 256)) continue;
+    for (int64_t extra : {0, 8, 5}) {  // plain types also get tails (cols % 8 != 0)
       if (block && extra) continue;
       const int64_t c = cols + extra;
       for (int64_t rows : {1, 7, 33, 200}) {
@@ -70,7 +73,8 @@ TEST_P(MatmulTest, MatchesReferenceAllSizes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
-                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1),
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                           DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
 // The batched path (n > kGemvMaxN) computes every output as one sequential
@@ -80,8 +84,8 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
 #if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
   GTEST_SKIP() << "the OpenBLAS path (no AVX2) is not batch-invariant";
 #else
-  for (DType t : {DType::F16, DType::Q4_1, DType::Q8_0}) {
-    const int64_t rows = 77, cols = 608;
+  for (DType t : {DType::F16, DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
+    const int64_t rows = 77, cols = t == DType::Q4_K ? 768 : 608;
     Mat m = random_matrix(t, rows, cols, 5);
     std::mt19937 rng(9);
     std::normal_distribution<float> nd;
@@ -160,6 +164,48 @@ TEST(Kernels, DecodeIsFp32AccurateForWideRangeActivations) {
       cpu::matmul(m.view, x.data(), 1, y.data());
       for (int64_t r = 0; r < rows; ++r) ASSERT_FALSE(std::isfinite(y[r])) << dtype_name(t) << " cols " << cols;
     }
+  }
+}
+
+// The vectorized dequantizers of the 5-bit and K types give exactly the shared
+// per-element math (which the CUDA backend uses), on random bytes: every
+// scale, min, sign and high-bit pattern occurs.
+TEST(Kernels, ChunkedTypesDequantizeExactlyAsSharedMath) {
+  std::mt19937 g(17);
+  for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int64_t rows = 5, cols = 1024;
+    const uint64_t rb = *row_bytes(t, cols);
+    std::vector<uint8_t> bytes(rows * rb);
+    for (auto& b : bytes) b = static_cast<uint8_t>(g());
+    // Finite fp16 scales (random bytes may make inf/NaN ones; those propagate the same, but compare as unequal).
+    const uint32_t be = dtype_info(t).block_elems, bb = dtype_info(t).block_bytes;
+    for (uint64_t b = 0; b < bytes.size() / bb; ++b) {
+      uint8_t* p = bytes.data() + b * bb;
+      auto put = [&](uint8_t* q) {
+        const uint16_t h = math::f32_to_f16(0.001f * float(g() % 2000) - 1.0f);
+        memcpy(q, &h, 2);
+      };
+      if (t == DType::Q6_K)
+        put(p + 208);
+      else
+        put(p);
+      if (t != DType::Q5_0 && t != DType::Q6_K) put(p + 2);
+    }
+    const WeightView w{t, rows, cols, bytes.data()};
+    std::vector<float> out(rows * cols);
+    cpu::dequantize_rows(w, 0, rows, out.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t* blk = bytes.data() + r * rb + c / be * bb;
+        const int e = static_cast<int>(c % be);
+        float want = NAN;
+        if (t == DType::Q5_0) want = math::dequant_q5_0(*reinterpret_cast<const math::BlockQ5_0*>(blk), e);
+        if (t == DType::Q5_1) want = math::dequant_q5_1(*reinterpret_cast<const math::BlockQ5_1*>(blk), e);
+        if (t == DType::Q4_K) want = math::dequant_q4_k(*reinterpret_cast<const math::BlockQ4_K*>(blk), e);
+        if (t == DType::Q5_K) want = math::dequant_q5_k(*reinterpret_cast<const math::BlockQ5_K*>(blk), e);
+        if (t == DType::Q6_K) want = math::dequant_q6_k(*reinterpret_cast<const math::BlockQ6_K*>(blk), e);
+        ASSERT_EQ(out[r * cols + c], want) << dtype_name(t) << " row " << r << " col " << c;
+      }
   }
 }
 

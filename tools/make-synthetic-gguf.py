@@ -3,7 +3,8 @@
 
 Written with gguf.GGUFWriter (tensor infos first, then data tensor by tensor), so
 other GGUF readers (llama.cpp, gguf-py) load it. Quantization uses
-gguf.quants.quantize.
+gguf.quants.quantize, and for Q4_K/Q5_K/Q6_K (which gguf-py cannot quantize)
+the simple min/max quantizers below; gguf-py dequantizes all of them.
 
 Examples:
   make-synthetic-gguf.py --preset tiny --out /tmp/tiny.gguf
@@ -16,7 +17,7 @@ embedding / output ~ N(0, 16/dim) so logits have a std of a few units, norm weig
 
 Generation modes (--mode):
   exact : every element drawn independently from the RNG, then quantized.
-  pool  : a pool of 2^20 independent N(0, s^2) blocks of 32 values is drawn and
+  pool  : a pool of 2^20 x 32 independent N(0, s^2) values, in blocks, is drawn and
           quantized once per distinct scale s; every tensor is then assembled from
           randomly chosen pool blocks (i.i.d. block draws, so the element
           distribution is the same). ~10x faster; used for huge shapes.
@@ -55,8 +56,11 @@ PRESETS = {
                  rope_base=10000.0, eps=1e-5, ctx=512),
 }
 
-TYPES = {"F32": QT.F32, "F16": QT.F16, "Q8_0": QT.Q8_0, "Q4_0": QT.Q4_0, "Q4_1": QT.Q4_1}
-FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}  # llama_ftype "mostly X"
+TYPES = {"F32": QT.F32, "F16": QT.F16, "Q8_0": QT.Q8_0, "Q4_0": QT.Q4_0, "Q4_1": QT.Q4_1,
+         "Q5_0": QT.Q5_0, "Q5_1": QT.Q5_1, "Q4_K": QT.Q4_K, "Q5_K": QT.Q5_K, "Q6_K": QT.Q6_K}
+# llama_ftype "mostly X" (the K types: their _M mixes' ids, the closest named ones)
+FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q4_K": 15,
+             "Q5_K": 17, "Q6_K": 18}
 
 POOL_BLOCKS = 1 << 20
 CHUNK_ELEMS = 1 << 24  # elements generated per chunk (64 MiB of float32)
@@ -133,6 +137,70 @@ def build_vocab(n_vocab: int):
 
 
 # ------------------------------------------------------------------ weights
+def _f16_bytes(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.float16).reshape(-1, 1).view(np.uint8)
+
+
+def _quantize_k45(x: np.ndarray, five: bool) -> np.ndarray:
+    """Q4_K / Q5_K super-blocks (a simple min/max quantizer, not ggml's search):
+    per 32-element sub-block a 6-bit scale and min relative to d and dmin."""
+    levels = 31 if five else 15
+    b = x.reshape(-1, 8, 32).astype(np.float32)
+    nb = b.shape[0]
+    lo = np.minimum(b.min(axis=2), 0.0)
+    s, m = (b.max(axis=2) - lo) / levels, -lo
+    d = (s.max(axis=1) / 63).astype(np.float16)
+    dmin = (m.max(axis=1) / 63).astype(np.float16)
+    df, dmf = d.astype(np.float32), dmin.astype(np.float32)
+    sc = np.where(df[:, None] > 0, np.clip(np.rint(s / np.where(df > 0, df, 1)[:, None]), 0, 63), 0).astype(np.uint8)
+    mq = np.where(dmf[:, None] > 0, np.clip(np.rint(m / np.where(dmf > 0, dmf, 1)[:, None]), 0, 63), 0).astype(np.uint8)
+    scales = np.empty((nb, 12), np.uint8)
+    scales[:, 0:4] = (sc[:, :4] & 63) | ((sc[:, 4:] >> 4) << 6)
+    scales[:, 4:8] = (mq[:, :4] & 63) | ((mq[:, 4:] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:] & 15) | ((mq[:, 4:] & 15) << 4)
+    dj = (df[:, None] * sc)[..., None]
+    mj = (dmf[:, None] * mq)[..., None]
+    q = np.where(dj > 0, np.clip(np.rint((b + mj) / np.where(dj > 0, dj, 1)), 0, levels), 0).astype(np.uint8)
+    qs = (q[:, 0::2] & 15) | ((q[:, 1::2] & 15) << 4)  # (nb, 4, 32)
+    parts = [_f16_bytes(d), _f16_bytes(dmin), scales]
+    if five:
+        qh = np.zeros((nb, 32), np.uint8)
+        for j in range(8):
+            qh |= ((q[:, j] >> 4) << j).astype(np.uint8)
+        parts.append(qh)
+    parts.append(qs.reshape(nb, 128))
+    return np.concatenate(parts, axis=1)
+
+
+def _quantize_q6k(x: np.ndarray) -> np.ndarray:
+    """Q6_K super-blocks: per 16-element sub-block an int8 scale relative to d."""
+    b = x.reshape(-1, 16, 16).astype(np.float32)
+    nb = b.shape[0]
+    mx = np.take_along_axis(b, np.abs(b).argmax(axis=2)[..., None], axis=2)[..., 0]
+    s = mx / -32.0
+    d = (np.abs(s).max(axis=1) / 127).astype(np.float16)
+    df = d.astype(np.float32)
+    sc = np.where(df[:, None] > 0, np.clip(np.rint(s / np.where(df > 0, df, 1)[:, None]), -128, 127), 0).astype(np.int8)
+    de = (df[:, None] * sc)[..., None]
+    q = np.where(de != 0, np.clip(np.rint(b / np.where(de != 0, de, 1) + 32), 0, 63), 32).astype(np.uint8)
+    q = q.reshape(nb, 2, 4, 32)  # [half, quarter, l]
+    ql = np.concatenate([(q[:, :, 0] & 15) | ((q[:, :, 2] & 15) << 4), (q[:, :, 1] & 15) | ((q[:, :, 3] & 15) << 4)],
+                        axis=2)  # (nb, 2, 64)
+    qh = np.zeros((nb, 2, 32), np.uint8)
+    for k in range(4):
+        qh |= ((q[:, :, k] >> 4) << (2 * k)).astype(np.uint8)
+    return np.concatenate([ql.reshape(nb, 128), qh.reshape(nb, 64), sc.view(np.uint8), _f16_bytes(d)], axis=1)
+
+
+def quantize(x: np.ndarray, qtype) -> np.ndarray:
+    """x (rows, cols) float32 -> (rows, row bytes) uint8 in qtype's layout."""
+    if qtype in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
+        rows = x.shape[0]
+        q = _quantize_q6k(x) if qtype == QT.Q6_K else _quantize_k45(x, qtype == QT.Q5_K)
+        return q.reshape(rows, -1)
+    return gguf_quantize(x, qtype)
+
+
 class WeightSource:
     def __init__(self, seed: int, mode: str):
         self.rng = np.random.default_rng(seed)
@@ -146,8 +214,8 @@ class WeightSource:
             # long rows: gguf's quantizer has a per-16-rows overhead
             x = self.rng.standard_normal((POOL_BLOCKS * BLK // 8192, 8192), dtype=np.float32)
             x *= np.float32(std)
-            q = gguf_quantize(x, qtype)
-            p = q.reshape(POOL_BLOCKS, -1)  # (POOL_BLOCKS, bytes per 32 values)
+            q = quantize(x, qtype)
+            p = q.reshape(-1, gguf.GGML_QUANT_SIZES[qtype][1])  # (blocks, bytes per block)
             self.pools[key] = p
         return p
 
@@ -165,18 +233,18 @@ class WeightSource:
         else:
             out = np.empty((n_rows, row_bytes), np.uint8)
         rows_per_chunk = max(1, CHUNK_ELEMS // n_cols)
-        use_pool = self.mode == "pool" and n_cols % BLK == 0
+        use_pool = self.mode == "pool" and block > 1
         for r0 in range(0, n_rows, rows_per_chunk):
             r1 = min(n_rows, r0 + rows_per_chunk)
             if use_pool:
                 pool = self._pool(qtype, std)
-                nb = (r1 - r0) * (n_cols // BLK)
-                idx = self.rng.integers(0, POOL_BLOCKS, size=nb)
+                nb = (r1 - r0) * (n_cols // block)
+                idx = self.rng.integers(0, pool.shape[0], size=nb)
                 out[r0:r1] = pool[idx].reshape(r1 - r0, -1)
             else:
                 x = self.rng.standard_normal((r1 - r0, n_cols), dtype=np.float32)
                 x *= np.float32(std)
-                out[r0:r1] = gguf_quantize(x, qtype)
+                out[r0:r1] = quantize(x, qtype)
         return out
 
     def norm(self, n: int) -> np.ndarray:

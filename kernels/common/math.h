@@ -102,6 +102,94 @@ RD_HD float dequant_q4_1(const BlockQ4_1& b, int j) {
   return f16_to_f32(b.d) * q + f16_to_f32(b.m);
 }
 
+// 5-bit blocks: a 4-bit low part as in Q4_0/Q4_1 plus bit j of the 32-bit
+// little-endian qh. (Byte arrays, not uint32_t: blocks are only 2-aligned.)
+struct BlockQ5_0 {
+  uint16_t d;  // value = (q - 16) * d
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;  // value = q * d + m
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
+
+RD_HD int q5_quant(const uint8_t* qs, const uint8_t* qh, int j) {
+  const int lo = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
+  return lo | (((qh[j >> 3] >> (j & 7)) & 1) << 4);
+}
+RD_HD float dequant_q5_0(const BlockQ5_0& b, int j) {
+  return f16_to_f32(b.d) * (q5_quant(b.qs, b.qh, j) - 16);
+}
+RD_HD float dequant_q5_1(const BlockQ5_1& b, int j) {
+  return fmaf(f16_to_f32(b.d), (float)q5_quant(b.qs, b.qh, j), f16_to_f32(b.m));
+}
+
+// K-quants: 256-element super-blocks (ggml's QK_K). Q4_K and Q5_K have eight
+// 32-element sub-blocks, each with a 6-bit scale and a 6-bit min packed into
+// 12 bytes; value = d * scale_j * q - dmin * min_j. Within each 64 elements
+// the 32 low nibbles of qs come first, then the 32 high nibbles.
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];  // bit (j) of qh[l]: 5th bit of element 32 j + l
+  uint8_t qs[128];
+};
+// Q6_K: sixteen 16-element sub-blocks with int8 scales; value = d * scale * (q - 32),
+// q = 4 bits of ql | 2 bits of qh << 4.
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+
+// Scale and min of sub-block j (0..7) from the 12 packed bytes (ggml's get_scale_min_k4).
+RD_HD void kquant_scale_min(const uint8_t* s, int j, int& scale, int& min) {
+  if (j < 4) {
+    scale = s[j] & 63;
+    min = s[j + 4] & 63;
+  } else {
+    scale = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+    min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+// Element e (0..255) of a super-block. d * scale and dmin * min are rounded
+// to float first, as ggml does; the AVX2 dequantizer computes the same values.
+RD_HD float dequant_q4_k(const BlockQ4_K& b, int e) {
+  const int j = e >> 5, l = e & 31;
+  int sc, mn;
+  kquant_scale_min(b.scales, j, sc, mn);
+  const uint8_t byte = b.qs[(j >> 1) * 32 + l];
+  const int q = (j & 1) ? byte >> 4 : byte & 0xf;
+  return fmaf(f16_to_f32(b.d) * (float)sc, (float)q, -(f16_to_f32(b.dmin) * (float)mn));
+}
+RD_HD float dequant_q5_k(const BlockQ5_K& b, int e) {
+  const int j = e >> 5, l = e & 31;
+  int sc, mn;
+  kquant_scale_min(b.scales, j, sc, mn);
+  const uint8_t byte = b.qs[(j >> 1) * 32 + l];
+  const int q = ((j & 1) ? byte >> 4 : byte & 0xf) | (((b.qh[l] >> j) & 1) << 4);
+  return fmaf(f16_to_f32(b.d) * (float)sc, (float)q, -(f16_to_f32(b.dmin) * (float)mn));
+}
+// Q6_K: each 128-element half h has ql[64 h ..], qh[32 h ..], scales[8 h ..];
+// quarter k (32 elements) of a half takes ql[l] (k = 0), ql[l + 32] (1) low
+// nibbles, then their high nibbles (2, 3), and bits 2k, 2k + 1 of qh[l].
+RD_HD float dequant_q6_k(const BlockQ6_K& b, int e) {
+  const int h = e >> 7, k = (e >> 5) & 3, l = e & 31;
+  const uint8_t lo = b.ql[64 * h + (k & 1) * 32 + l];
+  const int q = ((k & 2) ? lo >> 4 : lo & 0xf) | (((b.qh[32 * h + l] >> (2 * k)) & 3) << 4);
+  return f16_to_f32(b.d) * (float)b.scales[8 * h + 2 * k + (l >> 4)] * (float)(q - 32);
+}
+
 // RoPE: rotation angle of pair i (0..head_dim/2-1) at position pos.
 // Computed in double and rounded once to float, so host and device agree
 // (float powf differs by an ulp between libm and CUDA, which at position

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/common/math.h"
+#include "kernels/cpu/dequant.h"
 #include "kernels/cpu/simd.h"
 
 namespace redwood::cpu {
@@ -63,6 +64,13 @@ void dequant_row_scalar(DType t, const uint8_t* p, int64_t cols, float* out) {
         memcpy(&blk, p + b * sizeof(blk), sizeof(blk));
         for (int j = 0; j < 32; ++j) out[b * 32 + j] = dequant_q4_1(blk, j);
       }
+      break;
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      dequant_chunked_scalar(t, p, cols, out);
       break;
   }
 }
@@ -783,6 +791,7 @@ namespace idot = intdot2;
 // Dequantizes `cols` weights starting at p (a whole number of blocks for the
 // quantized types) into out; the same values as dequant_row_scalar.
 void dequant_span(DType t, const uint8_t* p, int64_t cols, float* out) {
+  if (is_chunked_type(t)) return dequant_chunked(t, p, cols, out);
 #ifdef REDWOOD_AVX2
   if (t == DType::F16 && cols % 8 == 0) {
     for (int64_t c = 0; c < cols; c += 8) _mm256_storeu_ps(out + c, load_h8(p + 2 * c));
@@ -812,6 +821,40 @@ void dequant_span(DType t, const uint8_t* p, int64_t cols, float* out) {
 #endif
   dequant_row_scalar(t, p, cols, out);
 }
+
+#ifdef REDWOOD_AVX2
+// One row of a chunked type (kernels/cpu/dequant.h) against N token vectors
+// (ldx floats apart): 256 columns at a time are dequantized into L1, then each
+// token takes 32 FMAs per chunk on A accumulators.
+template <int N>
+void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out) {
+  constexpr int A = N <= 2 ? 4 : N <= 4 ? 2 : 1;
+  constexpr int64_t kChunk = 256;
+  const int64_t be = dtype_info(t).block_elems, bb = dtype_info(t).block_bytes;
+  alignas(32) float buf[kChunk];
+  __m256 acc[N][A];
+  for (int k = 0; k < N; ++k)
+    for (int a = 0; a < A; ++a) acc[k][a] = _mm256_setzero_ps();
+  for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
+    const int64_t nc = std::min(kChunk, cols - c0);  // a multiple of 32
+    const uint8_t* src = p + c0 / be * bb;
+    _mm_prefetch(reinterpret_cast<const char*>(src) + 2048, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(src) + 2048 + 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(src) + 2048 + 128, _MM_HINT_T0);
+    dequant_chunked(t, src, nc, buf);
+    for (int k = 0; k < N; ++k) {
+      const float* xk = x + k * ldx + c0;
+      for (int64_t v = 0; v < nc / 8; ++v)
+        acc[k][v % A] = _mm256_fmadd_ps(_mm256_load_ps(buf + 8 * v), _mm256_loadu_ps(xk + 8 * v), acc[k][v % A]);
+    }
+  }
+  for (int k = 0; k < N; ++k) {
+    __m256 s = acc[k][0];
+    for (int a = 1; a < A; ++a) s = _mm256_add_ps(s, acc[k][a]);
+    out[k] = hsum(s);
+  }
+}
+#endif
 
 #ifdef REDWOOD_AVX512
 // ---- batched pass: fused dequantize + GEMM with 512-bit FMAs -----------------
@@ -1133,6 +1176,13 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, grain), [&](const tbb::blocked_range<int64_t>& r) {
 #ifdef REDWOOD_AVX2
     float out[N];
+    if (is_chunked_type(w.type)) {
+      for (int64_t i = r.begin(); i < r.end(); ++i) {
+        chunked_row_dot<N>(w.type, row_ptr(w, i), cols, x, cols, out);
+        for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
+      }
+      return;
+    }
     auto run = [&]<DType T>() {
       int64_t i = r.begin();
 #ifdef REDWOOD_IDOT
@@ -1199,6 +1249,8 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       case DType::Q4_1:
         run.template operator()<DType::Q4_1>();
         break;
+      default:
+        break;  // the chunked types returned above
     }
 #else
     std::vector<float> tmp(cols);

@@ -60,6 +60,20 @@ struct Row<DType::Q4_1> {
   }
 };
 
+#define RD_BLOCK_ROW(TYPE, BLOCK, ELEMS, FN)                                                              \
+  template <>                                                                                             \
+  struct Row<DType::TYPE> {                                                                               \
+    __device__ static float at(const uint8_t* row, int64_t c) {                                           \
+      return math::FN(reinterpret_cast<const math::BLOCK*>(row)[c / ELEMS], static_cast<int>(c % ELEMS)); \
+    }                                                                                                     \
+  };
+RD_BLOCK_ROW(Q5_0, BlockQ5_0, 32, dequant_q5_0)
+RD_BLOCK_ROW(Q5_1, BlockQ5_1, 32, dequant_q5_1)
+RD_BLOCK_ROW(Q4_K, BlockQ4_K, 256, dequant_q4_k)
+RD_BLOCK_ROW(Q5_K, BlockQ5_K, 256, dequant_q5_k)
+RD_BLOCK_ROW(Q6_K, BlockQ6_K, 256, dequant_q6_k)
+#undef RD_BLOCK_ROW
+
 // One warp per row r; lanes stride over the columns (consecutive lanes read
 // consecutive elements, so quantized blocks are read by whole warps).
 template <DType T, int N>
@@ -204,6 +218,26 @@ __global__ void embed_kernel(const uint8_t* e, int64_t rows, int64_t cols, uint6
     } break;                           \
     case DType::Q4_1: {                \
       constexpr DType T = DType::Q4_1; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q5_0: {                \
+      constexpr DType T = DType::Q5_0; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q5_1: {                \
+      constexpr DType T = DType::Q5_1; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q4_K: {                \
+      constexpr DType T = DType::Q4_K; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q5_K: {                \
+      constexpr DType T = DType::Q5_K; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q6_K: {                \
+      constexpr DType T = DType::Q6_K; \
       __VA_ARGS__;                     \
     } break;                           \
   }

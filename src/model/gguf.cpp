@@ -350,7 +350,12 @@ std::optional<DType> dtype_from_ggml(uint32_t t) {
     case 1: return DType::F16;
     case 2: return DType::Q4_0;
     case 3: return DType::Q4_1;
+    case 6: return DType::Q5_0;
+    case 7: return DType::Q5_1;
     case 8: return DType::Q8_0;
+    case 12: return DType::Q4_K;
+    case 13: return DType::Q5_K;
+    case 14: return DType::Q6_K;
     case 30: return DType::BF16;
     default: return std::nullopt;
   }

@@ -3,13 +3,15 @@
 #pragma once
 #include <unistd.h>
 
-#include <cstdio>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common/dtype.h"
@@ -17,12 +19,100 @@
 
 namespace redwood::testutil {
 
-// Quantize one row of floats (cols a multiple of 32 for block types).
+// Simple (not ggml's search-based) quantizers for the 5-bit and K types.
+inline uint8_t clamp_q(float v, int hi) {
+  return (uint8_t)std::min<long>(hi, std::max(0L, std::lround(v)));
+}
+
+template <typename Block>
+void quantize_q5(const float* x, Block& blk) {
+  constexpr bool one = std::is_same_v<Block, math::BlockQ5_1>;
+  float lo = x[0], hi = x[0], amax = 0, mx = 0;
+  for (int j = 0; j < 32; ++j) {
+    lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+    if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), mx = x[j];
+  }
+  const float d = one ? (hi - lo) / 31.0f : mx / -16.0f;
+  blk.d = math::f32_to_f16(d);
+  if constexpr (one) blk.m = math::f32_to_f16(lo);
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; ++j) {
+    const uint8_t q = clamp_q(d == 0 ? (one ? 0 : 16) : one ? (x[j] - lo) / d : x[j] / d + 16, 31);
+    if (j < 16)
+      blk.qs[j] = q & 15;
+    else
+      blk.qs[j - 16] |= (uint8_t)((q & 15) << 4);
+    qh |= (uint32_t)(q >> 4) << j;
+  }
+  memcpy(blk.qh, &qh, 4);
+}
+
+// Q4_K / Q5_K: per 32-element sub-block a scale and a min (6 bits each, relative
+// to the super-block's d and dmin).
+template <typename Block>
+void quantize_k45(const float* x, Block& blk) {
+  constexpr bool five = std::is_same_v<Block, math::BlockQ5_K>;
+  constexpr int levels = five ? 31 : 15;
+  float s[8], m[8], smax = 0, mmax = 0;
+  for (int j = 0; j < 8; ++j) {
+    float lo = 0, hi = x[32 * j];
+    for (int l = 0; l < 32; ++l) lo = std::min(lo, x[32 * j + l]), hi = std::max(hi, x[32 * j + l]);
+    s[j] = (hi - lo) / levels, m[j] = -lo;
+    smax = std::max(smax, s[j]), mmax = std::max(mmax, m[j]);
+  }
+  const float d = math::f16_to_f32(math::f32_to_f16(smax / 63)), dmin = math::f16_to_f32(math::f32_to_f16(mmax / 63));
+  blk.d = math::f32_to_f16(d), blk.dmin = math::f32_to_f16(dmin);
+  uint8_t sc[8], mq[8];
+  for (int j = 0; j < 8; ++j) sc[j] = d ? clamp_q(s[j] / d, 63) : 0, mq[j] = dmin ? clamp_q(m[j] / dmin, 63) : 0;
+  for (int j = 0; j < 4; ++j) {
+    blk.scales[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    blk.scales[j + 4] = (uint8_t)((mq[j] & 63) | ((mq[j + 4] >> 4) << 6));
+    blk.scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((mq[j + 4] & 15) << 4));
+  }
+  memset(blk.qs, 0, sizeof blk.qs);
+  if constexpr (five) memset(blk.qh, 0, sizeof blk.qh);
+  for (int j = 0; j < 8; ++j) {
+    const float dj = d * sc[j], mj = dmin * mq[j];
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t q = dj ? clamp_q((x[32 * j + l] + mj) / dj, levels) : 0;
+      blk.qs[(j >> 1) * 32 + l] |= (uint8_t)((q & 15) << (4 * (j & 1)));
+      if constexpr (five) blk.qh[l] |= (uint8_t)((q >> 4) << j);
+    }
+  }
+}
+
+// Q6_K: per 16-element sub-block an int8 scale relative to d.
+inline void quantize_q6k(const float* x, math::BlockQ6_K& blk) {
+  float s[16], amax = 0;
+  for (int i = 0; i < 16; ++i) {
+    float mx = 0;
+    for (int l = 0; l < 16; ++l)
+      if (std::fabs(x[16 * i + l]) > std::fabs(mx)) mx = x[16 * i + l];
+    s[i] = mx / -32.0f;
+    amax = std::max(amax, std::fabs(s[i]));
+  }
+  const float d = math::f16_to_f32(math::f32_to_f16(amax / 127));
+  blk.d = math::f32_to_f16(d);
+  memset(blk.ql, 0, sizeof blk.ql);
+  memset(blk.qh, 0, sizeof blk.qh);
+  for (int i = 0; i < 16; ++i) blk.scales[i] = (int8_t)(d ? std::lround(std::clamp(s[i] / d, -128.0f, 127.0f)) : 0);
+  for (int e = 0; e < 256; ++e) {
+    const int h = e >> 7, k = (e >> 5) & 3, l = e & 31;
+    const float de = d * blk.scales[8 * h + 2 * k + (l >> 4)];
+    const uint8_t q = de ? clamp_q(x[e] / de + 32, 63) : 32;
+    blk.ql[64 * h + (k & 1) * 32 + l] |= (uint8_t)((q & 15) << ((k & 2) ? 4 : 0));
+    blk.qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+  }
+}
+
+// Quantize one row of floats (cols a multiple of 32 for block types, 256 for K types).
 inline std::vector<uint8_t> quantize_row(DType t, const float* x, int64_t cols) {
   std::vector<uint8_t> out(*row_bytes(t, cols));
   uint8_t* o = out.data();
   switch (t) {
-    case DType::F32: memcpy(o, x, cols * 4); break;
+    case DType::F32:
+      memcpy(o, x, cols * 4);
+      break;
     case DType::F16:
       for (int64_t c = 0; c < cols; ++c) {
         uint16_t h = math::f32_to_f16(x[c]);
@@ -76,18 +166,53 @@ inline std::vector<uint8_t> quantize_row(DType t, const float* x, int64_t cols) 
         memcpy(o + b * sizeof blk, &blk, sizeof blk);
       }
       break;
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: {
+      const int64_t be = dtype_info(t).block_elems, bb = dtype_info(t).block_bytes;
+      for (int64_t b = 0; b < cols / be; ++b) {
+        auto put = [&](auto blk, auto fn) {
+          fn(x + b * be, blk);
+          memcpy(o + b * bb, &blk, sizeof blk);
+        };
+        if (t == DType::Q5_0) put(math::BlockQ5_0{}, quantize_q5<math::BlockQ5_0>);
+        if (t == DType::Q5_1) put(math::BlockQ5_1{}, quantize_q5<math::BlockQ5_1>);
+        if (t == DType::Q4_K) put(math::BlockQ4_K{}, quantize_k45<math::BlockQ4_K>);
+        if (t == DType::Q5_K) put(math::BlockQ5_K{}, quantize_k45<math::BlockQ5_K>);
+        if (t == DType::Q6_K) put(math::BlockQ6_K{}, quantize_q6k);
+      }
+      break;
+    }
   }
   return out;
 }
 
 inline uint32_t ggml_id(DType t) {
   switch (t) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::Q4_0: return 2;
-    case DType::Q4_1: return 3;
-    case DType::Q8_0: return 8;
-    case DType::BF16: return 30;
+    case DType::F32:
+      return 0;
+    case DType::F16:
+      return 1;
+    case DType::Q4_0:
+      return 2;
+    case DType::Q4_1:
+      return 3;
+    case DType::Q8_0:
+      return 8;
+    case DType::BF16:
+      return 30;
+    case DType::Q5_0:
+      return 6;
+    case DType::Q5_1:
+      return 7;
+    case DType::Q4_K:
+      return 12;
+    case DType::Q5_K:
+      return 13;
+    case DType::Q6_K:
+      return 14;
   }
   return 0;
 }
@@ -163,7 +288,9 @@ class GgufWriter {
   void key(const std::string& k, uint32_t type) { str(k), pod(type); }
   void str(const std::string& s) { pod((uint64_t)s.size()), kv_ += s; }
   template <class T>
-  void pod(T v) { kv_.append((const char*)&v, sizeof v); }
+  void pod(T v) {
+    kv_.append((const char*)&v, sizeof v);
+  }
   std::string kv_, tinfo_;
   std::vector<uint8_t> data_;
   uint64_t n_kv_ = 0, n_t_ = 0;

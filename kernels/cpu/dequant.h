@@ -1,0 +1,26 @@
+// Dequantizers for the block types that have no dedicated dot-product kernel
+// (Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K: the types of llama.cpp's
+// Q4_K_M / Q5_K_M / Q6_K files and their fallbacks). The matmuls dequantize
+// them in 256-column chunks and use fp32 FMAs. Values are exactly
+// math::dequant_* (kernels/common/math.h), the per-element reference that the
+// CUDA backend uses too.
+#pragma once
+#include <cstdint>
+
+#include "kernels/common/dtype.h"
+
+namespace redwood::cpu {
+
+// True for the types above.
+constexpr bool is_chunked_type(DType t) {
+  return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
+
+// Dequantizes `cols` weights from p (a whole number of blocks of a chunked type)
+// into out. AVX2 where the build has it, else scalar; the same values either way.
+void dequant_chunked(DType t, const uint8_t* p, int64_t cols, float* out);
+
+// The scalar reference (one element at a time through math::dequant_*).
+void dequant_chunked_scalar(DType t, const uint8_t* p, int64_t cols, float* out);
+
+}  // namespace redwood::cpu
