@@ -25,87 +25,200 @@ inline float h2f(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Eight bytes from p as int32 lanes: their low nibbles, or their high nibbles.
-inline __m256i nibbles8(const uint8_t* p, bool high) {
-  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  return high ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(15));
-}
+// Eight bytes from p as int32 lanes: all of each byte, its low nibble, or its high nibble.
 inline __m256i bytes8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
-
-// Q5_0 / Q5_1: (q - 16) d = fma(q, d, -16 d) exactly (both products fit fp32); q d + m with one rounding.
-template <DType T>
-void q5_blocks(const uint8_t* p, int64_t cols, float* out) {
-  constexpr size_t bb = T == DType::Q5_0 ? 22 : 24;
-  constexpr int qh_at = T == DType::Q5_0 ? 2 : 4;
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    const uint8_t* blk = p + b * bb;
-    const float dv = h2f(blk);
-    const __m256 d = _mm256_set1_ps(dv);
-    const __m256 off = _mm256_set1_ps(T == DType::Q5_0 ? -16.0f * dv : h2f(blk + 2));
-    uint32_t qh;
-    memcpy(&qh, blk + qh_at, 4);
-    const __m256i hbits = _mm256_set1_epi32(static_cast<int>(qh));
-    const uint8_t* qs = blk + qh_at + 4;
-    for (int i = 0; i < 4; ++i) {
-      const __m256i idx =
-          _mm256_setr_epi32(8 * i, 8 * i + 1, 8 * i + 2, 8 * i + 3, 8 * i + 4, 8 * i + 5, 8 * i + 6, 8 * i + 7);
-      const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(hbits, idx), _mm256_set1_epi32(1)), 4);
-      const __m256i q = _mm256_or_si256(nibbles8(qs + 8 * (i & 1), i >= 2), hi);
-      _mm256_storeu_ps(out + b * 32 + 8 * i, _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, off));
-    }
-  }
+template <bool kHigh>
+inline __m256i nibbles8(const uint8_t* p) {
+  const __m256i v = bytes8(p);
+  if constexpr (kHigh) return _mm256_srli_epi32(v, 4);
+  return _mm256_and_si256(v, _mm256_set1_epi32(15));
 }
 
-// Q4_K / Q5_K: sub-block j's values d_j q - m_j with d_j = d scale_j and
-// m_j = dmin min_j rounded first, then one rounding (fmsub), as the reference.
+// Per-block constants, read once per block: scales (and offsets) of its sub-blocks.
 template <DType T>
-void k45_blocks(const uint8_t* p, int64_t cols, float* out) {
-  constexpr bool five = T == DType::Q5_K;
-  constexpr size_t bb = five ? 176 : 144;
-  for (int64_t b = 0; b < cols / 256; ++b) {
-    const uint8_t* blk = p + b * bb;
-    const float d = h2f(blk), dmin = h2f(blk + 2);
-    const uint8_t* scales = blk + 4;
-    const uint8_t* qh = blk + 16;
-    const uint8_t* qs = blk + (five ? 48 : 16);
-    float* o = out + b * 256;
-    for (int j = 0; j < 8; ++j) {
-      int sc, mn;
-      math::kquant_scale_min(scales, j, sc, mn);
-      const __m256 dj = _mm256_set1_ps(d * static_cast<float>(sc));
-      const __m256 mj = _mm256_set1_ps(dmin * static_cast<float>(mn));
-      const uint8_t* q = qs + (j >> 1) * 32;
-      for (int i = 0; i < 4; ++i) {
-        __m256i v = nibbles8(q + 8 * i, j & 1);
-        if constexpr (five) {
-          const __m256i h = _mm256_and_si256(_mm256_srli_epi32(bytes8(qh + 8 * i), j), _mm256_set1_epi32(1));
-          v = _mm256_or_si256(v, _mm256_slli_epi32(h, 4));
-        }
-        _mm256_storeu_ps(o + 32 * j + 8 * i, _mm256_fmsub_ps(dj, _mm256_cvtepi32_ps(v), mj));
+struct BlockConsts;
+
+// Q5_0 / Q5_1: (q - 16) d = fma(q, d, -16 d) exactly (both products fit fp32);
+// q d + m with one rounding, as the reference's fmaf.
+template <>
+struct BlockConsts<DType::Q5_0> {
+  static constexpr int kElems = 32, kBytes = 22, kQh = 2;
+  __m256 d, off;
+  __m256i qh;
+  explicit BlockConsts(const uint8_t* blk) {
+    const float dv = h2f(blk);
+    d = _mm256_set1_ps(dv), off = _mm256_set1_ps(-16.0f * dv);
+    uint32_t h;
+    memcpy(&h, blk + kQh, 4);
+    qh = _mm256_set1_epi32(static_cast<int>(h));
+  }
+};
+template <>
+struct BlockConsts<DType::Q5_1> {
+  static constexpr int kElems = 32, kBytes = 24, kQh = 4;
+  __m256 d, off;
+  __m256i qh;
+  explicit BlockConsts(const uint8_t* blk) {
+    d = _mm256_set1_ps(h2f(blk)), off = _mm256_set1_ps(h2f(blk + 2));
+    uint32_t h;
+    memcpy(&h, blk + kQh, 4);
+    qh = _mm256_set1_epi32(static_cast<int>(h));
+  }
+};
+// Q4_K / Q5_K: sub-block j's d_j = d scale_j and m_j = dmin min_j, rounded
+// first, then d_j q - m_j with one rounding (fmsub), as the reference.
+template <>
+struct BlockConsts<DType::Q4_K> {
+  static constexpr int kElems = 256, kBytes = 144;
+  alignas(32) float dj[8], mj[8];
+  explicit BlockConsts(const uint8_t* blk) {
+    // math::kquant_scale_min for all eight sub-blocks at once, four bytes per word:
+    // a, b, c are the 12 packed bytes; scales 0-3 and mins 0-3 are a's and b's
+    // low 6 bits, scales 4-7 and mins 4-7 c's nibbles with a's and b's top 2 bits above.
+    uint32_t a, b, c;
+    memcpy(&a, blk + 4, 4), memcpy(&b, blk + 8, 4), memcpy(&c, blk + 12, 4);
+    const uint64_t sc = (a & 0x3f3f3f3fu) | uint64_t{(c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4)} << 32;
+    const uint64_t mn = (b & 0x3f3f3f3fu) | uint64_t{((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4)} << 32;
+    auto widen = [](uint64_t v) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
+    };
+    _mm256_store_ps(dj, _mm256_mul_ps(_mm256_set1_ps(h2f(blk)), widen(sc)));
+    _mm256_store_ps(mj, _mm256_mul_ps(_mm256_set1_ps(h2f(blk + 2)), widen(mn)));
+  }
+};
+template <>
+struct BlockConsts<DType::Q5_K> : BlockConsts<DType::Q4_K> {
+  static constexpr int kElems = 256, kBytes = 176;
+  using BlockConsts<DType::Q4_K>::BlockConsts;
+};
+// Q6_K: (d scale) (q - 32), one rounding, as the reference.
+template <>
+struct BlockConsts<DType::Q6_K> {
+  static constexpr int kElems = 256, kBytes = 210;
+  alignas(32) float ds[16];
+  explicit BlockConsts(const uint8_t* blk) {
+    const __m256 d = _mm256_set1_ps(h2f(blk + 208));
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
+    _mm256_store_ps(ds, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_store_ps(ds + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+  }
+};
+
+// Elements 32 S .. 32 S + 31 of a block as four fp32 vectors, exactly
+// math::dequant_*'s values (S is a constant after unrolling).
+template <DType T, int S>
+[[gnu::always_inline]] inline void sub_dequant(const uint8_t* blk, const BlockConsts<T>& c, __m256 w[4]) {
+  if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+    const uint8_t* qs = blk + BlockConsts<T>::kQh + 4;
+    const __m256i one = _mm256_set1_epi32(1);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * i));
+      const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(c.qh, idx), one), 4);
+      const __m256i lo = i >= 2 ? nibbles8<true>(qs + 8 * (i & 1)) : nibbles8<false>(qs + 8 * (i & 1));
+      w[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_or_si256(lo, hi)), c.d, c.off);
+    }
+  } else if constexpr (T == DType::Q4_K) {
+    const uint8_t* q = blk + 16 + (S >> 1) * 32;
+    const __m256 dj = _mm256_set1_ps(c.dj[S]), mj = _mm256_set1_ps(c.mj[S]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_fmsub_ps(dj, _mm256_cvtepi32_ps(nibbles8<(S & 1) != 0>(q + 8 * i)), mj);
+  } else {
+    // Q5_K and Q6_K: the quants of the 32 elements are assembled as bytes in
+    // one vector (the bit fields of 32 bytes at once), then widened.
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i q;
+    if constexpr (T == DType::Q5_K) {
+      const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 48 + (S >> 1) * 32));
+      const __m256i lo = _mm256_and_si256((S & 1) ? _mm256_srli_epi16(qs, 4) : qs, m4);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, S), _mm256_set1_epi8(1));
+      q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
+    } else {
+      constexpr int h = S >> 2, k = S & 3;
+      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + (k & 1) * 32));
+      const __m256i lo = _mm256_and_si256((k & 2) ? _mm256_srli_epi16(ql, 4) : ql, m4);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+      const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
+      q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));  // q - 32 in int8
+    }
+    const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
+    const __m128i part[4] = {q0, _mm_srli_si128(q0, 8), q1, _mm_srli_si128(q1, 8)};
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (T == DType::Q5_K) {
+        w[i] = _mm256_fmsub_ps(_mm256_set1_ps(c.dj[S]), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part[i])),
+                               _mm256_set1_ps(c.mj[S]));
+      } else {
+        const float ds = c.ds[8 * (S >> 2) + 2 * (S & 3) + (i >> 1)];
+        w[i] = _mm256_mul_ps(_mm256_set1_ps(ds), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i])));
       }
     }
   }
 }
 
-// Q6_K: (d scale) (q - 32), the scale's product rounded first as in the reference.
-void q6k_blocks(const uint8_t* p, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols / 256; ++b) {
-    const uint8_t* blk = p + b * 210;
-    const float d = h2f(blk + 208);
-    const auto* scales = reinterpret_cast<const int8_t*>(blk + 192);
-    float* o = out + b * 256;
-    for (int h = 0; h < 2; ++h)
-      for (int k = 0; k < 4; ++k)
-        for (int i = 0; i < 4; ++i) {
-          const __m256i lo = nibbles8(blk + 64 * h + (k & 1) * 32 + 8 * i, k & 2);
-          const __m256i hi =
-              _mm256_and_si256(_mm256_srli_epi32(bytes8(blk + 128 + 32 * h + 8 * i), 2 * k), _mm256_set1_epi32(3));
-          const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-          const __m256 s = _mm256_set1_ps(d * static_cast<float>(scales[8 * h + 2 * k + (i >> 1)]));
-          _mm256_storeu_ps(o + 128 * h + 32 * k + 8 * i, _mm256_mul_ps(s, _mm256_cvtepi32_ps(q)));
-        }
+// Stores sub-blocks S.. of a block.
+template <DType T, int S = 0>
+[[gnu::always_inline]] inline void store_subs(const uint8_t* blk, const BlockConsts<T>& c, float* out) {
+  if constexpr (S < BlockConsts<T>::kElems / 32) {
+    __m256 w[4];
+    sub_dequant<T, S>(blk, c, w);
+    for (int i = 0; i < 4; ++i) _mm256_storeu_ps(out + 32 * S + 8 * i, w[i]);
+    store_subs<T, S + 1>(blk, c, out);
+  }
+}
+
+template <DType T>
+void dequant_blocks(const uint8_t* p, int64_t cols, float* out) {
+  constexpr int be = BlockConsts<T>::kElems, bb = BlockConsts<T>::kBytes;
+  for (int64_t b = 0; b < cols / be; ++b) {
+    const BlockConsts<T> c(p + b * bb);
+    store_subs<T>(p + b * bb, c, out + b * be);
+  }
+}
+
+// Sub-blocks S.. of a block against N tokens (x points at the block's first column).
+template <DType T, int N, int A, int S = 0>
+[[gnu::always_inline]] inline void dot_subs(const uint8_t* blk, const BlockConsts<T>& c, const float* x, int64_t ldx,
+                                            __m256 (&acc)[N][A]) {
+  if constexpr (S < BlockConsts<T>::kElems / 32) {
+    __m256 w[4];
+    sub_dequant<T, S>(blk, c, w);
+#pragma GCC unroll 8
+    for (int k = 0; k < N; ++k)
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i)
+        acc[k][i % A] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(x + k * ldx + 32 * S + 8 * i), acc[k][i % A]);
+    dot_subs<T, N, A, S + 1>(blk, c, x, ldx, acc);
+  }
+}
+
+// One row against N token vectors (ldx floats apart): each sub-block is
+// dequantized once into registers, then each token takes 4 FMAs on A accumulators.
+template <DType T, int N>
+void row_dot(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out) {
+  constexpr int A = N <= 2 ? 4 : N <= 4 ? 2 : 1;
+  constexpr int be = BlockConsts<T>::kElems, bb = BlockConsts<T>::kBytes;
+  __m256 acc[N][A];
+#pragma GCC unroll 32
+  for (int k = 0; k < N; ++k)
+#pragma GCC unroll 4
+    for (int a = 0; a < A; ++a) acc[k][a] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < cols / be; ++b) {
+    const uint8_t* blk = p + b * bb;
+#pragma GCC unroll 4
+    for (int off = 0; off < bb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk) + 1024 + off, _MM_HINT_T0);
+    const BlockConsts<T> c(blk);
+    dot_subs<T, N, A>(blk, c, x + b * be, ldx, acc);
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < N; ++k) {
+    __m256 s = acc[k][0];
+#pragma GCC unroll 4
+    for (int a = 1; a < A; ++a) s = _mm256_add_ps(s, acc[k][a]);
+    out[k] = hsum(s);
   }
 }
 #endif
@@ -133,15 +246,15 @@ void dequant_chunked(DType t, const uint8_t* p, int64_t cols, float* out) {
 #ifdef REDWOOD_AVX2
   switch (t) {
     case DType::Q5_0:
-      return q5_blocks<DType::Q5_0>(p, cols, out);
+      return dequant_blocks<DType::Q5_0>(p, cols, out);
     case DType::Q5_1:
-      return q5_blocks<DType::Q5_1>(p, cols, out);
+      return dequant_blocks<DType::Q5_1>(p, cols, out);
     case DType::Q4_K:
-      return k45_blocks<DType::Q4_K>(p, cols, out);
+      return dequant_blocks<DType::Q4_K>(p, cols, out);
     case DType::Q5_K:
-      return k45_blocks<DType::Q5_K>(p, cols, out);
+      return dequant_blocks<DType::Q5_K>(p, cols, out);
     case DType::Q6_K:
-      return q6k_blocks(p, cols, out);
+      return dequant_blocks<DType::Q6_K>(p, cols, out);
     default:
       return;
   }
@@ -149,5 +262,33 @@ void dequant_chunked(DType t, const uint8_t* p, int64_t cols, float* out) {
   dequant_chunked_scalar(t, p, cols, out);
 #endif
 }
+
+#ifdef REDWOOD_AVX2
+template <int N>
+void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out) {
+  switch (t) {
+    case DType::Q5_0:
+      return row_dot<DType::Q5_0, N>(p, cols, x, ldx, out);
+    case DType::Q5_1:
+      return row_dot<DType::Q5_1, N>(p, cols, x, ldx, out);
+    case DType::Q4_K:
+      return row_dot<DType::Q4_K, N>(p, cols, x, ldx, out);
+    case DType::Q5_K:
+      return row_dot<DType::Q5_K, N>(p, cols, x, ldx, out);
+    case DType::Q6_K:
+      return row_dot<DType::Q6_K, N>(p, cols, x, ldx, out);
+    default:
+      return;
+  }
+}
+template void chunked_row_dot<1>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
+template void chunked_row_dot<2>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
+template void chunked_row_dot<3>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
+template void chunked_row_dot<4>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
+template void chunked_row_dot<5>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
+template void chunked_row_dot<6>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
+template void chunked_row_dot<7>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
+template void chunked_row_dot<8>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
+#endif
 
 }  // namespace redwood::cpu

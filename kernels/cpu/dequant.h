@@ -1,7 +1,7 @@
-// Dequantizers for the block types that have no dedicated dot-product kernel
-// (Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K: the types of llama.cpp's
-// Q4_K_M / Q5_K_M / Q6_K files and their fallbacks). The matmuls dequantize
-// them in 256-column chunks and use fp32 FMAs. Values are exactly
+// Dequantization and dot products for the block types without an integer dot
+// kernel (Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K: the types of
+// llama.cpp's Q4_K_M / Q5_K_M / Q6_K files and their fallbacks). Both work
+// on 32-element sub-blocks dequantized to fp32 vectors. Values are exactly
 // math::dequant_* (kernels/common/math.h), the per-element reference that the
 // CUDA backend uses too.
 #pragma once
@@ -19,6 +19,12 @@ constexpr bool is_chunked_type(DType t) {
 // Dequantizes `cols` weights from p (a whole number of blocks of a chunked type)
 // into out. AVX2 where the build has it, else scalar; the same values either way.
 void dequant_chunked(DType t, const uint8_t* p, int64_t cols, float* out);
+
+// Dot products of one row of a chunked type with N (1..8) token vectors, ldx
+// floats apart: out[k]. Each 32-element sub-block is dequantized once into
+// registers (the values above), then takes 4 fp32 FMAs per token. AVX2 builds only.
+template <int N>
+void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out);
 
 // The scalar reference (one element at a time through math::dequant_*).
 void dequant_chunked_scalar(DType t, const uint8_t* p, int64_t cols, float* out);

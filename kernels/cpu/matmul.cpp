@@ -822,40 +822,6 @@ void dequant_span(DType t, const uint8_t* p, int64_t cols, float* out) {
   dequant_row_scalar(t, p, cols, out);
 }
 
-#ifdef REDWOOD_AVX2
-// One row of a chunked type (kernels/cpu/dequant.h) against N token vectors
-// (ldx floats apart): 256 columns at a time are dequantized into L1, then each
-// token takes 32 FMAs per chunk on A accumulators.
-template <int N>
-void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out) {
-  constexpr int A = N <= 2 ? 4 : N <= 4 ? 2 : 1;
-  constexpr int64_t kChunk = 256;
-  const int64_t be = dtype_info(t).block_elems, bb = dtype_info(t).block_bytes;
-  alignas(32) float buf[kChunk];
-  __m256 acc[N][A];
-  for (int k = 0; k < N; ++k)
-    for (int a = 0; a < A; ++a) acc[k][a] = _mm256_setzero_ps();
-  for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
-    const int64_t nc = std::min(kChunk, cols - c0);  // a multiple of 32
-    const uint8_t* src = p + c0 / be * bb;
-    _mm_prefetch(reinterpret_cast<const char*>(src) + 2048, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(src) + 2048 + 64, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(src) + 2048 + 128, _MM_HINT_T0);
-    dequant_chunked(t, src, nc, buf);
-    for (int k = 0; k < N; ++k) {
-      const float* xk = x + k * ldx + c0;
-      for (int64_t v = 0; v < nc / 8; ++v)
-        acc[k][v % A] = _mm256_fmadd_ps(_mm256_load_ps(buf + 8 * v), _mm256_loadu_ps(xk + 8 * v), acc[k][v % A]);
-    }
-  }
-  for (int k = 0; k < N; ++k) {
-    __m256 s = acc[k][0];
-    for (int a = 1; a < A; ++a) s = _mm256_add_ps(s, acc[k][a]);
-    out[k] = hsum(s);
-  }
-}
-#endif
-
 #ifdef REDWOOD_AVX512
 // ---- batched pass: fused dequantize + GEMM with 512-bit FMAs -----------------
 // Vectors run along the tokens: the activations are transposed once per call
