@@ -103,6 +103,8 @@ std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, uint32_
         for (uint32_t i = 0; i < info.block_bytes; ++i) p[i] = static_cast<uint8_t>(g());
         put16(p, math::f32_to_f16(0.01f + 0.02f * (g() % 100) / 100.0f));
         if (t == DType::Q6_K) put16(p + 208, math::f32_to_f16(0.001f + 0.002f * (g() % 100) / 100.0f));
+        if (t == DType::Q3_K) put16(p + 108, math::f32_to_f16(0.001f + 0.002f * (g() % 100) / 100.0f));
+        if (t == DType::Q2_K) put16(p + 80, math::f32_to_f16(0.01f)), put16(p + 82, math::f32_to_f16(0.001f));
         if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K)
           put16(p + 2, math::f32_to_f16(t == DType::Q4_K || t == DType::Q5_K ? 0.001f : -0.1f));
       }
@@ -111,8 +113,9 @@ std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, uint32_
   return w;
 }
 
-constexpr DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                               DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                               DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,
+                               DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 }  // namespace
 

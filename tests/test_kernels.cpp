@@ -74,7 +74,8 @@ TEST_P(MatmulTest, MatchesReferenceAllSizes) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                           DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                                           DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                                           DType::Q6_K),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
 // The batched path (n > kGemvMaxN) computes every output as one sequential
@@ -172,7 +173,7 @@ TEST(Kernels, DecodeIsFp32AccurateForWideRangeActivations) {
 // scale, min, sign and high-bit pattern occurs.
 TEST(Kernels, ChunkedTypesDequantizeExactlyAsSharedMath) {
   std::mt19937 g(17);
-  for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t rows = 5, cols = 1024;
     const uint64_t rb = *row_bytes(t, cols);
     std::vector<uint8_t> bytes(rows * rb);
@@ -185,11 +186,11 @@ TEST(Kernels, ChunkedTypesDequantizeExactlyAsSharedMath) {
         const uint16_t h = math::f32_to_f16(0.001f * float(g() % 2000) - 1.0f);
         memcpy(q, &h, 2);
       };
-      if (t == DType::Q6_K)
-        put(p + 208);
-      else
-        put(p);
-      if (t != DType::Q5_0 && t != DType::Q6_K) put(p + 2);
+      if (t == DType::Q6_K) put(p + 208);
+      if (t == DType::Q3_K) put(p + 108);
+      if (t == DType::Q2_K) put(p + 80), put(p + 82);
+      if (t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K) put(p);
+      if (t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K) put(p + 2);
     }
     const WeightView w{t, rows, cols, bytes.data()};
     std::vector<float> out(rows * cols);
@@ -201,6 +202,8 @@ TEST(Kernels, ChunkedTypesDequantizeExactlyAsSharedMath) {
         float want = NAN;
         if (t == DType::Q5_0) want = math::dequant_q5_0(*reinterpret_cast<const math::BlockQ5_0*>(blk), e);
         if (t == DType::Q5_1) want = math::dequant_q5_1(*reinterpret_cast<const math::BlockQ5_1*>(blk), e);
+        if (t == DType::Q2_K) want = math::dequant_q2_k(*reinterpret_cast<const math::BlockQ2_K*>(blk), e);
+        if (t == DType::Q3_K) want = math::dequant_q3_k(*reinterpret_cast<const math::BlockQ3_K*>(blk), e);
         if (t == DType::Q4_K) want = math::dequant_q4_k(*reinterpret_cast<const math::BlockQ4_K*>(blk), e);
         if (t == DType::Q5_K) want = math::dequant_q5_k(*reinterpret_cast<const math::BlockQ5_K*>(blk), e);
         if (t == DType::Q6_K) want = math::dequant_q6_k(*reinterpret_cast<const math::BlockQ6_K*>(blk), e);

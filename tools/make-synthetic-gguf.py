@@ -3,7 +3,7 @@
 
 Written with gguf.GGUFWriter (tensor infos first, then data tensor by tensor), so
 other GGUF readers (llama.cpp, gguf-py) load it. Quantization uses
-gguf.quants.quantize, and for Q4_K/Q5_K/Q6_K (which gguf-py cannot quantize)
+gguf.quants.quantize, and for Q2_K ... Q6_K (which gguf-py cannot quantize)
 the simple min/max quantizers below; gguf-py dequantizes all of them.
 
 Examples:
@@ -57,10 +57,11 @@ PRESETS = {
 }
 
 TYPES = {"F32": QT.F32, "F16": QT.F16, "Q8_0": QT.Q8_0, "Q4_0": QT.Q4_0, "Q4_1": QT.Q4_1,
-         "Q5_0": QT.Q5_0, "Q5_1": QT.Q5_1, "Q4_K": QT.Q4_K, "Q5_K": QT.Q5_K, "Q6_K": QT.Q6_K}
+         "Q5_0": QT.Q5_0, "Q5_1": QT.Q5_1, "Q2_K": QT.Q2_K, "Q3_K": QT.Q3_K, "Q4_K": QT.Q4_K, "Q5_K": QT.Q5_K,
+         "Q6_K": QT.Q6_K}
 # llama_ftype "mostly X" (the K types: their _M mixes' ids, the closest named ones)
-FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q4_K": 15,
-             "Q5_K": 17, "Q6_K": 18}
+FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K": 12,
+             "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}
 
 POOL_BLOCKS = 1 << 20
 CHUNK_ELEMS = 1 << 24  # elements generated per chunk (64 MiB of float32)
@@ -192,12 +193,60 @@ def _quantize_q6k(x: np.ndarray) -> np.ndarray:
     return np.concatenate([ql.reshape(nb, 128), qh.reshape(nb, 64), sc.view(np.uint8), _f16_bytes(d)], axis=1)
 
 
+def _quantize_q2k(x: np.ndarray) -> np.ndarray:
+    """Q2_K super-blocks: per 16-element sub-block a 4-bit scale and min."""
+    b = x.reshape(-1, 16, 16).astype(np.float32)
+    nb = b.shape[0]
+    lo = np.minimum(b.min(axis=2), 0.0)
+    s, m = (b.max(axis=2) - lo) / 3, -lo
+    d = (s.max(axis=1) / 15).astype(np.float16)
+    dmin = (m.max(axis=1) / 15).astype(np.float16)
+    df, dmf = d.astype(np.float32), dmin.astype(np.float32)
+    sc = np.where(df[:, None] > 0, np.clip(np.rint(s / np.where(df > 0, df, 1)[:, None]), 0, 15), 0).astype(np.uint8)
+    mq = np.where(dmf[:, None] > 0, np.clip(np.rint(m / np.where(dmf > 0, dmf, 1)[:, None]), 0, 15), 0).astype(np.uint8)
+    dj = (df[:, None] * sc)[..., None]
+    mj = (dmf[:, None] * mq)[..., None]
+    q = np.where(dj > 0, np.clip(np.rint((b + mj) / np.where(dj > 0, dj, 1)), 0, 3), 0).astype(np.uint8)
+    q = q.reshape(nb, 2, 4, 32)  # [half, quarter, l]
+    qs = np.zeros((nb, 2, 32), np.uint8)
+    for k in range(4):
+        qs |= (q[:, :, k] << (2 * k)).astype(np.uint8)
+    return np.concatenate([sc | (mq << 4), qs.reshape(nb, 64), _f16_bytes(d), _f16_bytes(dmin)], axis=1)
+
+
+def _quantize_q3k(x: np.ndarray) -> np.ndarray:
+    """Q3_K super-blocks: per 16-element sub-block a signed 6-bit scale; 3-bit quants
+    (2 bits in qs, the third in hmask)."""
+    b = x.reshape(-1, 16, 16).astype(np.float32)
+    nb = b.shape[0]
+    mx = np.take_along_axis(b, np.abs(b).argmax(axis=2)[..., None], axis=2)[..., 0]
+    s = mx / -4.0
+    d = (np.abs(s).max(axis=1) / 31).astype(np.float16)
+    df = d.astype(np.float32)
+    sc = np.where(df[:, None] > 0, np.clip(np.rint(s / np.where(df > 0, df, 1)[:, None]), -32, 31), 0).astype(np.int32)
+    de = (df[:, None] * sc)[..., None]
+    q3 = np.where(de != 0, np.clip(np.rint(b / np.where(de != 0, de, 1) + 4), 0, 7), 4).astype(np.uint8)
+    q3 = q3.reshape(nb, 2, 4, 32)
+    qs = np.zeros((nb, 2, 32), np.uint8)
+    hmask = np.zeros((nb, 32), np.uint8)
+    for h in range(2):
+        for k in range(4):
+            qs[:, h] |= ((q3[:, h, k] & 3) << (2 * k)).astype(np.uint8)
+            hmask |= ((q3[:, h, k] >> 2) << (4 * h + k)).astype(np.uint8)
+    v = (sc + 32).astype(np.uint8)  # (nb, 16), 6 bits
+    scales = np.zeros((nb, 12), np.uint8)
+    scales[:, 0:8] = (v[:, 0:8] & 15) | ((v[:, 8:16] & 15) << 4)
+    for i in range(16):
+        scales[:, 8 + (i & 3)] |= ((v[:, i] >> 4) << (2 * (i >> 2))).astype(np.uint8)
+    return np.concatenate([hmask, qs.reshape(nb, 64), scales, _f16_bytes(d)], axis=1)
+
+
 def quantize(x: np.ndarray, qtype) -> np.ndarray:
     """x (rows, cols) float32 -> (rows, row bytes) uint8 in qtype's layout."""
-    if qtype in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
-        rows = x.shape[0]
-        q = _quantize_q6k(x) if qtype == QT.Q6_K else _quantize_k45(x, qtype == QT.Q5_K)
-        return q.reshape(rows, -1)
+    k_quantizers = {QT.Q2_K: _quantize_q2k, QT.Q3_K: _quantize_q3k, QT.Q6_K: _quantize_q6k,
+                    QT.Q4_K: lambda v: _quantize_k45(v, False), QT.Q5_K: lambda v: _quantize_k45(v, True)}
+    if qtype in k_quantizers:
+        return k_quantizers[qtype](x).reshape(x.shape[0], -1)
     return gguf_quantize(x, qtype)
 
 

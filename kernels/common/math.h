@@ -151,6 +151,23 @@ struct BlockQ6_K {
   uint16_t d;
 };
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+// Q2_K and Q3_K: sixteen 16-element sub-blocks, 2-bit quants; in each 128-element
+// half h, quarter k (32 elements) takes bits 2k, 2k + 1 of qs[32 h + l].
+// Q2_K: scales[i] = scale | min << 4 (4 bits each); value = d scale q - dmin min.
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d, dmin;
+};
+// Q3_K: a third bit in hmask (bit 4 h + k of hmask[l]; clear means q - 4), and
+// 6-bit scales stored with an offset of 32; value = d (scale - 32) q.
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110);
 
 // Scale and min of sub-block j (0..7) from the 12 packed bytes (ggml's get_scale_min_k4).
 RD_HD void kquant_scale_min(const uint8_t* s, int j, int& scale, int& min) {
@@ -179,6 +196,24 @@ RD_HD float dequant_q5_k(const BlockQ5_K& b, int e) {
   const uint8_t byte = b.qs[(j >> 1) * 32 + l];
   const int q = ((j & 1) ? byte >> 4 : byte & 0xf) | (((b.qh[l] >> j) & 1) << 4);
   return fmaf(f16_to_f32(b.d) * (float)sc, (float)q, -(f16_to_f32(b.dmin) * (float)mn));
+}
+RD_HD float dequant_q2_k(const BlockQ2_K& b, int e) {
+  const int h = e >> 7, k = (e >> 5) & 3, l = e & 31;
+  const int sc = b.scales[8 * h + 2 * k + (l >> 4)];
+  const int q = (b.qs[32 * h + l] >> (2 * k)) & 3;
+  return fmaf(f16_to_f32(b.d) * (float)(sc & 0xf), (float)q, -(f16_to_f32(b.dmin) * (float)(sc >> 4)));
+}
+// Scale i (0..15) of Q3_K, offset removed: low 4 bits from byte i (i < 8) or
+// the high nibble of byte i - 8; high 2 bits from byte 8 + i % 4, bits 2 (i / 4).
+RD_HD int q3k_scale(const uint8_t* s, int i) {
+  const int lo = i < 8 ? (s[i] & 0xf) : (s[i - 8] >> 4);
+  const int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+RD_HD float dequant_q3_k(const BlockQ3_K& b, int e) {
+  const int h = e >> 7, k = (e >> 5) & 3, l = e & 31;
+  const int q = ((b.qs[32 * h + l] >> (2 * k)) & 3) - (((b.hmask[l] >> (4 * h + k)) & 1) ? 0 : 4);
+  return f16_to_f32(b.d) * (float)q3k_scale(b.scales, 8 * h + 2 * k + (l >> 4)) * (float)q;
 }
 // Q6_K: each 128-element half h has ql[64 h ..], qh[32 h ..], scales[8 h ..];
 // quarter k (32 elements) of a half takes ql[l] (k = 0), ql[l + 32] (1) low

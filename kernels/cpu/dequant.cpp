@@ -106,6 +106,44 @@ struct BlockConsts<DType::Q6_K> {
   }
 };
 
+// Q2_K: sub-block i's d scale_i and dmin min_i rounded first, then one rounding (fmsub).
+template <>
+struct BlockConsts<DType::Q2_K> {
+  static constexpr int kElems = 256, kBytes = 84;
+  alignas(32) float ds[16], ms[16];
+  explicit BlockConsts(const uint8_t* blk) {
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m128i s = _mm_and_si128(sc, m4), m = _mm_and_si128(_mm_srli_epi16(sc, 4), m4);
+    const __m256 d = _mm256_set1_ps(h2f(blk + 80)), dmin = _mm256_set1_ps(h2f(blk + 82));
+    auto widen = [](__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); };
+    _mm256_store_ps(ds, _mm256_mul_ps(d, widen(s)));
+    _mm256_store_ps(ds + 8, _mm256_mul_ps(d, widen(_mm_srli_si128(s, 8))));
+    _mm256_store_ps(ms, _mm256_mul_ps(dmin, widen(m)));
+    _mm256_store_ps(ms + 8, _mm256_mul_ps(dmin, widen(_mm_srli_si128(m, 8))));
+  }
+};
+// Q3_K: (d (scale - 32)) q, the product rounded first as in the reference.
+template <>
+struct BlockConsts<DType::Q3_K> {
+  static constexpr int kElems = 256, kBytes = 110;
+  alignas(32) float ds[16];
+  explicit BlockConsts(const uint8_t* blk) {
+    // math::q3k_scale for all sixteen at once, four bytes per word.
+    uint32_t a, b, c;
+    memcpy(&a, blk + 96, 4), memcpy(&b, blk + 100, 4), memcpy(&c, blk + 104, 4);
+    constexpr uint32_t m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    const uint64_t lo = ((a & m4) | ((c & m2) << 4)) | uint64_t{(b & m4) | (((c >> 2) & m2) << 4)} << 32;
+    const uint64_t hi = (((a >> 4) & m4) | (((c >> 4) & m2) << 4)) | uint64_t{((b >> 4) & m4) | (((c >> 6) & m2) << 4)}
+                                                                         << 32;
+    const __m128i sc =
+        _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)), _mm_set1_epi8(32));
+    const __m256 d = _mm256_set1_ps(h2f(blk + 108));
+    _mm256_store_ps(ds, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_store_ps(ds + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+  }
+};
+
 // Elements 32 S .. 32 S + 31 of a block as four fp32 vectors, exactly
 // math::dequant_*'s values (S is a constant after unrolling).
 template <DType T, int S>
@@ -125,6 +163,28 @@ template <DType T, int S>
     const __m256 dj = _mm256_set1_ps(c.dj[S]), mj = _mm256_set1_ps(c.mj[S]);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) w[i] = _mm256_fmsub_ps(dj, _mm256_cvtepi32_ps(nibbles8<(S & 1) != 0>(q + 8 * i)), mj);
+  } else if constexpr (T == DType::Q2_K || T == DType::Q3_K) {
+    // 2-bit quants of the 32 elements as bytes (Q3_K: with the hmask bit, minus 4, as int8), then widened.
+    constexpr int h = S >> 2, k = S & 3;
+    const __m256i qs =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (T == DType::Q2_K ? 16 : 32) + 32 * h));
+    __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), _mm256_set1_epi8(3));
+    if constexpr (T == DType::Q3_K) {
+      const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+      const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), _mm256_set1_epi8(1));
+      q = _mm256_sub_epi8(_mm256_or_si256(q, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi8(4));
+    }
+    const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
+    const __m128i part[4] = {q0, _mm_srli_si128(q0, 8), q1, _mm_srli_si128(q1, 8)};
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const int si = 8 * h + 2 * k + (i >> 1);
+      if constexpr (T == DType::Q2_K)
+        w[i] = _mm256_fmsub_ps(_mm256_set1_ps(c.ds[si]), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part[i])),
+                               _mm256_set1_ps(c.ms[si]));
+      else
+        w[i] = _mm256_mul_ps(_mm256_set1_ps(c.ds[si]), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i])));
+    }
   } else {
     // Q5_K and Q6_K: the quants of the 32 elements are assembled as bytes in
     // one vector (the bit fields of 32 bytes at once), then widened.
@@ -231,6 +291,10 @@ void dequant_chunked_scalar(DType t, const uint8_t* p, int64_t cols, float* out)
       return scalar_blocks<math::BlockQ5_0, 32, math::dequant_q5_0>(p, cols, out);
     case DType::Q5_1:
       return scalar_blocks<math::BlockQ5_1, 32, math::dequant_q5_1>(p, cols, out);
+    case DType::Q2_K:
+      return scalar_blocks<math::BlockQ2_K, 256, math::dequant_q2_k>(p, cols, out);
+    case DType::Q3_K:
+      return scalar_blocks<math::BlockQ3_K, 256, math::dequant_q3_k>(p, cols, out);
     case DType::Q4_K:
       return scalar_blocks<math::BlockQ4_K, 256, math::dequant_q4_k>(p, cols, out);
     case DType::Q5_K:
@@ -249,6 +313,10 @@ void dequant_chunked(DType t, const uint8_t* p, int64_t cols, float* out) {
       return dequant_blocks<DType::Q5_0>(p, cols, out);
     case DType::Q5_1:
       return dequant_blocks<DType::Q5_1>(p, cols, out);
+    case DType::Q2_K:
+      return dequant_blocks<DType::Q2_K>(p, cols, out);
+    case DType::Q3_K:
+      return dequant_blocks<DType::Q3_K>(p, cols, out);
     case DType::Q4_K:
       return dequant_blocks<DType::Q4_K>(p, cols, out);
     case DType::Q5_K:
@@ -271,6 +339,10 @@ void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, in
       return row_dot<DType::Q5_0, N>(p, cols, x, ldx, out);
     case DType::Q5_1:
       return row_dot<DType::Q5_1, N>(p, cols, x, ldx, out);
+    case DType::Q2_K:
+      return row_dot<DType::Q2_K, N>(p, cols, x, ldx, out);
+    case DType::Q3_K:
+      return row_dot<DType::Q3_K, N>(p, cols, x, ldx, out);
     case DType::Q4_K:
       return row_dot<DType::Q4_K, N>(p, cols, x, ldx, out);
     case DType::Q5_K:

@@ -1,6 +1,6 @@
 // Dequantization and dot products for the block types without an integer dot
-// kernel (Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K: the types of
-// llama.cpp's Q4_K_M / Q5_K_M / Q6_K files and their fallbacks). Both work
+// kernel (Q5_0, Q5_1 and the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: the types
+// of llama.cpp's Q2_K ... Q6_K files and their fallbacks). Both work
 // on 32-element sub-blocks dequantized to fp32 vectors. Values are exactly
 // math::dequant_* (kernels/common/math.h), the per-element reference that the
 // CUDA backend uses too.
@@ -13,7 +13,8 @@ namespace redwood::cpu {
 
 // True for the types above.
 constexpr bool is_chunked_type(DType t) {
-  return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+  return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K ||
+         t == DType::Q5_K || t == DType::Q6_K;
 }
 
 // Dequantizes `cols` weights from p (a whole number of blocks of a chunked type)

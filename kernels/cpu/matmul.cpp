@@ -67,6 +67,8 @@ void dequant_row_scalar(DType t, const uint8_t* p, int64_t cols, float* out) {
       break;
     case DType::Q5_0:
     case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:

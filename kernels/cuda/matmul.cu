@@ -69,6 +69,8 @@ struct Row<DType::Q4_1> {
   };
 RD_BLOCK_ROW(Q5_0, BlockQ5_0, 32, dequant_q5_0)
 RD_BLOCK_ROW(Q5_1, BlockQ5_1, 32, dequant_q5_1)
+RD_BLOCK_ROW(Q2_K, BlockQ2_K, 256, dequant_q2_k)
+RD_BLOCK_ROW(Q3_K, BlockQ3_K, 256, dequant_q3_k)
 RD_BLOCK_ROW(Q4_K, BlockQ4_K, 256, dequant_q4_k)
 RD_BLOCK_ROW(Q5_K, BlockQ5_K, 256, dequant_q5_k)
 RD_BLOCK_ROW(Q6_K, BlockQ6_K, 256, dequant_q6_k)
@@ -226,6 +228,14 @@ __global__ void embed_kernel(const uint8_t* e, int64_t rows, int64_t cols, uint6
     } break;                           \
     case DType::Q5_1: {                \
       constexpr DType T = DType::Q5_1; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q2_K: {                \
+      constexpr DType T = DType::Q2_K; \
+      __VA_ARGS__;                     \
+    } break;                           \
+    case DType::Q3_K: {                \
+      constexpr DType T = DType::Q3_K; \
       __VA_ARGS__;                     \
     } break;                           \
     case DType::Q4_K: {                \

@@ -353,6 +353,8 @@ std::optional<DType> dtype_from_ggml(uint32_t t) {
     case 6: return DType::Q5_0;
     case 7: return DType::Q5_1;
     case 8: return DType::Q8_0;
+    case 10: return DType::Q2_K;
+    case 11: return DType::Q3_K;
     case 12: return DType::Q4_K;
     case 13: return DType::Q5_K;
     case 14: return DType::Q6_K;

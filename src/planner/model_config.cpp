@@ -53,10 +53,12 @@ ModelConfig parse_model_config(std::string_view text, const std::string& name) {
     s.fail("kv_heads", *root.get("kv_heads"),
            std::to_string(hp.n_heads) + " heads are not a multiple of " + std::to_string(hp.n_kv_heads) + " KV heads");
   std::string dt, et;
-  s.choice("dtype", dt, {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"});
+  s.choice("dtype", dt,
+           {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"});
   c.dtype = dtype_from(s, "dtype", dt);
   c.embedding_dtype = c.dtype;
-  s.choice("embedding_dtype", et, {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"});
+  s.choice("embedding_dtype", et,
+           {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"});
   if (!et.empty()) c.embedding_dtype = dtype_from(s, "embedding_dtype", et);
   // Every matrix row must be a whole number of blocks.
   const uint64_t q_dim = static_cast<uint64_t>(hp.n_heads) * hp.head_dim;

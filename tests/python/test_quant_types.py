@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The block types without a dedicated dot kernel (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)
+"""The block types without a dedicated dot kernel (Q5_0, Q5_1, Q2_K ... Q6_K)
 end to end against the numpy/gguf oracle.
 
     python3 tests/python/test_quant_types.py --redwood build/redwood --workdir DIR
@@ -22,7 +22,7 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 MODELS = [
-    ("Q5_0", []), ("Q5_1", []), ("Q4_K", []), ("Q5_K", []), ("Q6_K", []),
+    ("Q5_0", []), ("Q5_1", []), ("Q2_K", []), ("Q3_K", []), ("Q4_K", []), ("Q5_K", []), ("Q6_K", []),
     ("Q4_K", ["--output-type", "Q6_K", "--embd-type", "Q5_0"]),
 ]
 

@@ -105,6 +105,57 @@ inline void quantize_q6k(const float* x, math::BlockQ6_K& blk) {
   }
 }
 
+// Q2_K: per 16-element sub-block a 4-bit scale and min; Q3_K: a signed 6-bit scale.
+inline void quantize_q2k(const float* x, math::BlockQ2_K& blk) {
+  float s[16], m[16], smax = 0, mmax = 0;
+  for (int i = 0; i < 16; ++i) {
+    float lo = 0, hi = x[16 * i];
+    for (int l = 0; l < 16; ++l) lo = std::min(lo, x[16 * i + l]), hi = std::max(hi, x[16 * i + l]);
+    s[i] = (hi - lo) / 3, m[i] = -lo;
+    smax = std::max(smax, s[i]), mmax = std::max(mmax, m[i]);
+  }
+  const float d = math::f16_to_f32(math::f32_to_f16(smax / 15)), dmin = math::f16_to_f32(math::f32_to_f16(mmax / 15));
+  blk.d = math::f32_to_f16(d), blk.dmin = math::f32_to_f16(dmin);
+  memset(blk.qs, 0, sizeof blk.qs);
+  for (int i = 0; i < 16; ++i) {
+    const uint8_t sc = d ? clamp_q(s[i] / d, 15) : 0, mn = dmin ? clamp_q(m[i] / dmin, 15) : 0;
+    blk.scales[i] = (uint8_t)(sc | (mn << 4));
+    for (int l = 0; l < 16; ++l) {
+      const int e = 16 * i + l, h = e >> 7, k = (e >> 5) & 3;
+      const uint8_t q = sc ? clamp_q((x[e] + dmin * mn) / (d * sc), 3) : 0;
+      blk.qs[32 * h + (e & 31)] |= (uint8_t)(q << (2 * k));
+    }
+  }
+}
+inline void quantize_q3k(const float* x, math::BlockQ3_K& blk) {
+  float s[16], amax = 0;
+  for (int i = 0; i < 16; ++i) {
+    float mx = 0;
+    for (int l = 0; l < 16; ++l)
+      if (std::fabs(x[16 * i + l]) > std::fabs(mx)) mx = x[16 * i + l];
+    s[i] = mx / -4.0f;
+    amax = std::max(amax, std::fabs(s[i]));
+  }
+  const float d = math::f16_to_f32(math::f32_to_f16(amax / 31));
+  blk.d = math::f32_to_f16(d);
+  memset(blk.hmask, 0, sizeof blk.hmask), memset(blk.qs, 0, sizeof blk.qs), memset(blk.scales, 0, sizeof blk.scales);
+  for (int i = 0; i < 16; ++i) {
+    const int sc = d ? (int)std::lround(std::clamp(s[i] / d, -32.0f, 31.0f)) : 0;
+    const int v = sc + 32;
+    if (i < 8)
+      blk.scales[i] |= (uint8_t)(v & 15);
+    else
+      blk.scales[i - 8] |= (uint8_t)((v & 15) << 4);
+    blk.scales[8 + (i & 3)] |= (uint8_t)((v >> 4) << (2 * (i >> 2)));
+    for (int l = 0; l < 16; ++l) {
+      const int e = 16 * i + l, h = e >> 7, k = (e >> 5) & 3;
+      const uint8_t q3 = sc ? clamp_q(x[e] / (d * sc) + 4, 7) : 4;  // q + 4
+      blk.qs[32 * h + (e & 31)] |= (uint8_t)((q3 & 3) << (2 * k));
+      blk.hmask[e & 31] |= (uint8_t)((q3 >> 2) << (4 * h + k));
+    }
+  }
+}
+
 // Quantize one row of floats (cols a multiple of 32 for block types, 256 for K types).
 inline std::vector<uint8_t> quantize_row(DType t, const float* x, int64_t cols) {
   std::vector<uint8_t> out(*row_bytes(t, cols));
@@ -168,6 +219,8 @@ inline std::vector<uint8_t> quantize_row(DType t, const float* x, int64_t cols) 
       break;
     case DType::Q5_0:
     case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: {
@@ -179,6 +232,8 @@ inline std::vector<uint8_t> quantize_row(DType t, const float* x, int64_t cols) 
         };
         if (t == DType::Q5_0) put(math::BlockQ5_0{}, quantize_q5<math::BlockQ5_0>);
         if (t == DType::Q5_1) put(math::BlockQ5_1{}, quantize_q5<math::BlockQ5_1>);
+        if (t == DType::Q2_K) put(math::BlockQ2_K{}, quantize_q2k);
+        if (t == DType::Q3_K) put(math::BlockQ3_K{}, quantize_q3k);
         if (t == DType::Q4_K) put(math::BlockQ4_K{}, quantize_k45<math::BlockQ4_K>);
         if (t == DType::Q5_K) put(math::BlockQ5_K{}, quantize_k45<math::BlockQ5_K>);
         if (t == DType::Q6_K) put(math::BlockQ6_K{}, quantize_q6k);
@@ -207,6 +262,10 @@ inline uint32_t ggml_id(DType t) {
       return 6;
     case DType::Q5_1:
       return 7;
+    case DType::Q2_K:
+      return 10;
+    case DType::Q3_K:
+      return 11;
     case DType::Q4_K:
       return 12;
     case DType::Q5_K:
