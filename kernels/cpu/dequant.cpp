@@ -144,9 +144,16 @@ struct BlockConsts<DType::Q3_K> {
   }
 };
 
+// Q6_K, Q3_K and Q2_K: the scale of elements 32 S + 8 i .. 32 S + 8 i + 7 (one per 16 elements).
+constexpr int q6k_scale_index(int S, int i) {
+  return 8 * (S >> 2) + 2 * (S & 3) + (i >> 1);
+}
+
 // Elements 32 S .. 32 S + 31 of a block as four fp32 vectors, exactly
 // math::dequant_*'s values (S is a constant after unrolling).
-template <DType T, int S>
+// With kRaw (Q3_K, Q4_K, Q5_K and Q6_K only), the quants themselves as fp32
+// integers instead: q (Q4_K, Q5_K), q - 4 (Q3_K) or q - 32 (Q6_K), unscaled.
+template <DType T, int S, bool kRaw = false>
 [[gnu::always_inline]] inline void sub_dequant(const uint8_t* blk, const BlockConsts<T>& c, __m256 w[4]) {
   if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
     const uint8_t* qs = blk + BlockConsts<T>::kQh + 4;
@@ -162,7 +169,10 @@ template <DType T, int S>
     const uint8_t* q = blk + 16 + (S >> 1) * 32;
     const __m256 dj = _mm256_set1_ps(c.dj[S]), mj = _mm256_set1_ps(c.mj[S]);
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) w[i] = _mm256_fmsub_ps(dj, _mm256_cvtepi32_ps(nibbles8<(S & 1) != 0>(q + 8 * i)), mj);
+    for (int i = 0; i < 4; ++i) {
+      w[i] = _mm256_cvtepi32_ps(nibbles8<(S & 1) != 0>(q + 8 * i));
+      if constexpr (!kRaw) w[i] = _mm256_fmsub_ps(dj, w[i], mj);
+    }
   } else if constexpr (T == DType::Q2_K || T == DType::Q3_K) {
     // 2-bit quants of the 32 elements as bytes (Q3_K: with the hmask bit, minus 4, as int8), then widened.
     constexpr int h = S >> 2, k = S & 3;
@@ -178,12 +188,14 @@ template <DType T, int S>
     const __m128i part[4] = {q0, _mm_srli_si128(q0, 8), q1, _mm_srli_si128(q1, 8)};
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
-      const int si = 8 * h + 2 * k + (i >> 1);
-      if constexpr (T == DType::Q2_K)
+      const int si = q6k_scale_index(S, i);  // Q2_K and Q3_K share Q6_K's scale layout
+      if constexpr (T == DType::Q2_K) {
         w[i] = _mm256_fmsub_ps(_mm256_set1_ps(c.ds[si]), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part[i])),
                                _mm256_set1_ps(c.ms[si]));
-      else
-        w[i] = _mm256_mul_ps(_mm256_set1_ps(c.ds[si]), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i])));
+      } else {
+        w[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]));
+        if constexpr (!kRaw) w[i] = _mm256_mul_ps(_mm256_set1_ps(c.ds[si]), w[i]);
+      }
     }
   } else {
     // Q5_K and Q6_K: the quants of the 32 elements are assembled as bytes in
@@ -209,11 +221,11 @@ template <DType T, int S>
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
       if constexpr (T == DType::Q5_K) {
-        w[i] = _mm256_fmsub_ps(_mm256_set1_ps(c.dj[S]), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part[i])),
-                               _mm256_set1_ps(c.mj[S]));
+        w[i] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part[i]));
+        if constexpr (!kRaw) w[i] = _mm256_fmsub_ps(_mm256_set1_ps(c.dj[S]), w[i], _mm256_set1_ps(c.mj[S]));
       } else {
-        const float ds = c.ds[8 * (S >> 2) + 2 * (S & 3) + (i >> 1)];
-        w[i] = _mm256_mul_ps(_mm256_set1_ps(ds), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i])));
+        w[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]));
+        if constexpr (!kRaw) w[i] = _mm256_mul_ps(_mm256_set1_ps(c.ds[q6k_scale_index(S, i)]), w[i]);
       }
     }
   }
@@ -253,6 +265,58 @@ template <DType T, int N, int A, int S = 0>
         acc[k][i % A] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(x + k * ldx + 32 * S + 8 * i), acc[k][i % A]);
     dot_subs<T, N, A, S + 1>(blk, c, x, ldx, acc);
   }
+}
+
+// Types whose single-token dot takes the scales out of the sums (row_dot1).
+template <DType T>
+constexpr bool kFactored = T == DType::Q3_K || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
+
+// Sub-blocks S.. of a block against one token, scales taken out: each
+// sub-block's (each 16 elements' for Q6_K and Q3_K) sum of q x in fp32, then
+// times its scale into acc. The mins (Q4_K, Q5_K) are left to the caller.
+template <DType T, int S = 0>
+[[gnu::always_inline]] inline void dot_subs1(const uint8_t* blk, const BlockConsts<T>& c, const float* x,
+                                             __m256 (&acc)[2]) {
+  if constexpr (S < 8) {
+    __m256 q[4];
+    sub_dequant<T, S, true>(blk, c, q);
+    auto xv = [&](int i) { return _mm256_loadu_ps(x + 32 * S + 8 * i); };
+    if constexpr (T == DType::Q6_K || T == DType::Q3_K) {
+      const __m256 s0 = _mm256_fmadd_ps(q[1], xv(1), _mm256_mul_ps(q[0], xv(0)));
+      const __m256 s1 = _mm256_fmadd_ps(q[3], xv(3), _mm256_mul_ps(q[2], xv(2)));
+      acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(c.ds[q6k_scale_index(S, 0)]), s0, acc[0]);
+      acc[1] = _mm256_fmadd_ps(_mm256_set1_ps(c.ds[q6k_scale_index(S, 2)]), s1, acc[1]);
+    } else {
+      __m256 s = _mm256_mul_ps(q[0], xv(0));
+#pragma GCC unroll 3
+      for (int i = 1; i < 4; ++i) s = _mm256_fmadd_ps(q[i], xv(i), s);
+      acc[S & 1] = _mm256_fmadd_ps(_mm256_set1_ps(c.dj[S]), s, acc[S & 1]);
+    }
+    dot_subs1<T, S + 1>(blk, c, x, acc);
+  }
+}
+
+// One row against one token for the kFactored types: per element
+// d_j q - m_j summed as d_j sum(q x) - m_j sum(x), with xs the token's sums
+// over each 32 elements (sums_of_32). Fewer instructions per weight than
+// dequantizing first (the scale and min leave the per-element work); still
+// fp32 products and sums, as Q4_1's integer dot that takes m sum(x) out too.
+template <DType T>
+void row_dot1(const uint8_t* p, int64_t cols, const float* x, const float* xs, float* out) {
+  static_assert(kFactored<T>);
+  constexpr int bb = BlockConsts<T>::kBytes;
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 macc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    const uint8_t* blk = p + b * bb;
+#pragma GCC unroll 4
+    for (int off = 0; off < bb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk) + 1024 + off, _MM_HINT_T0);
+    const BlockConsts<T> c(blk);
+    dot_subs1<T>(blk, c, x + b * 256, acc);
+    if constexpr (T == DType::Q4_K || T == DType::Q5_K)
+      macc = _mm256_fnmadd_ps(_mm256_load_ps(c.mj), _mm256_loadu_ps(xs + b * 8), macc);
+  }
+  *out = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), macc));
 }
 
 // One row against N token vectors (ldx floats apart): each sub-block is
@@ -332,8 +396,31 @@ void dequant_chunked(DType t, const uint8_t* p, int64_t cols, float* out) {
 }
 
 #ifdef REDWOOD_AVX2
+void sums_of_32(const float* x, int64_t cols, float* xs) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const float* v = x + 32 * b;
+    xs[b] = hsum(_mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(v), _mm256_loadu_ps(v + 8)),
+                               _mm256_add_ps(_mm256_loadu_ps(v + 16), _mm256_loadu_ps(v + 24))));
+  }
+}
+
 template <int N>
-void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out) {
+void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xs,
+                     float* out) {
+  if constexpr (N == 1) {
+    switch (t) {
+      case DType::Q3_K:
+        return row_dot1<DType::Q3_K>(p, cols, x, xs, out);
+      case DType::Q4_K:
+        return row_dot1<DType::Q4_K>(p, cols, x, xs, out);
+      case DType::Q5_K:
+        return row_dot1<DType::Q5_K>(p, cols, x, xs, out);
+      case DType::Q6_K:
+        return row_dot1<DType::Q6_K>(p, cols, x, xs, out);
+      default:
+        break;
+    }
+  }
   switch (t) {
     case DType::Q5_0:
       return row_dot<DType::Q5_0, N>(p, cols, x, ldx, out);
@@ -353,14 +440,14 @@ void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, in
       return;
   }
 }
-template void chunked_row_dot<1>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
-template void chunked_row_dot<2>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
-template void chunked_row_dot<3>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
-template void chunked_row_dot<4>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
-template void chunked_row_dot<5>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
-template void chunked_row_dot<6>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
-template void chunked_row_dot<7>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
-template void chunked_row_dot<8>(DType, const uint8_t*, int64_t, const float*, int64_t, float*);
+template void chunked_row_dot<1>(DType, const uint8_t*, int64_t, const float*, int64_t, const float*, float*);
+template void chunked_row_dot<2>(DType, const uint8_t*, int64_t, const float*, int64_t, const float*, float*);
+template void chunked_row_dot<3>(DType, const uint8_t*, int64_t, const float*, int64_t, const float*, float*);
+template void chunked_row_dot<4>(DType, const uint8_t*, int64_t, const float*, int64_t, const float*, float*);
+template void chunked_row_dot<5>(DType, const uint8_t*, int64_t, const float*, int64_t, const float*, float*);
+template void chunked_row_dot<6>(DType, const uint8_t*, int64_t, const float*, int64_t, const float*, float*);
+template void chunked_row_dot<7>(DType, const uint8_t*, int64_t, const float*, int64_t, const float*, float*);
+template void chunked_row_dot<8>(DType, const uint8_t*, int64_t, const float*, int64_t, const float*, float*);
 #endif
 
 }  // namespace redwood::cpu

@@ -23,9 +23,14 @@ void dequant_chunked(DType t, const uint8_t* p, int64_t cols, float* out);
 
 // Dot products of one row of a chunked type with N (1..8) token vectors, ldx
 // floats apart: out[k]. Each 32-element sub-block is dequantized once into
-// registers (the values above), then takes 4 fp32 FMAs per token. AVX2 builds only.
+// registers (the values above), then takes 4 fp32 FMAs per token. For one
+// token, Q3_K, Q4_K, Q5_K and Q6_K take their scales out of the sums instead,
+// which needs xs: the token's sums over each 32 elements (sums_of_32; the
+// other types and N > 1 ignore it). AVX2 builds only.
 template <int N>
-void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out);
+void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xs, float* out);
+// xs[b] = x[32 b] + ... + x[32 b + 31] for the cols / 32 groups (AVX2 builds only).
+void sums_of_32(const float* x, int64_t cols, float* xs);
 
 // The scalar reference (one element at a time through math::dequant_*).
 void dequant_chunked_scalar(DType t, const uint8_t* p, int64_t cols, float* out);

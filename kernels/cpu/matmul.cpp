@@ -1138,6 +1138,13 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       prepare_tokens.template operator()<DType::Q8_0>();
   }
 #endif
+#ifdef REDWOOD_AVX2
+  std::vector<float> xsum32;  // the single-token K-quant dot's sums over 32 elements
+  if (N == 1 && is_chunked_type(w.type)) {
+    xsum32.resize(cols / 32);
+    sums_of_32(x, cols, xsum32.data());
+  }
+#endif
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
   // blocked_range splits down to [grain/2, grain] rows: keep groups of eight (four).
   if (N == 1 && (cols > kLongRow || intdot_type(w.type))) grain = std::max<int64_t>(grain, 16);
@@ -1146,7 +1153,7 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     float out[N];
     if (is_chunked_type(w.type)) {
       for (int64_t i = r.begin(); i < r.end(); ++i) {
-        chunked_row_dot<N>(w.type, row_ptr(w, i), cols, x, cols, out);
+        chunked_row_dot<N>(w.type, row_ptr(w, i), cols, x, cols, xsum32.data(), out);
         for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
       }
       return;
