@@ -42,6 +42,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// The weight types of the GEMV tables (Q5_1 and Q2_K share their neighbours' kernels).
+constexpr DType kGemvTypes[] = {DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                DType::Q5_0, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
 double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -242,8 +246,7 @@ void cuda_section(nlohmann::json& J, bool quick, const std::vector<std::string>&
   const int64_t rows = 8192, cols = 8192;  // 134 MB at F16: larger than any L2
   std::printf("\nGEMV n=1, %lld x %lld on the device (weight bytes per second / device copy bandwidth)\n",
               (long long)rows, (long long)cols);
-  for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q3_K, DType::Q4_K,
-                  DType::Q5_K, DType::Q6_K}) {
+  for (DType t : kGemvTypes) {
     Mat m = random_matrix(t, rows, cols);
     BackendBuffer w(*be, m.size), x(*be, cols * sizeof(float)), y(*be, 768 * rows * sizeof(float));
     be->upload(w.as(), m.buf.data(), m.size);
@@ -359,8 +362,7 @@ static int run(int argc, char** argv) {
       const double rbw_after = read_bandwidth(bw_bytes);
       return GemvRun{tt, 0.5 * (bw_before + copy_bandwidth(bw_bytes)), 0.5 * (rbw_before + rbw_after)};
     };
-    for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q3_K,
-                    DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (DType t : kGemvTypes) {
       Mat m = random_matrix(t, rows, cols);
       const auto [tt, bw_here, rbw_here] = gemv_run(m, quick ? 3 : 9);
       const double gbps = m.size / tt;
@@ -382,8 +384,8 @@ static int run(int argc, char** argv) {
     {
       std::printf("\nGEMV n=1 in the L2 cache, one thread (ns per 32-weight block)\n");
       set_cpu_threads(1);
-      for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q3_K, DType::Q4_K,
-                      DType::Q5_K, DType::Q6_K}) {
+      for (DType t : kGemvTypes) {
+        if (t == DType::BF16) continue;  // of the 16-bit types, F16 only
         std::string line = "  " + std::string(dtype_name(t));
         line.resize(8, ' ');
         for (int64_t c : {int64_t{2048}, int64_t{8192}}) {  // short and long rows (kernels/cpu/matmul.cpp kLongRow)

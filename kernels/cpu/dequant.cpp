@@ -36,6 +36,12 @@ inline __m256i nibbles8(const uint8_t* p) {
   return _mm256_and_si256(v, _mm256_set1_epi32(15));
 }
 
+// Elements and bytes of one block of T, from kernels/common/dtype.h.
+template <DType T>
+constexpr int kBlockElems = static_cast<int>(dtype_info(T).block_elems);
+template <DType T>
+constexpr int kBlockBytes = static_cast<int>(dtype_info(T).block_bytes);
+
 // Per-block constants, read once per block: scales (and offsets) of its sub-blocks.
 template <DType T>
 struct BlockConsts;
@@ -44,7 +50,7 @@ struct BlockConsts;
 // q d + m with one rounding, as the reference's fmaf.
 template <>
 struct BlockConsts<DType::Q5_0> {
-  static constexpr int kElems = 32, kBytes = 22, kQh = 2;
+  static constexpr int kQh = 2;  // qh's offset in the block
   __m256 d, off;
   __m256i qh;
   explicit BlockConsts(const uint8_t* blk) {
@@ -57,7 +63,7 @@ struct BlockConsts<DType::Q5_0> {
 };
 template <>
 struct BlockConsts<DType::Q5_1> {
-  static constexpr int kElems = 32, kBytes = 24, kQh = 4;
+  static constexpr int kQh = 4;
   __m256 d, off;
   __m256i qh;
   explicit BlockConsts(const uint8_t* blk) {
@@ -71,7 +77,6 @@ struct BlockConsts<DType::Q5_1> {
 // first, then d_j q - m_j with one rounding (fmsub), as the reference.
 template <>
 struct BlockConsts<DType::Q4_K> {
-  static constexpr int kElems = 256, kBytes = 144;
   alignas(32) float dj[8], mj[8];
   explicit BlockConsts(const uint8_t* blk) {
     // math::kquant_scale_min for all eight sub-blocks at once, four bytes per word:
@@ -90,13 +95,11 @@ struct BlockConsts<DType::Q4_K> {
 };
 template <>
 struct BlockConsts<DType::Q5_K> : BlockConsts<DType::Q4_K> {
-  static constexpr int kElems = 256, kBytes = 176;
   using BlockConsts<DType::Q4_K>::BlockConsts;
 };
 // Q6_K: (d scale) (q - 32), one rounding, as the reference.
 template <>
 struct BlockConsts<DType::Q6_K> {
-  static constexpr int kElems = 256, kBytes = 210;
   alignas(32) float ds[16];
   explicit BlockConsts(const uint8_t* blk) {
     const __m256 d = _mm256_set1_ps(h2f(blk + 208));
@@ -109,7 +112,6 @@ struct BlockConsts<DType::Q6_K> {
 // Q2_K: sub-block i's d scale_i and dmin min_i rounded first, then one rounding (fmsub).
 template <>
 struct BlockConsts<DType::Q2_K> {
-  static constexpr int kElems = 256, kBytes = 84;
   alignas(32) float ds[16], ms[16];
   explicit BlockConsts(const uint8_t* blk) {
     const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
@@ -126,7 +128,6 @@ struct BlockConsts<DType::Q2_K> {
 // Q3_K: (d (scale - 32)) q, the product rounded first as in the reference.
 template <>
 struct BlockConsts<DType::Q3_K> {
-  static constexpr int kElems = 256, kBytes = 110;
   alignas(32) float ds[16];
   explicit BlockConsts(const uint8_t* blk) {
     // math::q3k_scale for all sixteen at once, four bytes per word.
@@ -234,7 +235,7 @@ template <DType T, int S, bool kRaw = false>
 // Stores sub-blocks S.. of a block.
 template <DType T, int S = 0>
 [[gnu::always_inline]] inline void store_subs(const uint8_t* blk, const BlockConsts<T>& c, float* out) {
-  if constexpr (S < BlockConsts<T>::kElems / 32) {
+  if constexpr (S < kBlockElems<T> / 32) {
     __m256 w[4];
     sub_dequant<T, S>(blk, c, w);
     for (int i = 0; i < 4; ++i) _mm256_storeu_ps(out + 32 * S + 8 * i, w[i]);
@@ -244,7 +245,7 @@ template <DType T, int S = 0>
 
 template <DType T>
 void dequant_blocks(const uint8_t* p, int64_t cols, float* out) {
-  constexpr int be = BlockConsts<T>::kElems, bb = BlockConsts<T>::kBytes;
+  constexpr int be = kBlockElems<T>, bb = kBlockBytes<T>;
   for (int64_t b = 0; b < cols / be; ++b) {
     const BlockConsts<T> c(p + b * bb);
     store_subs<T>(p + b * bb, c, out + b * be);
@@ -255,7 +256,7 @@ void dequant_blocks(const uint8_t* p, int64_t cols, float* out) {
 template <DType T, int N, int A, int S = 0>
 [[gnu::always_inline]] inline void dot_subs(const uint8_t* blk, const BlockConsts<T>& c, const float* x, int64_t ldx,
                                             __m256 (&acc)[N][A]) {
-  if constexpr (S < BlockConsts<T>::kElems / 32) {
+  if constexpr (S < kBlockElems<T> / 32) {
     __m256 w[4];
     sub_dequant<T, S>(blk, c, w);
 #pragma GCC unroll 8
@@ -304,7 +305,7 @@ template <DType T, int S = 0>
 template <DType T>
 void row_dot1(const uint8_t* p, int64_t cols, const float* x, const float* xs, float* out) {
   static_assert(kFactored<T>);
-  constexpr int bb = BlockConsts<T>::kBytes;
+  constexpr int bb = kBlockBytes<T>;
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   __m256 macc = _mm256_setzero_ps();
   for (int64_t b = 0; b < cols / 256; ++b) {
@@ -313,8 +314,7 @@ void row_dot1(const uint8_t* p, int64_t cols, const float* x, const float* xs, f
     for (int off = 0; off < bb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk) + 1024 + off, _MM_HINT_T0);
     const BlockConsts<T> c(blk);
     dot_subs1<T>(blk, c, x + b * 256, acc);
-    if constexpr (T == DType::Q4_K || T == DType::Q5_K)
-      macc = _mm256_fnmadd_ps(_mm256_load_ps(c.mj), _mm256_loadu_ps(xs + b * 8), macc);
+    if constexpr (needs_sums_of_32(T)) macc = _mm256_fnmadd_ps(_mm256_load_ps(c.mj), _mm256_loadu_ps(xs + b * 8), macc);
   }
   *out = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), macc));
 }
@@ -324,7 +324,7 @@ void row_dot1(const uint8_t* p, int64_t cols, const float* x, const float* xs, f
 template <DType T, int N>
 void row_dot(const uint8_t* p, int64_t cols, const float* x, int64_t ldx, float* out) {
   constexpr int A = N <= 2 ? 4 : N <= 4 ? 2 : 1;
-  constexpr int be = BlockConsts<T>::kElems, bb = BlockConsts<T>::kBytes;
+  constexpr int be = kBlockElems<T>, bb = kBlockBytes<T>;
   __m256 acc[N][A];
 #pragma GCC unroll 32
   for (int k = 0; k < N; ++k)

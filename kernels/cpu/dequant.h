@@ -21,12 +21,17 @@ constexpr bool is_chunked_type(DType t) {
 // into out. AVX2 where the build has it, else scalar; the same values either way.
 void dequant_chunked(DType t, const uint8_t* p, int64_t cols, float* out);
 
+// True where the single-token chunked_row_dot reads xs (the mins of Q4_K and Q5_K).
+constexpr bool needs_sums_of_32(DType t) {
+  return t == DType::Q4_K || t == DType::Q5_K;
+}
+
 // Dot products of one row of a chunked type with N (1..8) token vectors, ldx
 // floats apart: out[k]. Each 32-element sub-block is dequantized once into
 // registers (the values above), then takes 4 fp32 FMAs per token. For one
-// token, Q3_K, Q4_K, Q5_K and Q6_K take their scales out of the sums instead,
-// which needs xs: the token's sums over each 32 elements (sums_of_32; the
-// other types and N > 1 ignore it). AVX2 builds only.
+// token, Q3_K, Q4_K, Q5_K and Q6_K take their scales out of the sums instead;
+// Q4_K and Q5_K then also read xs, the token's sums over each 32 elements
+// (sums_of_32; ignored otherwise). AVX2 builds only.
 template <int N>
 void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xs, float* out);
 // xs[b] = x[32 b] + ... + x[32 b + 31] for the cols / 32 groups (AVX2 builds only).

@@ -1139,8 +1139,8 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   }
 #endif
 #ifdef REDWOOD_AVX2
-  std::vector<float> xsum32;  // the single-token K-quant dot's sums over 32 elements
-  if (N == 1 && is_chunked_type(w.type)) {
+  std::vector<float> xsum32;  // the single-token Q4_K/Q5_K dot's sums over 32 elements
+  if (N == 1 && needs_sums_of_32(w.type)) {
     xsum32.resize(cols / 32);
     sums_of_32(x, cols, xsum32.data());
   }

@@ -10,6 +10,12 @@ namespace redwood::planner {
 
 namespace {
 
+// Reads key into out if present; a name that is not a weight type is an error.
+void dtype_choice(const jobs::detail::Section& s, const char* key, std::string& out) {
+  s.choice(key, out,
+           {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"});
+}
+
 DType dtype_from(const jobs::detail::Section& s, const char* key, const std::string& v) {
   for (const DTypeInfo& i : kDTypes)
     if (i.name == v) return i.type;
@@ -53,12 +59,10 @@ ModelConfig parse_model_config(std::string_view text, const std::string& name) {
     s.fail("kv_heads", *root.get("kv_heads"),
            std::to_string(hp.n_heads) + " heads are not a multiple of " + std::to_string(hp.n_kv_heads) + " KV heads");
   std::string dt, et;
-  s.choice("dtype", dt,
-           {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"});
+  dtype_choice(s, "dtype", dt);
   c.dtype = dtype_from(s, "dtype", dt);
   c.embedding_dtype = c.dtype;
-  s.choice("embedding_dtype", et,
-           {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"});
+  dtype_choice(s, "embedding_dtype", et);
   if (!et.empty()) c.embedding_dtype = dtype_from(s, "embedding_dtype", et);
   // Every matrix row must be a whole number of blocks.
   const uint64_t q_dim = static_cast<uint64_t>(hp.n_heads) * hp.head_dim;
