@@ -75,8 +75,11 @@ class Backend {
   // The residual add fused with the next RMSNorm: x[t] += y[t], then
   // out[t] = x[t] / rms(x[t]) * w. out may be y.
   virtual void add_rmsnorm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out) = 0;
-  // Rotates each head of x[t] (n_heads * head_dim floats) by position pos[t].
-  virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) = 0;
+  // Rotates each head of x[t] (n_heads * head_dim floats) by position pos[t]:
+  // pair i by pos[t] * inv_freq[i] (head_dim / 2 doubles in backend memory,
+  // math::rope_inv_freq).
+  virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const double* inv_freq,
+                    RopeMode mode) = 0;
   virtual void attention(const AttentionArgs& a) = 0;
   // base[(first + r) * row_floats + c] = src[r * row_floats + c] for r < rows,
   // with first = *first_row_at (backend memory, read when the op executes):

@@ -213,10 +213,13 @@ TEST_F(Cuda, RowAndElementOpsMatchCpu) {
         auto x = randn(static_cast<size_t>(n) * heads * hd, 5);
         std::vector<int32_t> pos(n);
         for (int i = 0; i < n; ++i) pos[i] = 1000 * i + 3;
+        std::vector<double> inv(hd / 2);  // scaled like Llama 3: some pairs slowed by 8
+        for (int i = 0; i < hd / 2; ++i) inv[i] = math::rope_inv_freq(i, hd, 500000.0, i > hd / 4 ? 8.0 : 1.0);
         auto dx = up(x);
         auto dpos = up(pos);
-        cpu->rope(x.data(), n, heads, hd, pos.data(), 10000.0f, mode);
-        gpu->rope(dx.as<float>(), n, heads, hd, dpos.as<int32_t>(), 10000.0f, mode);
+        auto dinv = up(inv);
+        cpu->rope(x.data(), n, heads, hd, pos.data(), inv.data(), mode);
+        gpu->rope(dx.as<float>(), n, heads, hd, dpos.as<int32_t>(), dinv.as<double>(), mode);
         EXPECT_LT(rel_err(down<float>(dx, x.size()), x), 1e-5) << "rope hd=" << hd;
       }
     const size_t count = static_cast<size_t>(n) * 1001;

@@ -18,7 +18,9 @@ using namespace redwood;
 
 namespace {
 
-bool have_file(const char* p) { return access(p, R_OK) == 0; }
+bool have_file(const char* p) {
+  return access(p, R_OK) == 0;
+}
 
 double rel_err(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;
@@ -48,9 +50,12 @@ struct Runner : testutil::TestModel {
 std::vector<int32_t> random_tree(int n, std::mt19937& rng) {
   std::vector<int32_t> p(n);
   for (int i = 0; i < n; ++i) {
-    if (i == 0) p[i] = -1;
-    else if (rng() % 3 == 0) p[i] = i - 1;
-    else p[i] = (int)(rng() % (i + 1)) - 1;
+    if (i == 0)
+      p[i] = -1;
+    else if (rng() % 3 == 0)
+      p[i] = i - 1;
+    else
+      p[i] = (int)(rng() % (i + 1)) - 1;
   }
   return p;
 }
@@ -210,6 +215,58 @@ TEST_P(TinyModel, DeviceWeightsEqualResidentWeights) {
 INSTANTIATE_TEST_SUITE_P(Types, TinyModel,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+// Scaled RoPE (GGUF rope.scaling.type "linear", Llama 3's rope_freqs.weight):
+// dividing every frequency by f is running the unscaled model at positions
+// multiplied by f, bit for bit (the angles are the same doubles when f is a
+// power of two). Scaling read from either source, or both (factors multiply).
+TEST(RopeScaling, ScaledFrequenciesAreStretchedPositions) {
+  const std::string dir = ::testing::TempDir();
+  testutil::TinyShape s;
+  s.type = DType::F32;
+  const int half = s.dim / s.heads / 2;
+  testutil::write_tiny_llama(dir + "rope_plain.gguf", s);
+  s.rope_linear = 2;
+  testutil::write_tiny_llama(dir + "rope_linear2.gguf", s);
+  s.rope_linear = 0;
+  s.rope_freqs.assign(half, 2.0f);
+  testutil::write_tiny_llama(dir + "rope_freqs2.gguf", s);
+  s.rope_linear = 2;
+  testutil::write_tiny_llama(dir + "rope_both4.gguf", s);
+
+  auto run = [](const std::string& path, int stride) {
+    Runner r(path);
+    const std::vector<int32_t> toks = {3, 41, 7, 200, 9, 77};
+    std::vector<int32_t> pos, par;
+    for (int i = 0; i < 6; ++i) pos.push_back(stride * i), par.push_back(i - 1);
+    KvCache kv = r.tf->make_cache(8);
+    std::vector<float> lg(6 * r.V());
+    r.tf->forward(Batch{toks, pos, par}, kv, lg, LogitsRows::kAll);
+    return lg;
+  };
+  const auto plain = run(dir + "rope_plain.gguf", 1);
+  EXPECT_EQ(run(dir + "rope_linear2.gguf", 2), plain);
+  EXPECT_EQ(run(dir + "rope_freqs2.gguf", 2), plain);
+  EXPECT_EQ(run(dir + "rope_both4.gguf", 4), plain);
+  const auto unstretched = run(dir + "rope_linear2.gguf", 1);
+  EXPECT_GT(rel_err(unstretched.data(), plain.data(), plain.size()), 1e-3);  // the scaling is not a no-op
+
+  EXPECT_TRUE(load_model_desc(dir + "rope_plain.gguf").hp.rope_freq_factors.empty());
+  EXPECT_EQ(load_model_desc(dir + "rope_both4.gguf").hp.rope_freq_factors, std::vector<float>(half, 4.0f));
+  s.rope_linear = 0;
+  s.rope_freqs = {1.0f, 1.0f, 1.0f, 1.5f, 3.0f, 8.0f, 8.0f, 8.0f};
+  ASSERT_EQ(static_cast<int>(s.rope_freqs.size()), half);
+  testutil::write_tiny_llama(dir + "rope_llama3.gguf", s);
+  EXPECT_EQ(load_model_desc(dir + "rope_llama3.gguf").hp.rope_freq_factors, s.rope_freqs);
+  s.rope_freqs = {1.0f, 1.5f, 8.0f};  // wrong count
+  testutil::write_tiny_llama(dir + "rope_bad.gguf", s);
+  try {
+    load_model_desc(dir + "rope_bad.gguf");
+    ADD_FAILURE() << "a rope_freqs tensor of the wrong size loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_freqs.weight"), std::string::npos) << e.what();
+  }
+}
 
 // The real model: random trees up to 256 nodes.
 TEST(SmolLM2, TreeRowsEqualPathRuns) {

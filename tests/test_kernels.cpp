@@ -359,17 +359,23 @@ TEST(Kernels, RopeModesAndNorm) {
   std::vector<float> x(2 * hd), y;
   for (int i = 0; i < 2 * hd; ++i) x[i] = 0.1f * (float)(i + 1);
   const int32_t pos[2] = {0, 3};
+  // Pair i turns by pos / factor[i] * base^(-2i/hd) (scaled RoPE: Llama 3's
+  // rope_freqs, linear scaling).
+  const double factor[hd / 2] = {1.0, 2.0, 8.0, 1.5};
+  std::vector<double> inv(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv[i] = math::rope_inv_freq(i, hd, 10000.0, factor[i]);
+  auto theta = [&](int i) { return static_cast<float>(3.0 * std::pow(10000.0, -2.0 * i / hd) / factor[i]); };
   y = x;
-  be->rope(y.data(), 2, 1, hd, pos, 10000.0f, RopeMode::kInterleaved);
+  be->rope(y.data(), 2, 1, hd, pos, inv.data(), RopeMode::kInterleaved);
   for (int i = 0; i < hd; ++i) EXPECT_FLOAT_EQ(y[i], x[i]);  // position 0: identity
   for (int i = 0; i < hd / 2; ++i) {
-    const float th = 3.0f * std::pow(10000.0f, -2.0f * i / hd);
+    const float th = theta(i);
     EXPECT_NEAR(y[hd + 2 * i], x[hd + 2 * i] * std::cos(th) - x[hd + 2 * i + 1] * std::sin(th), 1e-6);
   }
   y = x;
-  be->rope(y.data(), 2, 1, hd, pos, 10000.0f, RopeMode::kHalf);
+  be->rope(y.data(), 2, 1, hd, pos, inv.data(), RopeMode::kHalf);
   for (int i = 0; i < hd / 2; ++i) {
-    const float th = 3.0f * std::pow(10000.0f, -2.0f * i / hd);
+    const float th = theta(i);
     EXPECT_NEAR(y[hd + i], x[hd + i] * std::cos(th) - x[hd + i + hd / 2] * std::sin(th), 1e-6);
     EXPECT_NEAR(y[hd + i + hd / 2], x[hd + i] * std::sin(th) + x[hd + i + hd / 2] * std::cos(th), 1e-6);
   }

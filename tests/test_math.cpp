@@ -57,8 +57,9 @@ TEST(Math, DequantBlocks) {
 }
 
 TEST(Math, RopeThetaAndRotation) {
-  EXPECT_FLOAT_EQ(rope_theta(3, 0, 64, 10000.0f), 3.0f);
-  EXPECT_NEAR(rope_theta(5, 16, 64, 10000.0f), 5.0f * std::pow(10000.0f, -0.5f), 1e-6);
+  EXPECT_FLOAT_EQ(rope_theta(3, rope_inv_freq(0, 64, 10000.0, 1.0)), 3.0f);
+  EXPECT_NEAR(rope_theta(5, rope_inv_freq(16, 64, 10000.0, 1.0)), 5.0f * std::pow(10000.0f, -0.5f), 1e-6);
+  EXPECT_NEAR(rope_theta(5, rope_inv_freq(16, 64, 10000.0, 8.0)), 5.0f / 8 * std::pow(10000.0f, -0.5f), 1e-7);
   float a = 1, b = 0;
   rope_rotate(a, b, std::cos(0.5f), std::sin(0.5f));
   EXPECT_NEAR(a, std::cos(0.5f), 1e-7);

@@ -10,10 +10,9 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "src/model/model_desc.h"
 #include "src/model/safetensors.h"
@@ -35,8 +34,12 @@ using tiny::tiny_config;
 using tiny::tiny_tensors;
 using tiny::tiny_tokenizer_json;
 
-void write_file(const fs::path& p, const std::string& bytes) { tiny::write_text(p.string(), bytes); }
-std::string read_file(const fs::path& p) { return read_all(p.string()); }
+void write_file(const fs::path& p, const std::string& bytes) {
+  tiny::write_text(p.string(), bytes);
+}
+std::string read_file(const fs::path& p) {
+  return read_all(p.string());
+}
 
 class SafetensorsTest : public ::testing::Test {
  protected:
@@ -335,12 +338,48 @@ TEST_F(SafetensorsTest, MistralAndTemplateList) {
   c["architectures"] = {"MistralForCausalLM"};
   c["model_type"] = "mistral";
   write_file(dir / "config.json", c.dump());
-  write_file(dir / "tokenizer_config.json",
-             json{{"chat_template", {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}}}}
-                 .dump());
+  write_file(
+      dir / "tokenizer_config.json",
+      json{{"chat_template", {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}}}}
+          .dump());
   ModelDesc m = load_model_desc(dir.string());
   EXPECT_EQ(m.hp.n_layers, t.layers);
   EXPECT_EQ(m.chat_template, "D");
+}
+
+// config.json's rope_scaling as per-pair frequency divisors. The tiny model's
+// head dim is 4, so with rope_theta 500000 pair 0 has wavelength 2 pi and
+// pair 1 2 pi * 500000^0.5 = 4442.9. Llama 3.1's parameters (factor 8,
+// low 1, high 4, original context 8192) leave pair 0 and blend pair 1:
+// smooth = (8192 / 4442.88 - 1) / 3 = 0.281283, divisor
+// 1 / ((1 - smooth) / 8 + smooth) = 2.69453 (transformers'
+// _compute_llama3_parameters, worked by hand).
+TEST_F(SafetensorsTest, RopeScaling) {
+  Tiny t;
+  auto dir = write_model("rope", t);
+  auto with = [&](const json& rs) {
+    json c = tiny_config(t);
+    c["rope_scaling"] = rs;
+    write_file(dir / "config.json", c.dump());
+    return load_model_desc(dir.string()).hp.rope_freq_factors;
+  };
+  json l3 = {{"rope_type", "llama3"},
+             {"factor", 8.0},
+             {"low_freq_factor", 1.0},
+             {"high_freq_factor", 4.0},
+             {"original_max_position_embeddings", 8192}};
+  auto f = with(l3);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0], 1.0f);
+  EXPECT_NEAR(f[1], 2.69453f, 1e-5);
+  l3["original_max_position_embeddings"] = 1024;  // wavelength 4443 > 1024: slowed by the full factor
+  f = with(l3);
+  EXPECT_EQ(f, (std::vector<float>{1.0f, 8.0f}));
+  l3["original_max_position_embeddings"] = 20000;  // 4443 < 20000 / 4: untouched
+  EXPECT_EQ(with(l3), (std::vector<float>{1.0f, 1.0f}));
+  EXPECT_EQ(with({{"type", "linear"}, {"factor", 2.0}}), (std::vector<float>{2.0f, 2.0f}));
+  EXPECT_TRUE(with({{"rope_type", "default"}}).empty());
+  EXPECT_TRUE(with(nullptr).empty());
 }
 
 TEST_F(SafetensorsTest, ModelErrors) {
@@ -354,7 +393,10 @@ TEST_F(SafetensorsTest, ModelErrors) {
     write_file(dir / "config.json", c.dump());
   };
 
-  config([](json& c) { c["architectures"] = {"GPT2LMHeadModel"}; c["model_type"] = "gpt2"; });
+  config([](json& c) {
+    c["architectures"] = {"GPT2LMHeadModel"};
+    c["model_type"] = "gpt2";
+  });
   expect_error(d, "unsupported architecture 'GPT2LMHeadModel'");
   config([](json& c) { c["head_dim"] = 8; });
   expect_error(d, "head_dim");
@@ -375,7 +417,23 @@ TEST_F(SafetensorsTest, ModelErrors) {
   config([](json& c) { c["num_hidden_layers"] = 3; });
   expect_error(d, "missing tensor 'model.layers.2.input_layernorm.weight'");
   config([](json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
-  expect_error(d, "rope_scaling");
+  expect_error(d, "'rope_scaling' lacks 'low_freq_factor'");
+  config([](json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
+  expect_error(d, "rope_scaling type 'yarn' is unsupported");
+  config([](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", "2"}}; });
+  expect_error(d, "'rope_scaling.factor' must be a number");
+  config([](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", -2}}; });
+  expect_error(d, "'rope_scaling.factor' = -2 is out of range");
+  config([](json& c) { c["rope_scaling"] = 3; });
+  expect_error(d, "'rope_scaling' must be an object or null");
+  config([](json& c) {
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 4.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
+  });
+  expect_error(d, "must exceed");
   config([](json& c) { c["rms_norm_eps"] = 0; });
   expect_error(d, "rms_norm_eps");
   config([](json& c) { c["tie_word_embeddings"] = 1; });

@@ -273,6 +273,22 @@ def gguf_cases():
     mod("head_dim_odd", "head dimension must be even",
         lambda g: g.set("llama.attention.head_count", U32, 8).drop(lambda k: k == "llama.rope.dimension_count"))
     mod("partial_rope", "partial RoPE", lambda g: g.set("llama.rope.dimension_count", U32, 2))
+    half = HEAD_DIM // 2
+
+    def rope_freqs(values, ggml_type=GGML_F32):
+        def f(g):
+            raw = np.array(values, dtype="<f4" if ggml_type == GGML_F32 else "<f2").tobytes()
+            g.tensors.append(dict(name="rope_freqs.weight", ne=[len(values)], type=ggml_type, data=raw))
+        return f
+
+    mod("rope_freqs_wrong_count", "'rope_freqs.weight' must be F32 with", rope_freqs([1.0] * (half + 1)))
+    mod("rope_freqs_f16", "'rope_freqs.weight' must be F32 with", rope_freqs([1.0] * half, GGML_F16))
+    mod("rope_freqs_negative", "'rope_freqs.weight' holds a value that is not a finite positive number",
+        rope_freqs([1.0] * (half - 1) + [-8.0]))
+    mod("rope_scaling_yarn", "RoPE scaling 'yarn' is unsupported",
+        lambda g: g.set("llama.rope.scaling.type", STRING, "yarn"))
+    mod("rope_scaling_factor_zero", "RoPE scaling factor 0.000000 is out of range",
+        lambda g: g.set("llama.rope.scaling.type", STRING, "linear").set("llama.rope.scaling.factor", F32, 0.0))
     mod("rms_eps_negative", "layer_norm_rms_epsilon",
         lambda g: g.set("llama.attention.layer_norm_rms_epsilon", F32, -1.0))
     mod("vocab_size_mismatch", "vocab_size 999 disagrees", lambda g: g.set("llama.vocab_size", U32, 999))
@@ -434,6 +450,11 @@ def safetensors_cases():
         hf_config(architectures=["GPTNeoXForCausalLM"], model_type="gpt_neox"))}, "unsupported architecture")
     add("config_wrong_type", {"config.json": json.dumps(hf_config(num_hidden_layers="1"))}, "expected an integer")
     add("config_head_dim", {"config.json": json.dumps(hf_config(head_dim=8))}, "head_dim")
+    add("config_rope_scaling_yarn", {"config.json": json.dumps(
+        hf_config(rope_scaling={"rope_type": "yarn", "factor": 4.0}))}, "rope_scaling type 'yarn' is unsupported")
+    add("config_rope_scaling_incomplete", {"config.json": json.dumps(
+        hf_config(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}))},
+        "'rope_scaling' lacks 'high_freq_factor'")
     add("config_kv_heads", {"config.json": json.dumps(hf_config(num_key_value_heads=3))}, "num_key_value_heads")
     add("config_vocab_mismatch", {"config.json": json.dumps(hf_config(vocab_size=300))},
         "'model.embed_tokens.weight' has shape")

@@ -56,11 +56,11 @@ PRESETS = {
                  rope_base=10000.0, eps=1e-5, ctx=512),
 }
 
-TYPES = {"F32": QT.F32, "F16": QT.F16, "Q8_0": QT.Q8_0, "Q4_0": QT.Q4_0, "Q4_1": QT.Q4_1,
+TYPES = {"F32": QT.F32, "F16": QT.F16, "BF16": QT.BF16, "Q8_0": QT.Q8_0, "Q4_0": QT.Q4_0, "Q4_1": QT.Q4_1,
          "Q5_0": QT.Q5_0, "Q5_1": QT.Q5_1, "Q2_K": QT.Q2_K, "Q3_K": QT.Q3_K, "Q4_K": QT.Q4_K, "Q5_K": QT.Q5_K,
          "Q6_K": QT.Q6_K}
 # llama_ftype "mostly X" (the K types: their _M mixes' ids, the closest named ones)
-FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K": 12,
+FILE_TYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K": 12,
              "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}
 
 POOL_BLOCKS = 1 << 20
@@ -300,6 +300,27 @@ class WeightSource:
         return (1.0 + 0.05 * self.rng.standard_normal(n)).astype(np.float32)
 
 
+def llama3_rope_factors(base: float, head_dim: int, factor: float, low: float, high: float,
+                        orig_ctx: float) -> np.ndarray:
+    """Per-pair divisors of the RoPE frequencies for Llama 3.1's rope_scaling, as
+    llama.cpp's convert_hf_to_gguf.py computes the rope_freqs tensor (float32
+    frequencies; wavelengths below orig_ctx / high untouched, above
+    orig_ctx / low divided by factor, smoothly blended between)."""
+    freqs = 1.0 / (np.float32(base) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))
+    low_wl, high_wl = orig_ctx / low, orig_ctx / high
+    out = []
+    for f in freqs:
+        wl = 2 * np.pi / float(f)
+        if wl < high_wl:
+            out.append(1.0)
+        elif wl > low_wl:
+            out.append(factor)
+        else:
+            smooth = (orig_ctx / wl - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 # ------------------------------------------------------------------ main
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -319,6 +340,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rope-base", type=float)
     ap.add_argument("--eps", type=float)
     ap.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the LM head")
+    ap.add_argument("--rope-llama3", metavar="FACTOR,LOW,HIGH,ORIG_CTX",
+                    help="Llama 3.1-style RoPE scaling: a rope_freqs.weight tensor as llama.cpp's "
+                         "convert_hf_to_gguf.py writes it (Llama 3.1: 8,1,4,8192)")
+    ap.add_argument("--rope-linear", type=float, metavar="FACTOR",
+                    help="rope.scaling.type linear with this rope.scaling.factor")
     ap.add_argument("--mode", choices=["auto", "exact", "pool"], default="auto")
     ap.add_argument("--name", default=None)
     a = ap.parse_args(argv)
@@ -362,6 +388,14 @@ def main(argv=None) -> int:
             (p + "ffn_down.weight", "mat", E, F, wtype, 1 / np.sqrt(F)),
         ]
     tensors.append(("output_norm.weight", "norm", 1, E, QT.F32, 0))
+    rope_freqs = None
+    if a.rope_llama3:
+        try:
+            factor, low, high, orig = (float(x) for x in a.rope_llama3.split(","))
+        except ValueError:
+            raise SystemExit("--rope-llama3 takes FACTOR,LOW,HIGH,ORIG_CTX, e.g. 8,1,4,8192")
+        rope_freqs = llama3_rope_factors(float(cfg["rope_base"]), D, factor, low, high, orig)
+        tensors.append(("rope_freqs.weight", "freqs", 1, D // 2, QT.F32, 0))
     if not a.tied:
         tensors.append(("output.weight", "mat", V, E, otype, emb_std))
 
@@ -379,6 +413,9 @@ def main(argv=None) -> int:
     w.add_rope_dimension_count(D)
     w.add_rope_freq_base(float(cfg["rope_base"]))
     w.add_layer_norm_rms_eps(float(cfg["eps"]))
+    if a.rope_linear:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(a.rope_linear)
     w.add_vocab_size(V)
     toks, scores, ttypes = build_vocab(V)
     w.add_tokenizer_model("llama")
@@ -394,7 +431,7 @@ def main(argv=None) -> int:
     w.add_add_space_prefix(True)
 
     for tname, kind, nr, nc, qt, _ in tensors:
-        if kind == "norm":
+        if kind in ("norm", "freqs"):
             w.add_tensor_info(tname, (nc,), np.dtype(np.float32), nc * 4)
         else:
             block, tsize = gguf.GGML_QUANT_SIZES[qt]
@@ -411,7 +448,10 @@ def main(argv=None) -> int:
     w.write_ti_data_to_file()
     src = WeightSource(a.seed, mode)
     for tname, kind, nr, nc, qt, std in tensors:
-        data = src.norm(nc) if kind == "norm" else src.matrix(qt, nr, nc, std)
+        if kind == "freqs":
+            data = rope_freqs
+        else:
+            data = src.norm(nc) if kind == "norm" else src.matrix(qt, nr, nc, std)
         w.write_tensor_data(data)
         del data
     w.close()

@@ -225,12 +225,19 @@ RD_HD float dequant_q6_k(const BlockQ6_K& b, int e) {
   return f16_to_f32(b.d) * (float)b.scales[8 * h + 2 * k + (l >> 4)] * (float)(q - 32);
 }
 
-// RoPE: rotation angle of pair i (0..head_dim/2-1) at position pos.
-// Computed in double and rounded once to float, so host and device agree
-// (float powf differs by an ulp between libm and CUDA, which at position
-// 16000 moves the angle by ~1e-3 rad; double ulps vanish in the rounding).
-RD_HD float rope_theta(int pos, int i, int head_dim, float base) {
-  return (float)((double)pos * pow((double)base, -2.0 * (double)i / (double)head_dim));
+// RoPE. Pair i (0..head_dim/2-1) turns by pos * inv_freq[i], with
+// inv_freq[i] = base^(-2i/head_dim) / factor[i] (factor 1 without scaling; a
+// constant for linear scaling; Llama 3's per-pair rope_freqs). The table is
+// computed once in double on the host and shared by every backend, and the
+// angle is rounded once to float, so host and device agree (float powf
+// differs by an ulp between libm and CUDA, which at position 16000 moves the
+// angle by ~1e-3 rad; double ulps vanish in the rounding).
+inline double rope_inv_freq(int i, int head_dim, double base, double factor) {
+  return pow(base, -2.0 * (double)i / (double)head_dim) / factor;
+}
+
+RD_HD float rope_theta(int pos, double inv_freq) {
+  return (float)((double)pos * inv_freq);
 }
 
 // Rotate one pair (a, b) by theta.

@@ -65,12 +65,13 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) override {
+  void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const double* inv_freq,
+            RopeMode mode) override {
     const int half = head_dim / 2;
     tbb::parallel_for(0, n, [&](int t) {
       std::vector<float> cs(head_dim);
       for (int i = 0; i < half; ++i) {
-        const float th = math::rope_theta(pos[t], i, head_dim, base);
+        const float th = math::rope_theta(pos[t], inv_freq[i]);
         cs[2 * i] = std::cos(th);
         cs[2 * i + 1] = std::sin(th);
       }

@@ -116,7 +116,8 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int
 }
 
 // One thread per (token, head, pair).
-__global__ void rope_kernel(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, int half_mode) {
+__global__ void rope_kernel(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const double* inv_freq,
+                            int half_mode) {
   const int half = head_dim / 2;
   const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t total = static_cast<int64_t>(n) * n_heads * half;
@@ -125,7 +126,7 @@ __global__ void rope_kernel(float* x, int n, int n_heads, int head_dim, const in
   const int64_t th = id / half;  // token * n_heads + head
   const int t = static_cast<int>(th / n_heads);
   float* v = x + th * head_dim;
-  const float theta = math::rope_theta(pos[t], i, head_dim, base);
+  const float theta = math::rope_theta(pos[t], inv_freq[i]);
   float s, c;
   sincosf(theta, &s, &c);
   if (half_mode)
@@ -251,10 +252,11 @@ class CudaBackend final : public Backend {
     add_rmsnorm_kernel<<<n, kThreads, 0, stream_>>>(x, y, w, dim, eps, out);
     RD_CUDA_LAUNCHED("add_rmsnorm_kernel");
   }
-  void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float base, RopeMode mode) override {
+  void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const double* inv_freq,
+            RopeMode mode) override {
     const size_t total = static_cast<size_t>(n) * n_heads * (head_dim / 2);
     if (total == 0) return;
-    rope_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_>>>(x, n, n_heads, head_dim, pos, base,
+    rope_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_>>>(x, n, n_heads, head_dim, pos, inv_freq,
                                                                      mode == RopeMode::kHalf ? 1 : 0);
     RD_CUDA_LAUNCHED("rope_kernel");
   }

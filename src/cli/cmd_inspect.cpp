@@ -1,4 +1,5 @@
 // redwood info | tokenize | logits: look inside models and passes.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -14,9 +15,12 @@ namespace {
 
 std::string human(uint64_t b) {
   char buf[64];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  if (b >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
   return buf;
 }
 
@@ -54,6 +58,7 @@ int run_info(const std::string& path, bool json) {
     j["rope_base"] = hp.rope_base;
     j["rms_eps"] = hp.rms_eps;
     j["rope_layout"] = hp.rope_mode == RopeMode::kInterleaved ? "interleaved" : "half";
+    if (!hp.rope_freq_factors.empty()) j["rope_freq_factors"] = hp.rope_freq_factors;
     j["tied_lm_head"] = hp.tied_lm_head;
     j["total_bytes"] = m.total_bytes();
     j["max_layer_bytes"] = max_layer;
@@ -65,11 +70,18 @@ int run_info(const std::string& path, bool json) {
   std::printf("%s\n", m.path.c_str());
   std::printf("  name          %s\n", m.name.c_str());
   std::printf("  format        %s, architecture llama\n", m.format == ModelFormat::kGguf ? "GGUF" : "safetensors");
-  std::printf("  layers        %d\n  dim           %d\n  heads         %d (kv %d, head dim %d)\n", hp.n_layers,
-              hp.dim, hp.n_heads, hp.n_kv_heads, hp.head_dim);
+  std::printf("  layers        %d\n  dim           %d\n  heads         %d (kv %d, head dim %d)\n", hp.n_layers, hp.dim,
+              hp.n_heads, hp.n_kv_heads, hp.head_dim);
   std::printf("  ffn           %d\n  vocab         %d\n  context       %d\n", hp.ffn_dim, hp.vocab, hp.ctx_len);
-  std::printf("  rope          base %g, %s layout\n  rms eps       %g\n", hp.rope_base,
-              hp.rope_mode == RopeMode::kInterleaved ? "interleaved" : "half", hp.rms_eps);
+  std::string scaling;
+  if (!hp.rope_freq_factors.empty()) {
+    const auto [lo, hi] = std::minmax_element(hp.rope_freq_factors.begin(), hp.rope_freq_factors.end());
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ", frequencies scaled by 1/%g..1/%g", *lo, *hi);
+    scaling = buf;
+  }
+  std::printf("  rope          base %g, %s layout%s\n  rms eps       %g\n", hp.rope_base,
+              hp.rope_mode == RopeMode::kInterleaved ? "interleaved" : "half", scaling.c_str(), hp.rms_eps);
   std::printf("  lm head       %s\n", hp.tied_lm_head ? "tied to token embedding" : "separate");
   std::printf("  tokenizer     %s, %zu tokens\n",
               m.tokenizer.kind == TokenizerKind::kByteLevelBpe ? "byte-level BPE" : "SentencePiece BPE",
@@ -103,8 +115,8 @@ int run_tokenize(RunOptions& o, const std::string& text, const std::string& json
   return 0;
 }
 
-int run_logits(RunOptions& o, const std::string& tokens, const std::string& parents_s,
-               const std::string& positions_s, const std::string& out) {
+int run_logits(RunOptions& o, const std::string& tokens, const std::string& parents_s, const std::string& positions_s,
+               const std::string& out) {
   apply_run_options(o);
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   const auto toks = parse_int_list(tokens, "--tokens");

@@ -17,7 +17,11 @@ ChainBatch::ChainBatch(std::span<const int32_t> toks, int start) : tokens(toks.b
   }
 }
 
-Transformer::Transformer(const ModelDesc& m, WeightSource& w, Backend& be) : hp_(m.hp), w_(w), be_(be) {}
+Transformer::Transformer(const ModelDesc& m, WeightSource& w, Backend& be) : hp_(m.hp), w_(w), be_(be) {
+  const std::vector<double> f = rope_inv_freqs(hp_);
+  rope_inv_freq_ = BackendBuffer(be_, f.size() * sizeof(double));
+  be_.upload(rope_inv_freq_.as<void>(), f.data(), f.size() * sizeof(double));
+}
 
 KvCache Transformer::make_cache(int capacity) const {
   return KvCache(be_, hp_.n_layers, hp_.n_kv_heads * hp_.head_dim, capacity);
@@ -187,8 +191,8 @@ void Transformer::issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCac
     be_.matmul(L.wq, xn, n, q);
     be_.matmul(L.wk, xn, n, k);
     be_.matmul(L.wv, xn, n, v);
-    be_.rope(q, n, hp_.n_heads, hd, p.positions, hp_.rope_base, hp_.rope_mode);
-    be_.rope(k, n, hp_.n_kv_heads, hd, p.positions, hp_.rope_base, hp_.rope_mode);
+    be_.rope(q, n, hp_.n_heads, hd, p.positions, rope_inv_freq_.as<const double>(), hp_.rope_mode);
+    be_.rope(k, n, hp_.n_kv_heads, hd, p.positions, rope_inv_freq_.as<const double>(), hp_.rope_mode);
     be_.write_rows(kv.k(l), p.header + 1, k, n, kv_dim);  // rows committed + pending ...
     be_.write_rows(kv.v(l), p.header + 1, v, n, kv_dim);
     AttentionArgs a;

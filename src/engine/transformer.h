@@ -70,6 +70,7 @@ class Transformer {
   LlamaHParams hp_;
   WeightSource& w_;
   Backend& be_;
+  BackendBuffer rope_inv_freq_;  // head_dim / 2 doubles (rope_inv_freqs)
   // Activation scratch in backend memory, sized for the largest n seen.
   int cap_n_ = 0;
   BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, logits_;

@@ -147,6 +147,7 @@ void make_self_draft(const std::string& from, const std::vector<int>& blocks, co
   }
   std::vector<std::string> names = {"token_embd.weight", "output_norm.weight"};
   if (f.find_tensor("output.weight")) names.push_back("output.weight");
+  if (f.find_tensor("rope_freqs.weight")) names.push_back("rope_freqs.weight");  // Llama 3 RoPE scaling
   std::vector<std::string> out_names = names;
   std::map<int, int> renumber;
   for (size_t i = 0; i < blocks.size(); ++i) renumber[blocks[i]] = static_cast<int>(i);

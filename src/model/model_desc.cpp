@@ -2,9 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
+#include "kernels/common/math.h"
 #include "src/model/gguf.h"
 #include "src/model/safetensors.h"
 #include "src/model/tokenizer_spec.h"
@@ -20,6 +22,15 @@ uint64_t LayerDesc::bytes() const {
 
 std::vector<const TensorExtent*> LayerDesc::tensors() const {
   return {&attn_norm, &wq, &wk, &wv, &wo, &ffn_norm, &w_gate, &w_up, &w_down};
+}
+
+std::vector<double> rope_inv_freqs(const LlamaHParams& hp) {
+  const int half = hp.head_dim / 2;
+  std::vector<double> f(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i)
+    f[i] = math::rope_inv_freq(i, hp.head_dim, hp.rope_base,
+                               hp.rope_freq_factors.empty() ? 1.0 : static_cast<double>(hp.rope_freq_factors[i]));
+  return f;
 }
 
 uint64_t ModelDesc::total_bytes() const {
@@ -39,8 +50,7 @@ void check_shape(const ModelDesc& m, const TensorExtent& t, int64_t rows, int64_
 void check_vector(const ModelDesc& m, const TensorExtent& t, int64_t n) {
   check_shape(m, t, 1, n);
   if (t.type != DType::F32 && t.type != DType::F16 && t.type != DType::BF16)
-    throw Error(m.path + ": norm tensor '" + t.name + "' must be F32/F16/BF16, not " +
-                std::string(dtype_name(t.type)));
+    throw Error(m.path + ": norm tensor '" + t.name + "' must be F32/F16/BF16, not " + std::string(dtype_name(t.type)));
 }
 
 TensorExtent extent_from_gguf(const GgufFile& f, const std::string& name) {
@@ -67,6 +77,46 @@ int positive_int(const GgufFile& f, const std::string& key, std::optional<uint64
   return static_cast<int>(*v);
 }
 
+// RoPE frequency scaling of a GGUF model: Llama 3.x's per-pair divisors
+// (tensor rope_freqs.weight, F32, head_dim / 2 values) times the linear factor
+// (rope.scaling.type "linear" with rope.scaling.factor, or the older
+// rope.scale_linear). Empty when neither is present.
+std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, int head_dim) {
+  const size_t half = static_cast<size_t>(head_dim / 2);
+  std::vector<float> out;
+  if (const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
+    if (t->type != DType::F32 || t->n_elements() != half)
+      throw Error(f.path() + ": tensor 'rope_freqs.weight' must be F32 with " + std::to_string(half) +
+                  " values (head dim / 2), not " + std::string(dtype_name(t->type)) + " with " +
+                  std::to_string(t->n_elements()));
+    out.resize(half);
+    std::ifstream in(f.path(), std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(t->offset));
+    in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(half * sizeof(float)));
+    if (!in) throw Error(f.path() + ": cannot read tensor 'rope_freqs.weight'");
+    for (float v : out)
+      if (!(v > 0.0f) || !std::isfinite(v))
+        throw Error(f.path() + ": tensor 'rope_freqs.weight' holds a value that is not a finite positive number");
+  }
+  double linear = 1.0;
+  const std::string type = f.get_string(p + "rope.scaling.type").value_or("");
+  if (type == "linear") {
+    linear = f.get_float(p + "rope.scaling.factor").value_or(1.0);
+  } else if (type.empty()) {
+    linear = f.get_float(p + "rope.scale_linear").value_or(1.0);
+  } else if (type != "none") {
+    throw Error(f.path() + ": RoPE scaling '" + type +
+                "' is unsupported (supported: none, linear, Llama 3 rope_freqs)");
+  }
+  if (!(linear >= 1e-6 && linear <= 1e6))
+    throw Error(f.path() + ": RoPE scaling factor " + std::to_string(linear) + " is out of range");
+  if (linear != 1.0) {
+    if (out.empty()) out.assign(half, 1.0f);
+    for (float& v : out) v = static_cast<float>(v * linear);
+  }
+  return out;
+}
+
 ModelDesc load_gguf_desc(const std::string& path) {
   GgufFile f = GgufFile::open(path);
   ModelDesc m;
@@ -75,8 +125,7 @@ ModelDesc load_gguf_desc(const std::string& path) {
   m.files = {path};
   const std::string arch = f.get_string("general.architecture").value_or("");
   if (arch.empty()) throw Error(path + ": missing metadata key 'general.architecture'");
-  if (arch != "llama")
-    throw Error(path + ": unsupported architecture '" + arch + "' (supported: llama)");
+  if (arch != "llama") throw Error(path + ": unsupported architecture '" + arch + "' (supported: llama)");
   m.name = f.get_string("general.name").value_or("");
   const std::string p = arch + ".";
   auto& hp = m.hp;
@@ -98,6 +147,7 @@ ModelDesc load_gguf_desc(const std::string& path) {
   if (hp.n_heads % hp.n_kv_heads != 0) throw Error(path + ": head_count is not a multiple of head_count_kv");
   if (hp.head_dim % 2 != 0) throw Error(path + ": head dimension must be even");
   hp.rope_mode = RopeMode::kInterleaved;
+  hp.rope_freq_factors = gguf_rope_factors(f, p, hp.head_dim);
 
   m.tok_embd = extent_from_gguf(f, "token_embd.weight");
   hp.vocab = static_cast<int>(m.tok_embd.rows);
@@ -132,7 +182,7 @@ ModelDesc load_gguf_desc(const std::string& path) {
 }
 
 bool is_dir(const std::string& p) {
-  struct stat st{};
+  struct stat st {};
   return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
@@ -155,6 +205,14 @@ void validate_model_desc(const ModelDesc& m) {
     check_shape(m, L.w_gate, hp.ffn_dim, hp.dim);
     check_shape(m, L.w_up, hp.ffn_dim, hp.dim);
     check_shape(m, L.w_down, hp.dim, hp.ffn_dim);
+  }
+  if (!hp.rope_freq_factors.empty()) {
+    if (hp.rope_freq_factors.size() != static_cast<size_t>(hp.head_dim / 2))
+      throw Error(m.path + ": " + std::to_string(hp.rope_freq_factors.size()) +
+                  " RoPE frequency factors, expected head dim / 2 = " + std::to_string(hp.head_dim / 2));
+    for (float v : hp.rope_freq_factors)
+      if (!(v > 0.0f) || !std::isfinite(v))
+        throw Error(m.path + ": a RoPE frequency factor is not a finite positive number");
   }
   if (!m.tokenizer.tokens.empty() && static_cast<int>(m.tokenizer.tokens.size()) > hp.vocab)
     throw Error(m.path + ": tokenizer has " + std::to_string(m.tokenizer.tokens.size()) +

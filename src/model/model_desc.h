@@ -24,8 +24,16 @@ struct LlamaHParams {
   float rope_base = 10000.0f;
   float rms_eps = 1e-5f;
   RopeMode rope_mode = RopeMode::kInterleaved;
+  // RoPE frequency scaling: empty, or head_dim / 2 divisors of each pair's
+  // frequency (linear scaling: all the factor; Llama 3.x: GGUF's rope_freqs
+  // tensor, or computed from config.json's rope_scaling).
+  std::vector<float> rope_freq_factors;
   bool tied_lm_head = false;
 };
+
+// The per-pair RoPE inverse frequencies the backends rotate by
+// (math::rope_inv_freq with the model's base and scaling factors).
+std::vector<double> rope_inv_freqs(const LlamaHParams& hp);
 
 // One weight tensor on storage. Matrices are [rows = out][cols = in] with cols
 // contiguous (GGUF ne[0] / HF last dim); vectors have rows = 1.
@@ -49,7 +57,7 @@ struct LayerDesc {
 enum class ModelFormat { kGguf, kSafetensors };
 
 struct ModelDesc {
-  std::string path;                // what the user named (file or directory)
+  std::string path;  // what the user named (file or directory)
   ModelFormat format = ModelFormat::kGguf;
   std::vector<std::string> files;  // data files the extents point into
   std::string name;                // general.name or directory name
@@ -57,7 +65,7 @@ struct ModelDesc {
   TensorExtent tok_embd, output_norm, lm_head;  // lm_head == tok_embd when tied
   std::vector<LayerDesc> layers;
   TokenizerSpec tokenizer;
-  std::string chat_template;       // may be empty
+  std::string chat_template;  // may be empty
 
   uint64_t total_bytes() const;
 };

@@ -9,11 +9,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
+#include "kernels/common/math.h"
 #include "src/model/tokenizer_spec.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
@@ -24,7 +24,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // what the reference implementation allows
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;   // what the reference implementation allows
 constexpr uint64_t kMaxJsonFileBytes = 64ull << 20;  // config.json, index, tokenizer_config.json
 constexpr uint64_t kMaxDim = 1ull << 48;
 constexpr size_t kMaxRank = 8;
@@ -38,12 +38,12 @@ struct Fd {
 };
 
 bool is_dir(const std::string& p) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 bool is_file(const std::string& p) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -51,12 +51,11 @@ bool is_file(const std::string& p) {
 uint64_t open_regular(const std::string& path, Fd& fd) {
   fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd.fd < 0) throw Error(path + ": cannot open: " + strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd.fd, &st) != 0) throw Error(path + ": cannot stat: " + strerror(errno));
   if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
   return static_cast<uint64_t>(st.st_size);
 }
-
 
 // Parses JSON text; any syntax error, or nesting deeper than kMaxJsonDepth, is a
 // redwood::Error naming `path`. If `dup_key_what` is set, a repeated key in the
@@ -93,7 +92,9 @@ json read_json_file(const std::string& path) {
   return parse_json(text, path);
 }
 
-std::string json_kind(const json& j) { return j.type_name(); }
+std::string json_kind(const json& j) {
+  return j.type_name();
+}
 
 std::optional<DType> dtype_from_safetensors(const std::string& s) {
   if (s == "F32") return DType::F32;
@@ -178,6 +179,62 @@ void check_architecture(const Config& c) {
                 "' (supported: LlamaForCausalLM, model_type llama/mistral)");
 }
 
+// config.json's rope_scaling as per-pair divisors of the RoPE frequencies
+// (LlamaHParams::rope_freq_factors): "linear" divides every frequency by
+// `factor`; "llama3" (Llama 3.1+) leaves the high frequencies, divides those
+// whose wavelength exceeds original_max_position_embeddings / low_freq_factor
+// by `factor`, and blends the band between (transformers'
+// _compute_llama3_parameters). Other types are refused.
+std::vector<float> rope_scaling_factors(const Config& c, const LlamaHParams& hp) {
+  const json* rs = c.find("rope_scaling");
+  if (!rs) return {};
+  if (!rs->is_object()) throw Error(c.path + ": 'rope_scaling' must be an object or null");
+  auto str = [&](const char* key) -> std::string {
+    auto it = rs->find(key);
+    if (it == rs->end() || it->is_null()) return "";
+    if (!it->is_string()) throw Error(c.path + ": 'rope_scaling." + key + "' must be a string");
+    return it->get<std::string>();
+  };
+  auto num = [&](const char* key, std::optional<double> dflt, double lo, double hi) {
+    auto it = rs->find(key);
+    if (it == rs->end() || it->is_null()) {
+      if (!dflt) throw Error(c.path + ": 'rope_scaling' lacks '" + key + "'");
+      return *dflt;
+    }
+    if (!it->is_number()) throw Error(c.path + ": 'rope_scaling." + key + "' must be a number");
+    const double v = it->get<double>();
+    if (!(v >= lo && v <= hi))
+      throw Error(c.path + ": 'rope_scaling." + key + "' = " + it->dump() + " is out of range");
+    return v;
+  };
+  std::string type = str("rope_type");
+  if (type.empty()) type = str("type");
+  if (type.empty() || type == "default") return {};
+  const size_t half = static_cast<size_t>(hp.head_dim / 2);
+  const double factor = num("factor", std::nullopt, 1e-6, 1e6);
+  if (type == "linear") return std::vector<float>(half, static_cast<float>(factor));
+  if (type != "llama3")
+    throw Error(c.path + ": rope_scaling type '" + type + "' is unsupported (supported: default, linear, llama3)");
+  const double low = num("low_freq_factor", std::nullopt, 1e-6, 1e6);
+  const double high = num("high_freq_factor", std::nullopt, 1e-6, 1e6);
+  const double old_ctx = num("original_max_position_embeddings", std::nullopt, 1, 1e9);
+  if (!(high > low)) throw Error(c.path + ": 'rope_scaling.high_freq_factor' must exceed 'low_freq_factor'");
+  const double pi = 3.14159265358979323846;
+  std::vector<float> out(half);
+  for (size_t i = 0; i < half; ++i) {
+    const double wavelen = 2 * pi / math::rope_inv_freq(static_cast<int>(i), hp.head_dim, hp.rope_base, 1.0);
+    double f = 1.0;
+    if (wavelen > old_ctx / low) {
+      f = factor;
+    } else if (wavelen >= old_ctx / high) {
+      const double smooth = (old_ctx / wavelen - low) / (high - low);
+      f = 1.0 / ((1 - smooth) / factor + smooth);
+    }
+    out[i] = static_cast<float>(f);
+  }
+  return out;
+}
+
 LlamaHParams read_hparams(const Config& c) {
   LlamaHParams hp;
   hp.n_layers = c.require_int("num_hidden_layers", 4096);
@@ -202,8 +259,7 @@ LlamaHParams read_hparams(const Config& c) {
   if (hp.n_heads % hp.n_kv_heads != 0)
     throw Error(c.path + ": num_attention_heads is not a multiple of num_key_value_heads");
   if (hp.head_dim % 2 != 0) throw Error(c.path + ": head dimension must be even");
-  if (const json* rs = c.find("rope_scaling"))
-    throw Error(c.path + ": rope_scaling (" + rs->dump() + ") is unsupported");
+  hp.rope_freq_factors = rope_scaling_factors(c, hp);
   if (c.get_bool("attention_bias").value_or(false) || c.get_bool("mlp_bias").value_or(false))
     throw Error(c.path + ": attention_bias / mlp_bias are unsupported");
   if (auto act = c.get_string("hidden_act"); act && *act != "silu")
@@ -387,8 +443,7 @@ ModelDesc load_safetensors_desc(const std::string& path) {
     for (auto& t : read_safetensors_header(shard)) {
       std::string n = t.name;
       auto [it, inserted] = all.emplace(n, Found{static_cast<int>(i), std::move(t)});
-      if (!inserted)
-        throw Error(shard + ": duplicate tensor '" + n + "' (also in " + m.files[it->second.file] + ")");
+      if (!inserted) throw Error(shard + ": duplicate tensor '" + n + "' (also in " + m.files[it->second.file] + ")");
     }
   }
 

@@ -6,7 +6,8 @@ end to end against the numpy/gguf oracle.
 
 For each type a small random Llama (2 layers, dim 256: K types need rows of
 256-element super-blocks) is written by tools/make-synthetic-gguf.py, plus one
-mixed like llama.cpp's Q4_K_M (Q4_K blocks, Q6_K LM head, Q5_0 embedding).
+mixed like llama.cpp's Q4_K_M (Q4_K blocks, Q6_K LM head, Q5_0 embedding),
+and two with scaled RoPE (Llama 3.1's rope_freqs tensor; linear scaling).
 tests/python/test_oracles.py then checks redwood's logits (1-, 5-, 17- and
 40-token passes: the decode, small-batch and batched kernels) against the
 gguf package's own dequantizers, and greedy continuations.
@@ -24,6 +25,10 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODELS = [
     ("Q5_0", []), ("Q5_1", []), ("Q2_K", []), ("Q3_K", []), ("Q4_K", []), ("Q5_K", []), ("Q6_K", []),
     ("Q4_K", ["--output-type", "Q6_K", "--embd-type", "Q5_0"]),
+    # Scaled RoPE: Llama 3.1's rope_freqs tensor (original context 64 so that
+    # it bites at short positions), and rope.scaling.type linear.
+    ("F16", ["--rope-base", "500000", "--rope-llama3", "8,1,4,64"]),
+    ("Q8_0", ["--rope-linear", "4"]),
 ]
 
 

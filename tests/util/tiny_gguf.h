@@ -281,6 +281,8 @@ struct TinyShape {
   DType type = DType::Q8_0;
   bool tied = false;
   uint32_t seed = 1;
+  std::vector<float> rope_freqs;  // when set: tensor rope_freqs.weight (Llama 3 scaling), head dim / 2 values
+  float rope_linear = 0;          // when > 0: rope.scaling.type "linear" with this factor
 };
 
 // Minimal GGUF v3 writer.
@@ -380,6 +382,10 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
   w.kv_u32("llama.context_length", 2048);
   w.kv_f32("llama.rope.freq_base", 10000.0f);
   w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  if (s.rope_linear > 0) {
+    w.kv_str("llama.rope.scaling.type", "linear");
+    w.kv_f32("llama.rope.scaling.factor", s.rope_linear);
+  }
   std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};
   for (int b = 0; b < 256; ++b) {
@@ -402,6 +408,8 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
   const float sc = 1.0f / std::sqrt((float)s.dim);
   w.tensor("token_embd.weight", s.type, s.vocab, s.dim, rnd(s.vocab, s.dim, 1.0f));
   w.tensor("output_norm.weight", DType::F32, 1, s.dim, ones(s.dim));
+  if (!s.rope_freqs.empty())
+    w.tensor("rope_freqs.weight", DType::F32, 1, static_cast<int64_t>(s.rope_freqs.size()), s.rope_freqs);
   if (!s.tied) w.tensor("output.weight", s.type, s.vocab, s.dim, rnd(s.vocab, s.dim, sc));
   for (int l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";

@@ -82,8 +82,11 @@ class RefModel:
         self.n_ctx_train = int(_field(r, f"{a}.context_length", 0) or 0)
         self.eos = _field(r, "tokenizer.ggml.eos_token_id")
         scaling = _field(r, f"{a}.rope.scaling.type")
-        if scaling not in (None, "none"):
-            print(f"gguf_llama_ref: warning: rope scaling {scaling!r} ignored", file=sys.stderr)
+        self.rope_linear = 1.0
+        if scaling == "linear":
+            self.rope_linear = float(_field(r, f"{a}.rope.scaling.factor", 1.0))
+        elif scaling not in (None, "none"):
+            raise SystemExit(f"gguf_llama_ref: rope scaling {scaling!r} is not implemented")
         if self.n_head % self.n_head_kv:
             raise SystemExit("gguf_llama_ref: n_head not a multiple of n_head_kv")
         if self.n_rot % 2 or self.n_rot > self.head_dim:
@@ -125,8 +128,16 @@ class RefModel:
             if got != shp:
                 raise SystemExit(f"gguf_llama_ref: tensor {name} has gguf shape {list(got)}, expected {list(shp)}")
 
-        # RoPE inverse frequencies: base^(-2i/n_rot), i = 0..n_rot/2-1
+        # RoPE inverse frequencies: base^(-2i/n_rot), i = 0..n_rot/2-1, divided by
+        # the linear scaling factor and by Llama 3's per-pair rope_freqs (as
+        # llama.cpp's ggml_rope_ext applies its freq_factors).
         self.inv_freq = self.rope_base ** (-np.arange(0, self.n_rot, 2, dtype=np.float64) / self.n_rot)
+        self.inv_freq /= self.rope_linear
+        if "rope_freqs.weight" in self.tensors:
+            ff = np.asarray(self.tensors["rope_freqs.weight"].data, dtype=np.float64).reshape(-1)
+            if ff.shape != (self.n_rot // 2,):
+                raise SystemExit(f"gguf_llama_ref: rope_freqs.weight has {ff.size} values, expected {self.n_rot // 2}")
+            self.inv_freq /= ff
 
     # ---------------------------------------------------------------- weights
     def _dequant_rows(self, name: str, r0: int, r1: int) -> np.ndarray:

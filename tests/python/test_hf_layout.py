@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""The Hugging Face layout end to end: a safetensors directory gives the logits
+the numpy/gguf oracle computes for the same weights in GGUF form.
+
+    python3 tests/python/test_hf_layout.py --redwood build/redwood --workdir DIR
+
+For each case a small random Llama is written as GGUF by
+tools/make-synthetic-gguf.py, then rewritten here as a Hugging Face directory
+(config.json, model.safetensors, tokenizer.json): tensor names mapped, Q and K
+rows un-permuted to HF's rotate-half order (the inverse of llama.cpp's
+convert_hf_to_gguf.py permute), config.json carrying the rope settings. Redwood
+runs the directory; tools/oracle/gguf_llama_ref.py runs the GGUF. Cases:
+  - plain (rope_theta 10000), F16 and BF16 safetensors;
+  - Llama 3.1 rope_scaling ("llama3": factor 8, low 1, high 4, original
+    context 64, so the scaling bites at short positions). The GGUF carries the
+    rope_freqs tensor that convert_hf_to_gguf.py's formula gives; Redwood
+    computes its factors from config.json itself;
+  - linear rope_scaling (factor 4).
+Plain script; exits non-zero on any failure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "oracle"))
+import gguf_llama_ref as ref  # noqa: E402
+import gguf  # noqa: E402
+from gguf import GGUFReader  # noqa: E402
+
+SHAPE = ["--layers", "2", "--dim", "256", "--heads", "4", "--kv-heads", "2", "--ffn", "512", "--vocab", "512"]
+CASES = [
+    # name, make-synthetic-gguf args, rope_theta, rope_scaling, safetensors dtype
+    ("plain-F16", ["--type", "F16"], 10000.0, None, "F16"),
+    ("plain-BF16", ["--type", "BF16"], 10000.0, None, "BF16"),
+    ("llama3", ["--type", "F16", "--rope-base", "500000", "--rope-llama3", "8,1,4,64"], 500000.0,
+     {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 64}, "F16"),
+    ("linear", ["--type", "F16", "--rope-linear", "4"], 10000.0, {"type": "linear", "factor": 4.0}, "F16"),
+]
+
+
+def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """GGUF (interleaved pairs) -> HF (rotate-half) row order for Q/K: llama.cpp
+    permutes HF rows with reshape(n_head, 2, d/2, ...).swapaxes(1, 2); undo it."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def to_bf16_bytes(a: np.ndarray) -> bytes:
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16  # round to nearest even
+    return rounded.astype(np.uint16).tobytes()
+
+
+def write_safetensors(path: str, tensors: dict[str, np.ndarray], dtype: str):
+    """Writes the safetensors format: 8-byte header length, JSON header, data."""
+    header, blobs, off = {}, [], 0
+    for name, a in tensors.items():
+        dt = "F32" if a.ndim == 1 else dtype  # norm weights stay F32, as in the GGUF
+        raw = a.astype(np.float32).tobytes() if dt == "F32" else a.astype(
+            np.float16).tobytes() if dt == "F16" else to_bf16_bytes(a)
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+
+def gguf_to_hf(gguf_path: str, out_dir: str, rope_theta: float, rope_scaling, dtype: str):
+    r = GGUFReader(gguf_path, "r")
+    m = ref.RefModel(gguf_path)
+    H, K = m.n_head, m.n_head_kv
+    # The weights as stored (F16/BF16 values are exact in the directory's dtype,
+    # so both sides compute with the same numbers).
+    t = {x.name: gguf.quants.dequantize(x.data, x.tensor_type).astype(np.float32).reshape(
+        [int(s) for s in reversed(x.shape)]) for x in r.tensors if x.name != "rope_freqs.weight"}
+    hf = {"model.embed_tokens.weight": t["token_embd.weight"], "model.norm.weight": t["output_norm.weight"],
+          "lm_head.weight": t["output.weight"]}
+    for i in range(m.n_layer):
+        g, h = f"blk.{i}.", f"model.layers.{i}."
+        hf[h + "input_layernorm.weight"] = t[g + "attn_norm.weight"]
+        hf[h + "self_attn.q_proj.weight"] = unpermute(t[g + "attn_q.weight"], H)
+        hf[h + "self_attn.k_proj.weight"] = unpermute(t[g + "attn_k.weight"], K)
+        hf[h + "self_attn.v_proj.weight"] = t[g + "attn_v.weight"]
+        hf[h + "self_attn.o_proj.weight"] = t[g + "attn_output.weight"]
+        hf[h + "post_attention_layernorm.weight"] = t[g + "ffn_norm.weight"]
+        hf[h + "mlp.gate_proj.weight"] = t[g + "ffn_gate.weight"]
+        hf[h + "mlp.up_proj.weight"] = t[g + "ffn_up.weight"]
+        hf[h + "mlp.down_proj.weight"] = t[g + "ffn_down.weight"]
+    os.makedirs(out_dir, exist_ok=True)
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), hf, dtype)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": m.n_embd,
+              "intermediate_size": m.n_ff, "num_hidden_layers": m.n_layer, "num_attention_heads": H,
+              "num_key_value_heads": K, "vocab_size": m.n_vocab, "max_position_embeddings": 4096,
+              "rms_norm_eps": m.eps, "rope_theta": rope_theta, "rope_scaling": rope_scaling,
+              "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "float16"}
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    vocab = {f"t{i}": i for i in range(m.n_vocab)}
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        json.dump({"version": "1.0", "model": {"type": "BPE", "vocab": vocab, "merges": []},
+                   "pre_tokenizer": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"}}, f)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--redwood", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    failed = 0
+    rng = np.random.default_rng(7)
+    for i, (name, gen, theta, scaling, dtype) in enumerate(CASES):
+        gpath = os.path.join(a.workdir, f"hf-{name}.gguf")
+        hdir = os.path.join(a.workdir, f"hf-{name}")
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make-synthetic-gguf.py"), "--out", gpath,
+                        *SHAPE, "--seed", str(i + 11), *gen], check=True, stdout=subprocess.DEVNULL)
+        gguf_to_hf(gpath, hdir, theta, scaling, dtype)
+        model = ref.RefModel(gpath)
+        worst = 0.0
+        ok = True
+        for n in (1, 6, 33):
+            ids = [int(x) for x in rng.integers(3, model.n_vocab, size=n)]
+            out = os.path.join(a.workdir, f"hf-{name}-{n}.npy")
+            r = subprocess.run([a.redwood, "logits", "--model", hdir, "--tokens", ",".join(map(str, ids)),
+                                "--out", out], capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"FAIL {name} n={n}: redwood exited {r.returncode}: {r.stderr.strip()[-500:]}", flush=True)
+                ok = False
+                break
+            got = np.load(out).astype(np.float64)
+            want = ref.logits(model, ids).astype(np.float64)
+            rel = np.linalg.norm(got - want, axis=1) / np.maximum(np.linalg.norm(want, axis=1), 1e-30)
+            worst = max(worst, float(rel.max()))
+        if ok and worst < a.tol:
+            print(f"PASS {name} ({dtype} safetensors): worst row rel err {worst:.2e} (tol {a.tol:g})", flush=True)
+        else:
+            if ok:
+                print(f"FAIL {name} ({dtype} safetensors): worst row rel err {worst:.2e} (tol {a.tol:g})", flush=True)
+            failed += 1
+    print(f"{len(CASES) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
