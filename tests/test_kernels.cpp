@@ -75,7 +75,7 @@ TEST_P(MatmulTest, MatchesReferenceAllSizes) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                                            DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
-                                           DType::Q6_K),
+                                           DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
 // The batched path (n > kGemvMaxN) computes every output as one sequential
@@ -173,7 +173,8 @@ TEST(Kernels, DecodeIsFp32AccurateForWideRangeActivations) {
 // scale, min, sign and high-bit pattern occurs.
 TEST(Kernels, ChunkedTypesDequantizeExactlyAsSharedMath) {
   std::mt19937 g(17);
-  for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                  DType::IQ4_NL, DType::IQ4_XS}) {
     const int64_t rows = 5, cols = 1024;
     const uint64_t rb = *row_bytes(t, cols);
     std::vector<uint8_t> bytes(rows * rb);
@@ -189,7 +190,9 @@ TEST(Kernels, ChunkedTypesDequantizeExactlyAsSharedMath) {
       if (t == DType::Q6_K) put(p + 208);
       if (t == DType::Q3_K) put(p + 108);
       if (t == DType::Q2_K) put(p + 80), put(p + 82);
-      if (t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K) put(p);
+      if (t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K || t == DType::IQ4_NL ||
+          t == DType::IQ4_XS)
+        put(p);
       if (t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K) put(p + 2);
     }
     const WeightView w{t, rows, cols, bytes.data()};
@@ -207,6 +210,8 @@ TEST(Kernels, ChunkedTypesDequantizeExactlyAsSharedMath) {
         if (t == DType::Q4_K) want = math::dequant_q4_k(*reinterpret_cast<const math::BlockQ4_K*>(blk), e);
         if (t == DType::Q5_K) want = math::dequant_q5_k(*reinterpret_cast<const math::BlockQ5_K*>(blk), e);
         if (t == DType::Q6_K) want = math::dequant_q6_k(*reinterpret_cast<const math::BlockQ6_K*>(blk), e);
+        if (t == DType::IQ4_NL) want = math::dequant_iq4_nl(*reinterpret_cast<const math::BlockIQ4_NL*>(blk), e);
+        if (t == DType::IQ4_XS) want = math::dequant_iq4_xs(*reinterpret_cast<const math::BlockIQ4_XS*>(blk), e);
         ASSERT_EQ(out[r * cols + c], want) << dtype_name(t) << " row " << r << " col " << c;
       }
   }

@@ -56,6 +56,27 @@ TEST(Math, DequantBlocks) {
   EXPECT_FLOAT_EQ(dequant_q8_0(q, 5), -1.75f);
 }
 
+// ggml's kvalues_iq4nl, written out, against the packed table; and one
+// IQ4_XS sub-block scale (6 bits across scales_l and scales_h, biased by 32).
+TEST(Math, Iq4Levels) {
+  const int want[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  for (int q = 0; q < 16; ++q) EXPECT_EQ(iq4nl_level(q), want[q]) << q;
+  BlockIQ4_XS b{};
+  b.d = f32_to_f16(0.5f);
+  b.scales_l[1] = 0x70;            // sub-block 3: low bits 7
+  b.scales_h = uint16_t(2u << 6);  // sub-block 3: high bits 2 -> 7 | 32 = 39, minus 32 = 7
+  b.qs[16 * 3 + 4] = 0xf0;         // element 3*32 + 20: level 113; element 3*32 + 4: level -127
+  EXPECT_EQ(iq4xs_scale(b.scales_h, b.scales_l, 3), 7);
+  EXPECT_EQ(iq4xs_scale(b.scales_h, b.scales_l, 0), -32);
+  EXPECT_FLOAT_EQ(dequant_iq4_xs(b, 3 * 32 + 20), 0.5f * 7 * 113);
+  EXPECT_FLOAT_EQ(dequant_iq4_xs(b, 3 * 32 + 4), 0.5f * 7 * -127);
+  BlockIQ4_NL n{};
+  n.d = f32_to_f16(0.25f);
+  n.qs[2] = 0x9e;  // element 2: level 89, element 18: level 13
+  EXPECT_FLOAT_EQ(dequant_iq4_nl(n, 2), 0.25f * 89);
+  EXPECT_FLOAT_EQ(dequant_iq4_nl(n, 18), 0.25f * 13);
+}
+
 TEST(Math, RopeThetaAndRotation) {
   EXPECT_FLOAT_EQ(rope_theta(3, rope_inv_freq(0, 64, 10000.0, 1.0)), 3.0f);
   EXPECT_NEAR(rope_theta(5, rope_inv_freq(16, 64, 10000.0, 1.0)), 5.0f * std::pow(10000.0f, -0.5f), 1e-6);

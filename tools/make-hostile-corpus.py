@@ -25,7 +25,7 @@ import numpy as np
 U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
 SCALAR_FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f",
               BOOL: "<B", U64: "<Q", I64: "<q", F64: "<d"}
-GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_K, GGML_IQ4_NL = 0, 1, 8, 12, 20
+GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_K, GGML_IQ3_S = 0, 1, 8, 12, 21
 GGML_BYTES = {GGML_F32: 4, GGML_F16: 2}
 
 
@@ -230,8 +230,8 @@ def gguf_cases():
     mod("huge_dimension", "invalid dimension", lambda g: g.tensor("blk.0.attn_q.weight").update(ne=[8, 1 << 62]))
     mod("dims_product_overflow", "element count overflows",
         lambda g: g.tensor("blk.0.attn_q.weight").update(ne=[1 << 32, 1 << 32, 1 << 32]))
-    mod("unsupported_type_iq4_nl", "unsupported tensor type IQ4_NL",
-        lambda g: g.tensor("blk.0.ffn_up.weight").update(type=GGML_IQ4_NL, ne=[256, 16]))
+    mod("unsupported_type_iq3_s", "unsupported tensor type IQ3_S",
+        lambda g: g.tensor("blk.0.ffn_up.weight").update(type=GGML_IQ3_S, ne=[256, 16]))
     mod("partial_k_block_row", "not a whole number of Q4_K blocks",
         lambda g: g.tensor("blk.0.ffn_up.weight").update(type=GGML_Q4_K))
     mod("unsupported_type_99", "unsupported tensor type unknown (99)",

@@ -58,10 +58,10 @@ PRESETS = {
 
 TYPES = {"F32": QT.F32, "F16": QT.F16, "BF16": QT.BF16, "Q8_0": QT.Q8_0, "Q4_0": QT.Q4_0, "Q4_1": QT.Q4_1,
          "Q5_0": QT.Q5_0, "Q5_1": QT.Q5_1, "Q2_K": QT.Q2_K, "Q3_K": QT.Q3_K, "Q4_K": QT.Q4_K, "Q5_K": QT.Q5_K,
-         "Q6_K": QT.Q6_K}
+         "Q6_K": QT.Q6_K, "IQ4_NL": QT.IQ4_NL, "IQ4_XS": QT.IQ4_XS}
 # llama_ftype "mostly X" (the K types: their _M mixes' ids, the closest named ones)
 FILE_TYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K": 12,
-             "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}
+             "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30}
 
 POOL_BLOCKS = 1 << 20
 CHUNK_ELEMS = 1 << 24  # elements generated per chunk (64 MiB of float32)
@@ -241,10 +241,55 @@ def _quantize_q3k(x: np.ndarray) -> np.ndarray:
     return np.concatenate([hmask, qs.reshape(nb, 64), scales, _f16_bytes(d)], axis=1)
 
 
+# ggml's kvalues_iq4nl: the sixteen levels IQ4_NL and IQ4_XS nibbles index.
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
+
+
+def _iq4_nearest(v: np.ndarray) -> np.ndarray:
+    """Index of the level nearest to each value (midpoint search; no (..., 16) temporary)."""
+    return np.searchsorted((IQ4_LEVELS[1:] + IQ4_LEVELS[:-1]) / 2, v).astype(np.uint8)
+
+
+def _iq4_pack(q: np.ndarray) -> np.ndarray:
+    """(..., 32) indices -> (..., 16) bytes: elements 0..15 in the low nibbles, 16..31 high."""
+    return (q[..., :16] | (q[..., 16:] << 4)).astype(np.uint8)
+
+
+def _quantize_iq4nl(x: np.ndarray) -> np.ndarray:
+    """IQ4_NL blocks of 32: d = (signed max) / -127, each element the nearest level."""
+    b = x.reshape(-1, 32).astype(np.float32)
+    mx = np.take_along_axis(b, np.abs(b).argmax(axis=1)[:, None], axis=1)[:, 0]
+    d = (mx / -127.0).astype(np.float16)
+    df = d.astype(np.float32)
+    q = _iq4_nearest(np.where(df[:, None] != 0, b / np.where(df != 0, df, 1)[:, None], 0))
+    return np.concatenate([_f16_bytes(d), _iq4_pack(q)], axis=1)
+
+
+def _quantize_iq4xs(x: np.ndarray) -> np.ndarray:
+    """IQ4_XS super-blocks: per 32-element sub-block a 6-bit scale (biased by 32) relative to d."""
+    b = x.reshape(-1, 8, 32).astype(np.float32)
+    nb = b.shape[0]
+    mx = np.take_along_axis(b, np.abs(b).argmax(axis=2)[..., None], axis=2)[..., 0]
+    s = mx / -127.0
+    d = (np.abs(s).max(axis=1) / 31).astype(np.float16)
+    df = d.astype(np.float32)
+    ls = (np.where(df[:, None] > 0, np.clip(np.rint(s / np.where(df > 0, df, 1)[:, None]), -32, 31), 0)
+          .astype(np.int32) + 32)
+    dl = (df[:, None] * (ls - 32).astype(np.float32))[..., None]
+    q = _iq4_nearest(np.where(dl != 0, b / np.where(dl != 0, dl, 1), 0))
+    scales_l = ((ls[:, 0::2] & 15) | ((ls[:, 1::2] & 15) << 4)).astype(np.uint8)
+    scales_h = np.zeros(nb, np.uint16)
+    for j in range(8):
+        scales_h |= (((ls[:, j] >> 4) & 3) << (2 * j)).astype(np.uint16)
+    return np.concatenate([_f16_bytes(d), scales_h.astype("<u2").view(np.uint8).reshape(nb, 2), scales_l,
+                           _iq4_pack(q).reshape(nb, 128)], axis=1)
+
+
 def quantize(x: np.ndarray, qtype) -> np.ndarray:
     """x (rows, cols) float32 -> (rows, row bytes) uint8 in qtype's layout."""
     k_quantizers = {QT.Q2_K: _quantize_q2k, QT.Q3_K: _quantize_q3k, QT.Q6_K: _quantize_q6k,
-                    QT.Q4_K: lambda v: _quantize_k45(v, False), QT.Q5_K: lambda v: _quantize_k45(v, True)}
+                    QT.Q4_K: lambda v: _quantize_k45(v, False), QT.Q5_K: lambda v: _quantize_k45(v, True),
+                    QT.IQ4_NL: _quantize_iq4nl, QT.IQ4_XS: _quantize_iq4xs}
     if qtype in k_quantizers:
         return k_quantizers[qtype](x).reshape(x.shape[0], -1)
     return gguf_quantize(x, qtype)

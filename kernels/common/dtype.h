@@ -8,7 +8,23 @@
 
 namespace redwood {
 
-enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K };
+enum class DType : uint8_t {
+  F32,
+  F16,
+  BF16,
+  Q8_0,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+  Q2_K,
+  Q3_K,
+  IQ4_NL,
+  IQ4_XS
+};
 
 enum class RopeMode : uint8_t {
   kInterleaved,  // pairs (2i, 2i+1): GGUF's llama layout (Q/K permuted by the converter)
@@ -23,13 +39,13 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::F32, "F32", 1, 4},       {DType::F16, "F16", 1, 2},       {DType::BF16, "BF16", 1, 2},
-    {DType::Q8_0, "Q8_0", 32, 34},   {DType::Q4_0, "Q4_0", 32, 18},   {DType::Q4_1, "Q4_1", 32, 20},
-    {DType::Q5_0, "Q5_0", 32, 22},   {DType::Q5_1, "Q5_1", 32, 24},   {DType::Q4_K, "Q4_K", 256, 144},
-    {DType::Q5_K, "Q5_K", 256, 176}, {DType::Q6_K, "Q6_K", 256, 210}, {DType::Q2_K, "Q2_K", 256, 84},
-    {DType::Q3_K, "Q3_K", 256, 110},
+    {DType::F32, "F32", 1, 4},       {DType::F16, "F16", 1, 2},         {DType::BF16, "BF16", 1, 2},
+    {DType::Q8_0, "Q8_0", 32, 34},   {DType::Q4_0, "Q4_0", 32, 18},     {DType::Q4_1, "Q4_1", 32, 20},
+    {DType::Q5_0, "Q5_0", 32, 22},   {DType::Q5_1, "Q5_1", 32, 24},     {DType::Q4_K, "Q4_K", 256, 144},
+    {DType::Q5_K, "Q5_K", 256, 176}, {DType::Q6_K, "Q6_K", 256, 210},   {DType::Q2_K, "Q2_K", 256, 84},
+    {DType::Q3_K, "Q3_K", 256, 110}, {DType::IQ4_NL, "IQ4_NL", 32, 18}, {DType::IQ4_XS, "IQ4_XS", 256, 136},
 };
-static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == static_cast<size_t>(DType::Q3_K) + 1);
+static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == static_cast<size_t>(DType::IQ4_XS) + 1);
 
 constexpr const DTypeInfo& dtype_info(DType t) {
   return kDTypes[static_cast<int>(t)];

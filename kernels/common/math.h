@@ -225,6 +225,45 @@ RD_HD float dequant_q6_k(const BlockQ6_K& b, int e) {
   return f16_to_f32(b.d) * (float)b.scales[8 * h + 2 * k + (l >> 4)] * (float)(q - 32);
 }
 
+// Non-linear 4-bit blocks: each nibble indexes ggml's kvalues_iq4nl, sixteen
+// int8 levels {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53,
+// 69, 89, 113}, packed eight to a word here so host and device share them
+// without a table in memory.
+RD_HD int iq4nl_level(int q) {
+  const uint64_t lo = 0xf6eaddcfbfad9881ull, hi = 0x7159453526190d01ull;
+  return (int)(int8_t)(uint8_t)(((q < 8) ? lo : hi) >> (8 * (q & 7)));
+}
+// IQ4_NL: 32 elements, value = d * level(nibble); low nibbles hold elements
+// 0..15, high 16..31 (as Q4_0).
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];
+};
+// IQ4_XS: 256 elements in eight 32-element sub-blocks, each with a 6-bit
+// scale (low 4 bits in scales_l, high 2 in scales_h) biased by 32;
+// value = (d * (scale - 32)) * level(nibble), sub-block j's nibbles in
+// qs[16 j ..] laid out as IQ4_NL's.
+struct BlockIQ4_XS {
+  uint16_t d, scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136);
+
+RD_HD float dequant_iq4_nl(const BlockIQ4_NL& b, int j) {
+  const int q = j < 16 ? (b.qs[j] & 0xf) : (b.qs[j - 16] >> 4);
+  return f16_to_f32(b.d) * (float)iq4nl_level(q);
+}
+// Sub-block j's scale, 32 removed.
+RD_HD int iq4xs_scale(uint16_t scales_h, const uint8_t* scales_l, int j) {
+  return (((scales_l[j >> 1] >> (4 * (j & 1))) & 0xf) | (((scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
+RD_HD float dequant_iq4_xs(const BlockIQ4_XS& b, int e) {
+  const int j = e >> 5, l = e & 31;
+  const int q = l < 16 ? (b.qs[16 * j + l] & 0xf) : (b.qs[16 * j + l - 16] >> 4);
+  return f16_to_f32(b.d) * (float)iq4xs_scale(b.scales_h, b.scales_l, j) * (float)iq4nl_level(q);
+}
+
 // RoPE. Pair i (0..head_dim/2-1) turns by pos * inv_freq[i], with
 // inv_freq[i] = base^(-2i/head_dim) / factor[i] (factor 1 without scaling; a
 // constant for linear scaling; Llama 3's per-pair rope_freqs). The table is

@@ -145,6 +145,24 @@ struct BlockConsts<DType::Q3_K> {
   }
 };
 
+// IQ4_NL: d times the level, one rounding, as the reference.
+template <>
+struct BlockConsts<DType::IQ4_NL> {
+  __m256 d;
+  explicit BlockConsts(const uint8_t* blk) : d(_mm256_set1_ps(h2f(blk))) {}
+};
+// IQ4_XS: sub-block j's d (scale_j - 32) rounded first, then times the level.
+template <>
+struct BlockConsts<DType::IQ4_XS> {
+  alignas(32) float dj[8];
+  explicit BlockConsts(const uint8_t* blk) {
+    uint16_t sh;
+    memcpy(&sh, blk + 2, 2);
+    const float d = h2f(blk);
+    for (int j = 0; j < 8; ++j) dj[j] = d * static_cast<float>(math::iq4xs_scale(sh, blk + 4, j));
+  }
+};
+
 // Q6_K, Q3_K and Q2_K: the scale of elements 32 S + 8 i .. 32 S + 8 i + 7 (one per 16 elements).
 constexpr int q6k_scale_index(int S, int i) {
   return 8 * (S >> 2) + 2 * (S & 3) + (i >> 1);
@@ -152,8 +170,9 @@ constexpr int q6k_scale_index(int S, int i) {
 
 // Elements 32 S .. 32 S + 31 of a block as four fp32 vectors, exactly
 // math::dequant_*'s values (S is a constant after unrolling).
-// With kRaw (Q3_K, Q4_K, Q5_K and Q6_K only), the quants themselves as fp32
-// integers instead: q (Q4_K, Q5_K), q - 4 (Q3_K) or q - 32 (Q6_K), unscaled.
+// With kRaw (Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS only), the quants themselves as
+// fp32 integers instead: q (Q4_K, Q5_K), q - 4 (Q3_K), q - 32 (Q6_K) or the
+// level (IQ4_XS), unscaled.
 template <DType T, int S, bool kRaw = false>
 [[gnu::always_inline]] inline void sub_dequant(const uint8_t* blk, const BlockConsts<T>& c, __m256 w[4]) {
   if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
@@ -165,6 +184,23 @@ template <DType T, int S, bool kRaw = false>
       const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(c.qh, idx), one), 4);
       const __m256i lo = i >= 2 ? nibbles8<true>(qs + 8 * (i & 1)) : nibbles8<false>(qs + 8 * (i & 1));
       w[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_or_si256(lo, hi)), c.d, c.off);
+    }
+  } else if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) {
+    // 16 bytes of nibbles; each nibble picks its int8 level by a byte shuffle.
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == DType::IQ4_NL ? 2 : 8 + 16 * S)));
+    const __m128i levels = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_shuffle_epi8(levels, _mm_and_si128(raw, m4));
+    const __m128i hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      w[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]));
+      if constexpr (T == DType::IQ4_NL) {
+        w[i] = _mm256_mul_ps(c.d, w[i]);
+      } else if constexpr (!kRaw) {
+        w[i] = _mm256_mul_ps(_mm256_set1_ps(c.dj[S]), w[i]);
+      }
     }
   } else if constexpr (T == DType::Q4_K) {
     const uint8_t* q = blk + 16 + (S >> 1) * 32;
@@ -270,7 +306,8 @@ template <DType T, int N, int A, int S = 0>
 
 // Types whose single-token dot takes the scales out of the sums (row_dot1).
 template <DType T>
-constexpr bool kFactored = T == DType::Q3_K || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
+constexpr bool kFactored =
+    T == DType::Q3_K || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K || T == DType::IQ4_XS;
 
 // Sub-blocks S.. of a block against one token, scales taken out: each
 // sub-block's (each 16 elements' for Q6_K and Q3_K) sum of q x in fp32, then
@@ -365,6 +402,10 @@ void dequant_chunked_scalar(DType t, const uint8_t* p, int64_t cols, float* out)
       return scalar_blocks<math::BlockQ5_K, 256, math::dequant_q5_k>(p, cols, out);
     case DType::Q6_K:
       return scalar_blocks<math::BlockQ6_K, 256, math::dequant_q6_k>(p, cols, out);
+    case DType::IQ4_NL:
+      return scalar_blocks<math::BlockIQ4_NL, 32, math::dequant_iq4_nl>(p, cols, out);
+    case DType::IQ4_XS:
+      return scalar_blocks<math::BlockIQ4_XS, 256, math::dequant_iq4_xs>(p, cols, out);
     default:
       return;  // not a chunked type: the callers never pass one
   }
@@ -387,6 +428,10 @@ void dequant_chunked(DType t, const uint8_t* p, int64_t cols, float* out) {
       return dequant_blocks<DType::Q5_K>(p, cols, out);
     case DType::Q6_K:
       return dequant_blocks<DType::Q6_K>(p, cols, out);
+    case DType::IQ4_NL:
+      return dequant_blocks<DType::IQ4_NL>(p, cols, out);
+    case DType::IQ4_XS:
+      return dequant_blocks<DType::IQ4_XS>(p, cols, out);
     default:
       return;
   }
@@ -417,6 +462,8 @@ void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, in
         return row_dot1<DType::Q5_K>(p, cols, x, xs, out);
       case DType::Q6_K:
         return row_dot1<DType::Q6_K>(p, cols, x, xs, out);
+      case DType::IQ4_XS:
+        return row_dot1<DType::IQ4_XS>(p, cols, x, xs, out);
       default:
         break;
     }
@@ -436,6 +483,10 @@ void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, in
       return row_dot<DType::Q5_K, N>(p, cols, x, ldx, out);
     case DType::Q6_K:
       return row_dot<DType::Q6_K, N>(p, cols, x, ldx, out);
+    case DType::IQ4_NL:
+      return row_dot<DType::IQ4_NL, N>(p, cols, x, ldx, out);
+    case DType::IQ4_XS:
+      return row_dot<DType::IQ4_XS, N>(p, cols, x, ldx, out);
     default:
       return;
   }

@@ -72,6 +72,8 @@ void dequant_row_scalar(DType t, const uint8_t* p, int64_t cols, float* out) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
       dequant_chunked_scalar(t, p, cols, out);
       break;
   }

@@ -74,6 +74,8 @@ RD_BLOCK_ROW(Q3_K, BlockQ3_K, 256, dequant_q3_k)
 RD_BLOCK_ROW(Q4_K, BlockQ4_K, 256, dequant_q4_k)
 RD_BLOCK_ROW(Q5_K, BlockQ5_K, 256, dequant_q5_k)
 RD_BLOCK_ROW(Q6_K, BlockQ6_K, 256, dequant_q6_k)
+RD_BLOCK_ROW(IQ4_NL, BlockIQ4_NL, 32, dequant_iq4_nl)
+RD_BLOCK_ROW(IQ4_XS, BlockIQ4_XS, 256, dequant_iq4_xs)
 #undef RD_BLOCK_ROW
 
 // One warp per row r; lanes stride over the columns (consecutive lanes read
@@ -196,60 +198,68 @@ __global__ void embed_kernel(const uint8_t* e, int64_t rows, int64_t cols, uint6
 }
 
 // Runs the statement with constexpr DType T = t (C++17 device code: no template lambdas).
-#define RD_DTYPE_DISPATCH(t, ...)      \
-  switch (t) {                         \
-    case DType::F32: {                 \
-      constexpr DType T = DType::F32;  \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::F16: {                 \
-      constexpr DType T = DType::F16;  \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::BF16: {                \
-      constexpr DType T = DType::BF16; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q8_0: {                \
-      constexpr DType T = DType::Q8_0; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q4_0: {                \
-      constexpr DType T = DType::Q4_0; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q4_1: {                \
-      constexpr DType T = DType::Q4_1; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q5_0: {                \
-      constexpr DType T = DType::Q5_0; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q5_1: {                \
-      constexpr DType T = DType::Q5_1; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q2_K: {                \
-      constexpr DType T = DType::Q2_K; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q3_K: {                \
-      constexpr DType T = DType::Q3_K; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q4_K: {                \
-      constexpr DType T = DType::Q4_K; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q5_K: {                \
-      constexpr DType T = DType::Q5_K; \
-      __VA_ARGS__;                     \
-    } break;                           \
-    case DType::Q6_K: {                \
-      constexpr DType T = DType::Q6_K; \
-      __VA_ARGS__;                     \
-    } break;                           \
+#define RD_DTYPE_DISPATCH(t, ...)        \
+  switch (t) {                           \
+    case DType::F32: {                   \
+      constexpr DType T = DType::F32;    \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::F16: {                   \
+      constexpr DType T = DType::F16;    \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::BF16: {                  \
+      constexpr DType T = DType::BF16;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q8_0: {                  \
+      constexpr DType T = DType::Q8_0;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q4_0: {                  \
+      constexpr DType T = DType::Q4_0;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q4_1: {                  \
+      constexpr DType T = DType::Q4_1;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q5_0: {                  \
+      constexpr DType T = DType::Q5_0;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q5_1: {                  \
+      constexpr DType T = DType::Q5_1;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q2_K: {                  \
+      constexpr DType T = DType::Q2_K;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q3_K: {                  \
+      constexpr DType T = DType::Q3_K;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q4_K: {                  \
+      constexpr DType T = DType::Q4_K;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q5_K: {                  \
+      constexpr DType T = DType::Q5_K;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::Q6_K: {                  \
+      constexpr DType T = DType::Q6_K;   \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::IQ4_NL: {                \
+      constexpr DType T = DType::IQ4_NL; \
+      __VA_ARGS__;                       \
+    } break;                             \
+    case DType::IQ4_XS: {                \
+      constexpr DType T = DType::IQ4_XS; \
+      __VA_ARGS__;                       \
+    } break;                             \
   }
 
 constexpr unsigned kThreads = 256;

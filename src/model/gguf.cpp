@@ -358,6 +358,8 @@ std::optional<DType> dtype_from_ggml(uint32_t t) {
     case 12: return DType::Q4_K;
     case 13: return DType::Q5_K;
     case 14: return DType::Q6_K;
+    case 20: return DType::IQ4_NL;
+    case 23: return DType::IQ4_XS;
     case 30: return DType::BF16;
     default: return std::nullopt;
   }

@@ -13,7 +13,8 @@ namespace {
 // Reads key into out if present; a name that is not a weight type is an error.
 void dtype_choice(const jobs::detail::Section& s, const char* key, std::string& out) {
   s.choice(key, out,
-           {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"});
+           {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+            "IQ4_NL", "IQ4_XS"});
 }
 
 DType dtype_from(const jobs::detail::Section& s, const char* key, const std::string& v) {

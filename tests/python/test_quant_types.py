@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The block types without a dedicated dot kernel (Q5_0, Q5_1, Q2_K ... Q6_K)
+"""The block types without a dedicated dot kernel (Q5_0, Q5_1, Q2_K ... Q6_K,
+IQ4_NL, IQ4_XS)
 end to end against the numpy/gguf oracle.
 
     python3 tests/python/test_quant_types.py --redwood build/redwood --workdir DIR
@@ -25,6 +26,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODELS = [
     ("Q5_0", []), ("Q5_1", []), ("Q2_K", []), ("Q3_K", []), ("Q4_K", []), ("Q5_K", []), ("Q6_K", []),
     ("Q4_K", ["--output-type", "Q6_K", "--embd-type", "Q5_0"]),
+    ("IQ4_NL", []), ("IQ4_XS", []),
+    ("IQ4_XS", ["--output-type", "Q6_K", "--embd-type", "IQ4_NL"]),
     # Scaled RoPE: Llama 3.1's rope_freqs tensor (original context 64 so that
     # it bites at short positions), and rope.scaling.type linear.
     ("F16", ["--rope-base", "500000", "--rope-llama3", "8,1,4,64"]),

@@ -156,6 +156,47 @@ inline void quantize_q3k(const float* x, math::BlockQ3_K& blk) {
   }
 }
 
+// IQ4_NL / IQ4_XS: the level (of math::iq4nl_level) nearest to v.
+inline uint8_t iq4_nearest(float v) {
+  int best = 0;
+  for (int q = 1; q < 16; ++q)
+    if (std::fabs(v - (float)math::iq4nl_level(q)) < std::fabs(v - (float)math::iq4nl_level(best))) best = q;
+  return (uint8_t)best;
+}
+inline void quantize_iq4nl(const float* x, math::BlockIQ4_NL& blk) {
+  float mx = 0;
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > std::fabs(mx)) mx = x[j];
+  const float d = math::f16_to_f32(math::f32_to_f16(mx / -127.0f));
+  blk.d = math::f32_to_f16(d);
+  for (int j = 0; j < 16; ++j)
+    blk.qs[j] = (uint8_t)(iq4_nearest(d ? x[j] / d : 0) | (iq4_nearest(d ? x[j + 16] / d : 0) << 4));
+}
+// IQ4_XS: per 32-element sub-block a 6-bit scale (biased by 32) relative to d.
+inline void quantize_iq4xs(const float* x, math::BlockIQ4_XS& blk) {
+  float s[8], amax = 0;
+  for (int j = 0; j < 8; ++j) {
+    float mx = 0;
+    for (int l = 0; l < 32; ++l)
+      if (std::fabs(x[32 * j + l]) > std::fabs(mx)) mx = x[32 * j + l];
+    s[j] = mx / -127.0f;
+    amax = std::max(amax, std::fabs(s[j]));
+  }
+  const float d = math::f16_to_f32(math::f32_to_f16(amax / 31));
+  blk.d = math::f32_to_f16(d);
+  blk.scales_h = 0;
+  memset(blk.scales_l, 0, sizeof blk.scales_l);
+  for (int j = 0; j < 8; ++j) {
+    const int ls = (d ? (int)std::lround(std::clamp(s[j] / d, -32.0f, 31.0f)) : 0) + 32;
+    blk.scales_l[j / 2] |= (uint8_t)((ls & 15) << (4 * (j & 1)));
+    blk.scales_h |= (uint16_t)((ls >> 4) << (2 * j));
+    const float dl = d * (float)(ls - 32);
+    for (int l = 0; l < 16; ++l)
+      blk.qs[16 * j + l] =
+          (uint8_t)(iq4_nearest(dl ? x[32 * j + l] / dl : 0) | (iq4_nearest(dl ? x[32 * j + l + 16] / dl : 0) << 4));
+  }
+}
+
 // Quantize one row of floats (cols a multiple of 32 for block types, 256 for K types).
 inline std::vector<uint8_t> quantize_row(DType t, const float* x, int64_t cols) {
   std::vector<uint8_t> out(*row_bytes(t, cols));
@@ -223,7 +264,9 @@ inline std::vector<uint8_t> quantize_row(DType t, const float* x, int64_t cols) 
     case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: {
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS: {
       const int64_t be = dtype_info(t).block_elems, bb = dtype_info(t).block_bytes;
       for (int64_t b = 0; b < cols / be; ++b) {
         auto put = [&](auto blk, auto fn) {
@@ -237,6 +280,8 @@ inline std::vector<uint8_t> quantize_row(DType t, const float* x, int64_t cols) 
         if (t == DType::Q4_K) put(math::BlockQ4_K{}, quantize_k45<math::BlockQ4_K>);
         if (t == DType::Q5_K) put(math::BlockQ5_K{}, quantize_k45<math::BlockQ5_K>);
         if (t == DType::Q6_K) put(math::BlockQ6_K{}, quantize_q6k);
+        if (t == DType::IQ4_NL) put(math::BlockIQ4_NL{}, quantize_iq4nl);
+        if (t == DType::IQ4_XS) put(math::BlockIQ4_XS{}, quantize_iq4xs);
       }
       break;
     }
@@ -272,6 +317,10 @@ inline uint32_t ggml_id(DType t) {
       return 13;
     case DType::Q6_K:
       return 14;
+    case DType::IQ4_NL:
+      return 20;
+    case DType::IQ4_XS:
+      return 23;
   }
   return 0;
 }
