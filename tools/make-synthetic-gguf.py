@@ -173,15 +173,26 @@ def _quantize_k45(x: np.ndarray, five: bool) -> np.ndarray:
     return np.concatenate(parts, axis=1)
 
 
+def _signed_absmax(b: np.ndarray) -> np.ndarray:
+    """The element of largest magnitude along the last axis, with its sign."""
+    return np.take_along_axis(b, np.abs(b).argmax(axis=-1)[..., None], axis=-1)[..., 0]
+
+
+def _super_scales(s: np.ndarray, smax: int):
+    """Sub-block scales s (blocks, k) as integers in [-smax - 1, smax] relative
+    to one fp16 d per super-block: (d as fp16, d as fp32, the integers)."""
+    d = (np.abs(s).max(axis=1) / smax).astype(np.float16)
+    df = d.astype(np.float32)
+    sc = np.where(df[:, None] > 0, np.clip(np.rint(s / np.where(df > 0, df, 1)[:, None]), -smax - 1, smax), 0)
+    return d, df, sc
+
+
 def _quantize_q6k(x: np.ndarray) -> np.ndarray:
     """Q6_K super-blocks: per 16-element sub-block an int8 scale relative to d."""
     b = x.reshape(-1, 16, 16).astype(np.float32)
     nb = b.shape[0]
-    mx = np.take_along_axis(b, np.abs(b).argmax(axis=2)[..., None], axis=2)[..., 0]
-    s = mx / -32.0
-    d = (np.abs(s).max(axis=1) / 127).astype(np.float16)
-    df = d.astype(np.float32)
-    sc = np.where(df[:, None] > 0, np.clip(np.rint(s / np.where(df > 0, df, 1)[:, None]), -128, 127), 0).astype(np.int8)
+    d, df, sc = _super_scales(_signed_absmax(b) / -32.0, 127)
+    sc = sc.astype(np.int8)
     de = (df[:, None] * sc)[..., None]
     q = np.where(de != 0, np.clip(np.rint(b / np.where(de != 0, de, 1) + 32), 0, 63), 32).astype(np.uint8)
     q = q.reshape(nb, 2, 4, 32)  # [half, quarter, l]
@@ -258,8 +269,7 @@ def _iq4_pack(q: np.ndarray) -> np.ndarray:
 def _quantize_iq4nl(x: np.ndarray) -> np.ndarray:
     """IQ4_NL blocks of 32: d = (signed max) / -127, each element the nearest level."""
     b = x.reshape(-1, 32).astype(np.float32)
-    mx = np.take_along_axis(b, np.abs(b).argmax(axis=1)[:, None], axis=1)[:, 0]
-    d = (mx / -127.0).astype(np.float16)
+    d = (_signed_absmax(b) / -127.0).astype(np.float16)
     df = d.astype(np.float32)
     q = _iq4_nearest(np.where(df[:, None] != 0, b / np.where(df != 0, df, 1)[:, None], 0))
     return np.concatenate([_f16_bytes(d), _iq4_pack(q)], axis=1)
@@ -269,12 +279,8 @@ def _quantize_iq4xs(x: np.ndarray) -> np.ndarray:
     """IQ4_XS super-blocks: per 32-element sub-block a 6-bit scale (biased by 32) relative to d."""
     b = x.reshape(-1, 8, 32).astype(np.float32)
     nb = b.shape[0]
-    mx = np.take_along_axis(b, np.abs(b).argmax(axis=2)[..., None], axis=2)[..., 0]
-    s = mx / -127.0
-    d = (np.abs(s).max(axis=1) / 31).astype(np.float16)
-    df = d.astype(np.float32)
-    ls = (np.where(df[:, None] > 0, np.clip(np.rint(s / np.where(df > 0, df, 1)[:, None]), -32, 31), 0)
-          .astype(np.int32) + 32)
+    d, df, sc = _super_scales(_signed_absmax(b) / -127.0, 31)
+    ls = sc.astype(np.int32) + 32
     dl = (df[:, None] * (ls - 32).astype(np.float32))[..., None]
     q = _iq4_nearest(np.where(dl != 0, b / np.where(dl != 0, dl, 1), 0))
     scales_l = ((ls[:, 0::2] & 15) | ((ls[:, 1::2] & 15) << 4)).astype(np.uint8)

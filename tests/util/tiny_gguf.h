@@ -81,14 +81,19 @@ void quantize_k45(const float* x, Block& blk) {
   }
 }
 
+// The element of x[0..n) of largest magnitude, with its sign.
+inline float signed_absmax(const float* x, int n) {
+  float mx = 0;
+  for (int l = 0; l < n; ++l)
+    if (std::fabs(x[l]) > std::fabs(mx)) mx = x[l];
+  return mx;
+}
+
 // Q6_K: per 16-element sub-block an int8 scale relative to d.
 inline void quantize_q6k(const float* x, math::BlockQ6_K& blk) {
   float s[16], amax = 0;
   for (int i = 0; i < 16; ++i) {
-    float mx = 0;
-    for (int l = 0; l < 16; ++l)
-      if (std::fabs(x[16 * i + l]) > std::fabs(mx)) mx = x[16 * i + l];
-    s[i] = mx / -32.0f;
+    s[i] = signed_absmax(x + 16 * i, 16) / -32.0f;
     amax = std::max(amax, std::fabs(s[i]));
   }
   const float d = math::f16_to_f32(math::f32_to_f16(amax / 127));
@@ -164,10 +169,7 @@ inline uint8_t iq4_nearest(float v) {
   return (uint8_t)best;
 }
 inline void quantize_iq4nl(const float* x, math::BlockIQ4_NL& blk) {
-  float mx = 0;
-  for (int j = 0; j < 32; ++j)
-    if (std::fabs(x[j]) > std::fabs(mx)) mx = x[j];
-  const float d = math::f16_to_f32(math::f32_to_f16(mx / -127.0f));
+  const float d = math::f16_to_f32(math::f32_to_f16(signed_absmax(x, 32) / -127.0f));
   blk.d = math::f32_to_f16(d);
   for (int j = 0; j < 16; ++j)
     blk.qs[j] = (uint8_t)(iq4_nearest(d ? x[j] / d : 0) | (iq4_nearest(d ? x[j + 16] / d : 0) << 4));
@@ -176,10 +178,7 @@ inline void quantize_iq4nl(const float* x, math::BlockIQ4_NL& blk) {
 inline void quantize_iq4xs(const float* x, math::BlockIQ4_XS& blk) {
   float s[8], amax = 0;
   for (int j = 0; j < 8; ++j) {
-    float mx = 0;
-    for (int l = 0; l < 32; ++l)
-      if (std::fabs(x[32 * j + l]) > std::fabs(mx)) mx = x[32 * j + l];
-    s[j] = mx / -127.0f;
+    s[j] = signed_absmax(x + 32 * j, 32) / -127.0f;
     amax = std::max(amax, std::fabs(s[j]));
   }
   const float d = math::f16_to_f32(math::f32_to_f16(amax / 31));
