@@ -228,7 +228,14 @@ TEST(RopeScaling, ScaledFrequenciesAreStretchedPositions) {
   testutil::write_tiny_llama(dir + "rope_plain.gguf", s);
   s.rope_linear = 2;
   testutil::write_tiny_llama(dir + "rope_linear2.gguf", s);
-  s.rope_linear = 0;
+  s.rope_scaling = "";  // llama.cpp's default type is linear
+  testutil::write_tiny_llama(dir + "rope_untyped2.gguf", s);
+  s.rope_scaling = "none";  // the factor switched off
+  testutil::write_tiny_llama(dir + "rope_none.gguf", s);
+  s.rope_scaling = "linear";
+  s.rope_linear = 0;  // 0 means unscaled
+  testutil::write_tiny_llama(dir + "rope_zero.gguf", s);
+  s.rope_linear = -1;
   s.rope_freqs.assign(half, 2.0f);
   testutil::write_tiny_llama(dir + "rope_freqs2.gguf", s);
   s.rope_linear = 2;
@@ -246,6 +253,9 @@ TEST(RopeScaling, ScaledFrequenciesAreStretchedPositions) {
   };
   const auto plain = run(dir + "rope_plain.gguf", 1);
   EXPECT_EQ(run(dir + "rope_linear2.gguf", 2), plain);
+  EXPECT_EQ(run(dir + "rope_untyped2.gguf", 2), plain);
+  EXPECT_EQ(run(dir + "rope_none.gguf", 1), plain);
+  EXPECT_EQ(run(dir + "rope_zero.gguf", 1), plain);
   EXPECT_EQ(run(dir + "rope_freqs2.gguf", 2), plain);
   EXPECT_EQ(run(dir + "rope_both4.gguf", 4), plain);
   const auto unstretched = run(dir + "rope_linear2.gguf", 1);
@@ -253,7 +263,7 @@ TEST(RopeScaling, ScaledFrequenciesAreStretchedPositions) {
 
   EXPECT_TRUE(load_model_desc(dir + "rope_plain.gguf").hp.rope_freq_factors.empty());
   EXPECT_EQ(load_model_desc(dir + "rope_both4.gguf").hp.rope_freq_factors, std::vector<float>(half, 4.0f));
-  s.rope_linear = 0;
+  s.rope_linear = -1;
   s.rope_freqs = {1.0f, 1.0f, 1.0f, 1.5f, 3.0f, 8.0f, 8.0f, 8.0f};
   ASSERT_EQ(static_cast<int>(s.rope_freqs.size()), half);
   testutil::write_tiny_llama(dir + "rope_llama3.gguf", s);

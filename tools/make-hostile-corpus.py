@@ -281,14 +281,15 @@ def gguf_cases():
             g.tensors.append(dict(name="rope_freqs.weight", ne=[len(values)], type=ggml_type, data=raw))
         return f
 
-    mod("rope_freqs_wrong_count", "'rope_freqs.weight' must be F32 with", rope_freqs([1.0] * (half + 1)))
-    mod("rope_freqs_f16", "'rope_freqs.weight' must be F32 with", rope_freqs([1.0] * half, GGML_F16))
-    mod("rope_freqs_negative", "'rope_freqs.weight' holds a value that is not a finite positive number",
+    mod("rope_freqs_wrong_count", "'rope_freqs.weight' must be an F32 vector of", rope_freqs([1.0] * (half + 1)))
+    mod("rope_freqs_f16", "'rope_freqs.weight' must be an F32 vector of", rope_freqs([1.0] * half, GGML_F16))
+    mod("rope_freqs_negative", "'rope_freqs.weight' holds -8.000000, out of range",
         rope_freqs([1.0] * (half - 1) + [-8.0]))
+    mod("rope_freqs_tiny", "'rope_freqs.weight' holds 0.000000, out of range", rope_freqs([1e-40] + [1.0] * (half - 1)))
     mod("rope_scaling_yarn", "RoPE scaling 'yarn' is unsupported",
         lambda g: g.set("llama.rope.scaling.type", STRING, "yarn"))
-    mod("rope_scaling_factor_zero", "RoPE scaling factor 0.000000 is out of range",
-        lambda g: g.set("llama.rope.scaling.type", STRING, "linear").set("llama.rope.scaling.factor", F32, 0.0))
+    mod("rope_scaling_factor_negative", "RoPE scaling factor -2.000000 is out of range",
+        lambda g: g.set("llama.rope.scaling.factor", F32, -2.0))
     mod("rms_eps_negative", "layer_norm_rms_epsilon",
         lambda g: g.set("llama.attention.layer_norm_rms_epsilon", F32, -1.0))
     mod("vocab_size_mismatch", "vocab_size 999 disagrees", lambda g: g.set("llama.vocab_size", U32, 999))

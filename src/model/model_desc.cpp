@@ -79,14 +79,14 @@ int positive_int(const GgufFile& f, const std::string& key, std::optional<uint64
 
 // RoPE frequency scaling of a GGUF model: Llama 3.x's per-pair divisors
 // (tensor rope_freqs.weight, F32, head_dim / 2 values) times the linear factor
-// (rope.scaling.type "linear" with rope.scaling.factor, or the older
-// rope.scale_linear). Empty when neither is present.
+// (rope.scaling.factor or the older rope.scale_linear, unless
+// rope.scaling.type is "none"). Empty when neither is present.
 std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, int head_dim) {
   const size_t half = static_cast<size_t>(head_dim / 2);
   std::vector<float> out;
   if (const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
-    if (t->type != DType::F32 || t->n_elements() != half)
-      throw Error(f.path() + ": tensor 'rope_freqs.weight' must be F32 with " + std::to_string(half) +
+    if (t->type != DType::F32 || t->ne[0] != half || t->n_elements() != half)
+      throw Error(f.path() + ": tensor 'rope_freqs.weight' must be an F32 vector of " + std::to_string(half) +
                   " values (head dim / 2), not " + std::string(dtype_name(t->type)) + " with " +
                   std::to_string(t->n_elements()));
     out.resize(half);
@@ -95,19 +95,19 @@ std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, in
     in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(half * sizeof(float)));
     if (!in) throw Error(f.path() + ": cannot read tensor 'rope_freqs.weight'");
     for (float v : out)
-      if (!(v > 0.0f) || !std::isfinite(v))
-        throw Error(f.path() + ": tensor 'rope_freqs.weight' holds a value that is not a finite positive number");
+      if (!(v >= 1e-6f && v <= 1e6f))
+        throw Error(f.path() + ": tensor 'rope_freqs.weight' holds " + std::to_string(v) +
+                    ", out of range (1e-6..1e6)");
   }
-  double linear = 1.0;
-  const std::string type = f.get_string(p + "rope.scaling.type").value_or("");
-  if (type == "linear") {
-    linear = f.get_float(p + "rope.scaling.factor").value_or(1.0);
-  } else if (type.empty()) {
-    linear = f.get_float(p + "rope.scale_linear").value_or(1.0);
-  } else if (type != "none") {
+  // As llama.cpp reads them: the factor from rope.scaling.factor, else the
+  // older rope.scale_linear; 0 or absent means none; the type defaults to
+  // linear, and "none" switches the factor off.
+  const std::string type = f.get_string(p + "rope.scaling.type").value_or("linear");
+  if (type != "linear" && type != "none")
     throw Error(f.path() + ": RoPE scaling '" + type +
                 "' is unsupported (supported: none, linear, Llama 3 rope_freqs)");
-  }
+  double linear = f.get_float(p + "rope.scaling.factor").value_or(f.get_float(p + "rope.scale_linear").value_or(0.0));
+  if (linear == 0.0 || type == "none") linear = 1.0;
   if (!(linear >= 1e-6 && linear <= 1e6))
     throw Error(f.path() + ": RoPE scaling factor " + std::to_string(linear) + " is out of range");
   if (linear != 1.0) {
@@ -210,9 +210,9 @@ void validate_model_desc(const ModelDesc& m) {
     if (hp.rope_freq_factors.size() != static_cast<size_t>(hp.head_dim / 2))
       throw Error(m.path + ": " + std::to_string(hp.rope_freq_factors.size()) +
                   " RoPE frequency factors, expected head dim / 2 = " + std::to_string(hp.head_dim / 2));
-    for (float v : hp.rope_freq_factors)
-      if (!(v > 0.0f) || !std::isfinite(v))
-        throw Error(m.path + ": a RoPE frequency factor is not a finite positive number");
+    for (float v : hp.rope_freq_factors)  // bounded: a tiny divisor would overflow the angles to inf
+      if (!(v >= 1e-6f && v <= 1e6f))
+        throw Error(m.path + ": RoPE frequency factor " + std::to_string(v) + " is out of range (1e-6..1e6)");
   }
   if (!m.tokenizer.tokens.empty() && static_cast<int>(m.tokenizer.tokens.size()) > hp.vocab)
     throw Error(m.path + ": tokenizer has " + std::to_string(m.tokenizer.tokens.size()) +

@@ -329,8 +329,9 @@ struct TinyShape {
   DType type = DType::Q8_0;
   bool tied = false;
   uint32_t seed = 1;
-  std::vector<float> rope_freqs;  // when set: tensor rope_freqs.weight (Llama 3 scaling), head dim / 2 values
-  float rope_linear = 0;          // when > 0: rope.scaling.type "linear" with this factor
+  std::vector<float> rope_freqs;        // when set: tensor rope_freqs.weight (Llama 3 scaling), head dim / 2 values
+  float rope_linear = -1;               // when >= 0: rope.scaling.factor
+  std::string rope_scaling = "linear";  // rope.scaling.type written with it (none when empty)
 };
 
 // Minimal GGUF v3 writer.
@@ -430,8 +431,8 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
   w.kv_u32("llama.context_length", 2048);
   w.kv_f32("llama.rope.freq_base", 10000.0f);
   w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  if (s.rope_linear > 0) {
-    w.kv_str("llama.rope.scaling.type", "linear");
+  if (s.rope_linear >= 0) {
+    if (!s.rope_scaling.empty()) w.kv_str("llama.rope.scaling.type", s.rope_scaling);
     w.kv_f32("llama.rope.scaling.factor", s.rope_linear);
   }
   std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};

@@ -81,12 +81,16 @@ class RefModel:
         self.eps = float(_field(r, f"{a}.attention.layer_norm_rms_epsilon", 1e-5))
         self.n_ctx_train = int(_field(r, f"{a}.context_length", 0) or 0)
         self.eos = _field(r, "tokenizer.ggml.eos_token_id")
-        scaling = _field(r, f"{a}.rope.scaling.type")
-        self.rope_linear = 1.0
-        if scaling == "linear":
-            self.rope_linear = float(_field(r, f"{a}.rope.scaling.factor", 1.0))
-        elif scaling not in (None, "none"):
+        # Linear RoPE scaling as llama.cpp reads it: rope.scaling.factor, else
+        # rope.scale_linear; 0 or absent is none; the type defaults to linear
+        # and "none" switches the factor off.
+        scaling = _field(r, f"{a}.rope.scaling.type") or "linear"
+        if scaling not in ("linear", "none"):
             raise SystemExit(f"gguf_llama_ref: rope scaling {scaling!r} is not implemented")
+        factor = _field(r, f"{a}.rope.scaling.factor")
+        if factor is None:
+            factor = _field(r, f"{a}.rope.scale_linear", 0.0)
+        self.rope_linear = 1.0 if scaling == "none" or float(factor) == 0.0 else float(factor)
         if self.n_head % self.n_head_kv:
             raise SystemExit("gguf_llama_ref: n_head not a multiple of n_head_kv")
         if self.n_rot % 2 or self.n_rot > self.head_dim:
