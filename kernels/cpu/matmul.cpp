@@ -563,17 +563,21 @@ namespace intdot2 {
 // the 1.88B Q4_0 model's decode).
 constexpr int kLongRows = 4, kShortRows = 1;
 
+// IQ4_NL and IQ4_XS take this path too (n = 1): a nibble's level is an int8,
+// so after a byte-shuffle lookup a 32-element (sub-)block is a Q8_0 block,
+// prepared activations and all (IQ4_XS: scale d (scale_j - 32) per sub-block).
 template <DType t>
 struct Layout {
-  static constexpr bool q4 = t != DType::Q8_0;
-  static constexpr int bits = q4 ? 24 : 21;                                      // B above
-  static constexpr int shift = 12;                                               // X = H << shift + L
-  static constexpr int blocks = 1;                                               // quantized blocks per prepared group
-  static constexpr int bb = t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34;  // block bytes
+  static constexpr bool q4 = t == DType::Q4_0 || t == DType::Q4_1;  // unsigned 4-bit q; else int8 values
+  static constexpr int bits = q4 ? 24 : 21;                         // B above
+  static constexpr int shift = 12;                                  // X = H << shift + L
+  static constexpr int blocks = 1;                                  // quantized blocks per prepared group
+  // Bytes per 32 weights (IQ4_XS: its 136-byte super-block holds eight).
+  static constexpr int bb = t == DType::Q4_0 || t == DType::IQ4_NL ? 18 : t == DType::Q4_1 ? 20 : 34;
   // Activation bytes per block: H (elements 0..15, 16..31), L (the same), the
   // eight lanes' 2^(e - B) (fp32; NaN where not finite), then Q4_0: the lanes'
   // 8 sum(X) 2^(e - B) (fp32), Q4_1: the lanes' sum(x) (fp32).
-  static constexpr int xbytes = 4 * 32 + 32 + (t == DType::Q8_0 ? 0 : 32);
+  static constexpr int xbytes = 4 * 32 + 32 + (q4 ? 32 : 0);
 };
 
 // Lays x (cols, a multiple of 32) out for rows_dot<t>: Layout<t>::xbytes per block.
@@ -643,7 +647,13 @@ void prepare(const float* x, int64_t cols, uint8_t* out) {
 // Q8_0's q, the 4-bit types' unsigned q.
 template <DType t>
 inline void load_block(const uint8_t* blk, __m256i& w0, __m256i& w1) {
-  if constexpr (t == DType::Q8_0) {
+  if constexpr (t == DType::IQ4_NL || t == DType::IQ4_XS) {  // blk: the 16 nibble bytes
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+    const __m128i levels = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    w0 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(levels, _mm_and_si128(raw, m4)));
+    w1 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(raw, 4), m4)));
+  } else if constexpr (t == DType::Q8_0) {
     w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
   } else {
@@ -675,6 +685,22 @@ inline __m256 load_half_bcast(const float* table, const uint8_t* p) {
   return _mm256_broadcast_ss(table + h);
 }
 
+// An IQ4_XS super-block's eight sub-block scales d (scale_j - 32), each the
+// product rounded once as in math::dequant_iq4_xs: scale_j's low four bits
+// are nibble j of the 32-bit scales_l, its high two bits 2j, 2j + 1 of scales_h.
+inline __m256 iq4xs_scales(const uint8_t* blk, const float* h2f_table) {
+  uint16_t h, sh;
+  uint32_t sl;
+  memcpy(&h, blk, 2), memcpy(&sh, blk + 2, 2), memcpy(&sl, blk + 4, 4);
+  const __m256i lo = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+      _mm256_set1_epi32(15));
+  const __m256i hi = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
+  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+  return _mm256_mul_ps(_mm256_set1_ps(h2f_table[h]), _mm256_cvtepi32_ps(ls));
+}
+
 // Dot products of R weight rows (row_bytes apart) with N prepared token
 // vectors (xstride bytes apart): each block is loaded and widened once for all
 // N tokens. A row's arithmetic is the same for every R and N.
@@ -688,6 +714,8 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
   // of a block on one chain, a single row (R = N = 1) was bound by the chain's
   // latency, two FMAs (8 cycles on Zen 3) per block.
   constexpr int RM = t == DType::Q4_1 ? R : 1, NM = t == DType::Q4_1 ? N : 1;
+  // IQ4_XS: the current super-block's eight sub-block scales per row, set at its first sub-block.
+  alignas(32) float djs[t == DType::IQ4_XS ? R : 1][8];
   __m256 acc[R][N], macc[RM][NM];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
@@ -700,14 +728,24 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = p + r * row_bytes + b * L::bb;
+      if constexpr (t == DType::IQ4_XS) blk = p + r * row_bytes + (b >> 3) * 136;  // the super-block
       // Software prefetch 4 KiB ahead in each row, about once per cache line:
       // rows of up to 4096 columns go one at a time, a single sequential
       // stream over consecutive rows (bench_kernels --models-only, 1.88B Q4_0
       // decode: 13-15 tok/s with 1 KiB here, 16.2-16.3 with 4 KiB).
-      if (L::q4 ? (b & 1) == 0 : true) _mm_prefetch(reinterpret_cast<const char*>(blk) + 4096, _MM_HINT_T0);
+      if (L::q4 || t == DType::IQ4_NL ? (b & 1) == 0 : t == DType::IQ4_XS ? (b & 3) == 0 : true)
+        _mm_prefetch(reinterpret_cast<const char*>(blk) + 4096, _MM_HINT_T0);
       __m256i w0, w1;
-      load_block<t>(blk, w0, w1);
-      const __m256 d = load_half_bcast(h2f_table, blk);
+      __m256 d;
+      if constexpr (t == DType::IQ4_XS) {
+        const int j = static_cast<int>(b & 7);
+        if (j == 0) _mm256_store_ps(djs[r], iq4xs_scales(blk, h2f_table));
+        load_block<t>(blk + 8 + 16 * j, w0, w1);
+        d = _mm256_broadcast_ss(&djs[r][j]);
+      } else {
+        load_block<t>(blk + (t == DType::IQ4_NL ? 2 : 0), w0, w1);
+        d = load_half_bcast(h2f_table, blk);
+      }
       [[maybe_unused]] __m256 m;
       if constexpr (t == DType::Q4_1) m = load_half_bcast(h2f_table, blk + 2);
 #pragma GCC unroll 16
@@ -1090,12 +1128,25 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
 // (AVX2, 16 vector registers) at a time at n = 1.
 constexpr int64_t kLongRow = 4096;
 
+// IQ4_NL and IQ4_XS single tokens go on intdot2 as Q8_0 blocks (AVX2 builds
+// without VNNI); their 2..8-token passes stay on the chunked path.
+template <int N>
+constexpr bool iq4_idot(DType t) {
+#ifdef REDWOOD_INTDOT2
+  return N == 1 && (t == DType::IQ4_NL || t == DType::IQ4_XS);
+#else
+  return false && t == DType::F32;
+#endif
+}
+
 template <int N>
 void gemv_n(const WeightView& w, const float* x, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
 #ifdef REDWOOD_IDOT
   // The quantized types take the integer dot path (intdot or intdot2), with activations prepared below.
-  constexpr auto intdot_type = [](DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; };
+  constexpr auto intdot_type = [](DType t) {
+    return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || iq4_idot<N>(t);
+  };
 #else
   constexpr auto intdot_type = [](DType) { return false; };
 #endif
@@ -1136,7 +1187,7 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       prepare_tokens.template operator()<DType::Q4_0>();
     else if (w.type == DType::Q4_1)
       prepare_tokens.template operator()<DType::Q4_1>();
-    else
+    else  // Q8_0, IQ4_NL, IQ4_XS: the same prepared activations
       prepare_tokens.template operator()<DType::Q8_0>();
   }
 #endif
@@ -1153,7 +1204,7 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, grain), [&](const tbb::blocked_range<int64_t>& r) {
 #ifdef REDWOOD_AVX2
     float out[N];
-    if (is_chunked_type(w.type)) {
+    if (is_chunked_type(w.type) && !iq4_idot<N>(w.type)) {
       for (int64_t i = r.begin(); i < r.end(); ++i) {
         chunked_row_dot<N>(w.type, row_ptr(w, i), cols, x, cols, xsum32.data(), out);
         for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
@@ -1225,6 +1276,12 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
         break;
       case DType::Q4_1:
         run.template operator()<DType::Q4_1>();
+        break;
+      case DType::IQ4_NL:
+        if constexpr (iq4_idot<N>(DType::IQ4_NL)) run.template operator()<DType::IQ4_NL>();
+        break;
+      case DType::IQ4_XS:
+        if constexpr (iq4_idot<N>(DType::IQ4_XS)) run.template operator()<DType::IQ4_XS>();
         break;
       default:
         break;  // the chunked types returned above
