@@ -229,9 +229,10 @@ RD_HD float dequant_q6_k(const BlockQ6_K& b, int e) {
 // int8 levels {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53,
 // 69, 89, 113}, packed eight to a word here so host and device share them
 // without a table in memory.
+constexpr uint64_t kIq4nlLevelsLo = 0xf6eaddcfbfad9881ull;  // levels 0..7, byte q = level q
+constexpr uint64_t kIq4nlLevelsHi = 0x7159453526190d01ull;  // levels 8..15
 RD_HD int iq4nl_level(int q) {
-  const uint64_t lo = 0xf6eaddcfbfad9881ull, hi = 0x7159453526190d01ull;
-  return (int)(int8_t)(uint8_t)(((q < 8) ? lo : hi) >> (8 * (q & 7)));
+  return (int)(int8_t)(uint8_t)(((q < 8) ? kIq4nlLevelsLo : kIq4nlLevelsHi) >> (8 * (q & 7)));
 }
 // IQ4_NL: 32 elements, value = d * level(nibble); low nibbles hold elements
 // 0..15, high 16..31 (as Q4_0).

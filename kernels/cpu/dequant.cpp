@@ -188,7 +188,8 @@ template <DType T, int S, bool kRaw = false>
   } else if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) {
     // 16 bytes of nibbles; each nibble picks its int8 level by a byte shuffle.
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == DType::IQ4_NL ? 2 : 8 + 16 * S)));
-    const __m128i levels = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const __m128i levels =
+        _mm_set_epi64x(static_cast<long long>(math::kIq4nlLevelsHi), static_cast<long long>(math::kIq4nlLevelsLo));
     const __m128i m4 = _mm_set1_epi8(0x0f);
     const __m128i lo = _mm_shuffle_epi8(levels, _mm_and_si128(raw, m4));
     const __m128i hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(raw, 4), m4));

@@ -649,7 +649,8 @@ template <DType t>
 inline void load_block(const uint8_t* blk, __m256i& w0, __m256i& w1) {
   if constexpr (t == DType::IQ4_NL || t == DType::IQ4_XS) {  // blk: the 16 nibble bytes
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
-    const __m128i levels = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const __m128i levels =
+        _mm_set_epi64x(static_cast<long long>(math::kIq4nlLevelsHi), static_cast<long long>(math::kIq4nlLevelsLo));
     const __m128i m4 = _mm_set1_epi8(0x0f);
     w0 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(levels, _mm_and_si128(raw, m4)));
     w1 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(raw, 4), m4)));
