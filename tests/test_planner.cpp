@@ -149,7 +149,7 @@ TEST(ModelConfig, RejectsMalformedInput) {
       {replace("kv_heads = 2", "kv_heads = 3"), "m.toml:5: kv_heads: 4 heads are not a multiple of 3 KV heads"},
       {replace("\"F16\"", "\"FP8\""),
        "m.toml:8: dtype: expected F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q2_K | Q3_K | Q4_K | Q5_K | "
-       "Q6_K, got 'FP8'"},
+       "Q6_K | IQ4_NL | IQ4_XS, got 'FP8'"},
       {replace("ffn = 512", "ffn = 520").replace(base.find("\"F16\"") + 0, 5, "\"Q4_0\""),
        "m.toml:8: dtype: Q4_0 needs rows that are a multiple of 32 elements, but a matrix has 520 columns"},
       {base + "tied = 1\n", "m.toml:9: tied: expected true or false, got an integer"},
