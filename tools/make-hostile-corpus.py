@@ -283,9 +283,9 @@ def gguf_cases():
 
     mod("rope_freqs_wrong_count", "'rope_freqs.weight' must be an F32 vector of", rope_freqs([1.0] * (half + 1)))
     mod("rope_freqs_f16", "'rope_freqs.weight' must be an F32 vector of", rope_freqs([1.0] * half, GGML_F16))
-    mod("rope_freqs_negative", "'rope_freqs.weight' holds -8.000000, out of range",
+    mod("rope_freqs_negative", "RoPE frequency factor -8.000000 is out of range",
         rope_freqs([1.0] * (half - 1) + [-8.0]))
-    mod("rope_freqs_tiny", "'rope_freqs.weight' holds 0.000000, out of range", rope_freqs([1e-40] + [1.0] * (half - 1)))
+    mod("rope_freqs_tiny", "RoPE frequency factor 0.000000 is out of range", rope_freqs([1e-40] + [1.0] * (half - 1)))
     mod("rope_scaling_yarn", "RoPE scaling 'yarn' is unsupported",
         lambda g: g.set("llama.rope.scaling.type", STRING, "yarn"))
     mod("rope_scaling_factor_negative", "RoPE scaling factor -2.000000 is out of range",

@@ -155,12 +155,7 @@ struct BlockConsts<DType::IQ4_NL> {
 template <>
 struct BlockConsts<DType::IQ4_XS> {
   alignas(32) float dj[8];
-  explicit BlockConsts(const uint8_t* blk) {
-    uint16_t sh;
-    memcpy(&sh, blk + 2, 2);
-    const float d = h2f(blk);
-    for (int j = 0; j < 8; ++j) dj[j] = d * static_cast<float>(math::iq4xs_scale(sh, blk + 4, j));
-  }
+  explicit BlockConsts(const uint8_t* blk) { _mm256_store_ps(dj, iq4xs_scales(blk, h2f(blk))); }
 };
 
 // Q6_K, Q3_K and Q2_K: the scale of elements 32 S + 8 i .. 32 S + 8 i + 7 (one per 16 elements).
@@ -186,13 +181,8 @@ template <DType T, int S, bool kRaw = false>
       w[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_or_si256(lo, hi)), c.d, c.off);
     }
   } else if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) {
-    // 16 bytes of nibbles; each nibble picks its int8 level by a byte shuffle.
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == DType::IQ4_NL ? 2 : 8 + 16 * S)));
-    const __m128i levels =
-        _mm_set_epi64x(static_cast<long long>(math::kIq4nlLevelsHi), static_cast<long long>(math::kIq4nlLevelsLo));
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m128i lo = _mm_shuffle_epi8(levels, _mm_and_si128(raw, m4));
-    const __m128i hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+    __m128i lo, hi;
+    iq4_levels(blk + (T == DType::IQ4_NL ? 2 : 8 + 16 * S), lo, hi);
     const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {

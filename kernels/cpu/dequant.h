@@ -7,8 +7,11 @@
 // CUDA backend uses too.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/math.h"
+#include "kernels/cpu/simd.h"
 
 namespace redwood::cpu {
 
@@ -37,6 +40,36 @@ template <int N>
 void chunked_row_dot(DType t, const uint8_t* p, int64_t cols, const float* x, int64_t ldx, const float* xs, float* out);
 // xs[b] = x[32 b] + ... + x[32 b + 31] for the cols / 32 groups (AVX2 builds only).
 void sums_of_32(const float* x, int64_t cols, float* xs);
+
+#ifdef REDWOOD_AVX2
+// IQ4_NL / IQ4_XS: 16 bytes of nibbles as the int8 levels of elements 0..15
+// (lo, the low nibbles) and 16..31 (hi), by byte-shuffle lookups.
+inline void iq4_levels(const uint8_t* qs, __m128i& lo, __m128i& hi) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i levels =
+      _mm_set_epi64x(static_cast<long long>(math::kIq4nlLevelsHi), static_cast<long long>(math::kIq4nlLevelsLo));
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  lo = _mm_shuffle_epi8(levels, _mm_and_si128(raw, m4));
+  hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+}
+
+// An IQ4_XS super-block's eight sub-block scales d (scale_j - 32), each
+// product rounded once as in math::dequant_iq4_xs (d: the block's fp16 d as
+// fp32). Scale j's low four bits are nibble j of the 32-bit scales_l, its
+// high two bits 2j, 2j + 1 of scales_h.
+inline __m256 iq4xs_scales(const uint8_t* blk, float d) {
+  uint16_t sh;
+  uint32_t sl;
+  memcpy(&sh, blk + 2, 2), memcpy(&sl, blk + 4, 4);
+  const __m256i lo = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+      _mm256_set1_epi32(15));
+  const __m256i hi = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
+  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+  return _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(ls));
+}
+#endif
 
 // The scalar reference (one element at a time through math::dequant_*).
 void dequant_chunked_scalar(DType t, const uint8_t* p, int64_t cols, float* out);

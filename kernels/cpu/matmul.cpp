@@ -648,12 +648,10 @@ void prepare(const float* x, int64_t cols, uint8_t* out) {
 template <DType t>
 inline void load_block(const uint8_t* blk, __m256i& w0, __m256i& w1) {
   if constexpr (t == DType::IQ4_NL || t == DType::IQ4_XS) {  // blk: the 16 nibble bytes
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
-    const __m128i levels =
-        _mm_set_epi64x(static_cast<long long>(math::kIq4nlLevelsHi), static_cast<long long>(math::kIq4nlLevelsLo));
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    w0 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(levels, _mm_and_si128(raw, m4)));
-    w1 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(raw, 4), m4)));
+    __m128i lo, hi;
+    iq4_levels(blk, lo, hi);
+    w0 = _mm256_cvtepi8_epi16(lo);
+    w1 = _mm256_cvtepi8_epi16(hi);
   } else if constexpr (t == DType::Q8_0) {
     w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
@@ -684,22 +682,6 @@ inline __m256 load_half_bcast(const float* table, const uint8_t* p) {
   uint16_t h;
   memcpy(&h, p, 2);
   return _mm256_broadcast_ss(table + h);
-}
-
-// An IQ4_XS super-block's eight sub-block scales d (scale_j - 32), each the
-// product rounded once as in math::dequant_iq4_xs: scale_j's low four bits
-// are nibble j of the 32-bit scales_l, its high two bits 2j, 2j + 1 of scales_h.
-inline __m256 iq4xs_scales(const uint8_t* blk, const float* h2f_table) {
-  uint16_t h, sh;
-  uint32_t sl;
-  memcpy(&h, blk, 2), memcpy(&sh, blk + 2, 2), memcpy(&sl, blk + 4, 4);
-  const __m256i lo = _mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-      _mm256_set1_epi32(15));
-  const __m256i hi = _mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
-  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-  return _mm256_mul_ps(_mm256_set1_ps(h2f_table[h]), _mm256_cvtepi32_ps(ls));
 }
 
 // Dot products of R weight rows (row_bytes apart) with N prepared token
@@ -740,7 +722,11 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
       __m256 d;
       if constexpr (t == DType::IQ4_XS) {
         const int j = static_cast<int>(b & 7);
-        if (j == 0) _mm256_store_ps(djs[r], iq4xs_scales(blk, h2f_table));
+        if (j == 0) {
+          uint16_t h;
+          memcpy(&h, blk, 2);
+          _mm256_store_ps(djs[r], iq4xs_scales(blk, h2f_table[h]));
+        }
         load_block<t>(blk + 8 + 16 * j, w0, w1);
         d = _mm256_broadcast_ss(&djs[r][j]);
       } else {

@@ -94,11 +94,7 @@ std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, in
     in.seekg(static_cast<std::streamoff>(t->offset));
     in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(half * sizeof(float)));
     if (!in) throw Error(f.path() + ": cannot read tensor 'rope_freqs.weight'");
-    for (float v : out)
-      if (!(v >= 1e-6f && v <= 1e6f))
-        throw Error(f.path() + ": tensor 'rope_freqs.weight' holds " + std::to_string(v) +
-                    ", out of range (1e-6..1e6)");
-  }
+  }  // the values are bounded by validate_model_desc, whatever their source
   // As llama.cpp reads them: the factor from rope.scaling.factor, else the
   // older rope.scale_linear; 0 or absent means none; the type defaults to
   // linear, and "none" switches the factor off.

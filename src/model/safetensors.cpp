@@ -195,12 +195,9 @@ std::vector<float> rope_scaling_factors(const Config& c, const LlamaHParams& hp)
     if (!it->is_string()) throw Error(c.path + ": 'rope_scaling." + key + "' must be a string");
     return it->get<std::string>();
   };
-  auto num = [&](const char* key, std::optional<double> dflt, double lo, double hi) {
+  auto num = [&](const char* key, double lo, double hi) {
     auto it = rs->find(key);
-    if (it == rs->end() || it->is_null()) {
-      if (!dflt) throw Error(c.path + ": 'rope_scaling' lacks '" + key + "'");
-      return *dflt;
-    }
+    if (it == rs->end() || it->is_null()) throw Error(c.path + ": 'rope_scaling' lacks '" + key + "'");
     if (!it->is_number()) throw Error(c.path + ": 'rope_scaling." + key + "' must be a number");
     const double v = it->get<double>();
     if (!(v >= lo && v <= hi))
@@ -211,13 +208,13 @@ std::vector<float> rope_scaling_factors(const Config& c, const LlamaHParams& hp)
   if (type.empty()) type = str("type");
   if (type.empty() || type == "default") return {};
   const size_t half = static_cast<size_t>(hp.head_dim / 2);
-  const double factor = num("factor", std::nullopt, 1e-6, 1e6);
+  const double factor = num("factor", 1e-6, 1e6);
   if (type == "linear") return std::vector<float>(half, static_cast<float>(factor));
   if (type != "llama3")
     throw Error(c.path + ": rope_scaling type '" + type + "' is unsupported (supported: default, linear, llama3)");
-  const double low = num("low_freq_factor", std::nullopt, 1e-6, 1e6);
-  const double high = num("high_freq_factor", std::nullopt, 1e-6, 1e6);
-  const double old_ctx = num("original_max_position_embeddings", std::nullopt, 1, 1e9);
+  const double low = num("low_freq_factor", 1e-6, 1e6);
+  const double high = num("high_freq_factor", 1e-6, 1e6);
+  const double old_ctx = num("original_max_position_embeddings", 1, 1e9);
   if (!(high > low)) throw Error(c.path + ": 'rope_scaling.high_freq_factor' must exceed 'low_freq_factor'");
   const double pi = 3.14159265358979323846;
   std::vector<float> out(half);
