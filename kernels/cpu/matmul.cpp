@@ -712,12 +712,19 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = p + r * row_bytes + b * L::bb;
       if constexpr (t == DType::IQ4_XS) blk = p + r * row_bytes + (b >> 3) * 136;  // the super-block
-      // Software prefetch 4 KiB ahead in each row, about once per cache line:
-      // rows of up to 4096 columns go one at a time, a single sequential
-      // stream over consecutive rows (bench_kernels --models-only, 1.88B Q4_0
-      // decode: 13-15 tok/s with 1 KiB here, 16.2-16.3 with 4 KiB).
-      if (L::q4 || t == DType::IQ4_NL ? (b & 1) == 0 : t == DType::IQ4_XS ? (b & 3) == 0 : true)
-        _mm_prefetch(reinterpret_cast<const char*>(blk) + 4096, _MM_HINT_T0);
+      // Software prefetch 4 KiB ahead in each row's stream, about once per
+      // cache line: rows of up to 4096 columns go one at a time, a single
+      // sequential stream over consecutive rows (bench_kernels --models-only,
+      // 1.88B Q4_0 decode: 13-15 tok/s with 1 KiB here, 16.2-16.3 with 4 KiB).
+      // With R rows at a time, what follows a row's end in this stream is the
+      // same row of the next R, not the next row, which this call is already
+      // reading (an 8192-column Q4_0 row is 4.5 KiB: 9 in 10 prefetches were
+      // wasted so; 8192^2 GEMV 20-25% faster, docs/PERFORMANCE.md).
+      if (L::q4 || t == DType::IQ4_NL ? (b & 1) == 0 : t == DType::IQ4_XS ? (b & 3) == 0 : true) {
+        constexpr size_t ahead = 4096;
+        const bool past_end = static_cast<size_t>(blk - (p + r * row_bytes)) + ahead >= row_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(blk) + ahead + (past_end ? (R - 1) * row_bytes : 0), _MM_HINT_T0);
+      }
       __m256i w0, w1;
       __m256 d;
       if constexpr (t == DType::IQ4_XS) {
