@@ -164,9 +164,15 @@ void row_dots(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, 
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = p + r * row_bytes;
-      // Software prefetch 1 KiB ahead, once per 64-byte line of 16-bit weights.
-      if (t != DType::F32 && (c & 31) == 0)
-        _mm_prefetch(reinterpret_cast<const char*>(row) + 2 * c + 1024, _MM_HINT_T0);
+      // Software prefetch 1 KiB ahead, once per 64-byte line of 16-bit
+      // weights; past the row's end, in the same row of the next R rows (as
+      // in intdot2::rows_dot below).
+      if (t != DType::F32 && (c & 31) == 0) {
+        constexpr size_t ahead = 1024;
+        const bool past_end = static_cast<size_t>(2 * c) + ahead >= row_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(row) + 2 * c + ahead + (past_end ? (R - 1) * row_bytes : 0),
+                     _MM_HINT_T0);
+      }
       const __m256 w0 = load(row, c), w1 = load(row, c + 8);
       for (int k = 0; k < N; ++k) {
         acc0[r][k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), acc0[r][k]);
