@@ -199,6 +199,30 @@ void row_dots(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, 
 }
 
 #ifdef __AVX512F__
+// Where a software prefetch `ahead` bytes further along a row's stream lands
+// when R rows (row_bytes apart, consecutive) are read side by side, R at a
+// time: that row's stream continues in the same row of the next R rows, not
+// in the next row, which the same call is already reading. at(offset) is the
+// distance from the byte at `offset` in row r to the byte `ahead` further in
+// row r's stream: offset + ahead within the row, else (R - 1) rows further
+// per row boundary crossed. One division per call.
+template <int R>
+struct RowStreamAhead {
+  size_t near, wrap_rows_bytes, wrap_from;
+  RowStreamAhead(size_t ahead, size_t rb) {
+    if (R == 1 || rb == 0) {
+      near = ahead;
+      wrap_rows_bytes = 0;
+      wrap_from = ~size_t{0};
+    } else {  // ahead = q rows + rem bytes: q whole rows of the stream are q * R rows in memory
+      const size_t q = ahead / rb, rem = ahead % rb;
+      near = rem + q * R * rb;
+      wrap_rows_bytes = (R - 1) * rb;
+      wrap_from = rb - rem;  // offsets from here on cross one more row boundary
+    }
+  }
+  size_t at(size_t offset) const { return near + (offset >= wrap_from ? wrap_rows_bytes : 0); }
+};
 #define REDWOOD_AVX512 1
 // GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* operands as
 // maybe-uninitialized (GCC bug 105593); the masked forms below avoid most.
@@ -265,13 +289,14 @@ void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
       macc[r][k] = 0.0f;
     }
   if constexpr (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    const RowStreamAhead<R> pf(1024, row_bytes);
     int64_t c = 0;
     for (; c + 32 <= cols; c += 32) {
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const uint8_t* row = p + r * row_bytes;
-        // 1 KiB ahead, as in intdot (F16 in the ~75 GB/s state: ~0.8 -> 0.93 of the copy).
-        if constexpr (t != DType::F32) _mm_prefetch(reinterpret_cast<const char*>(row) + 2 * c + 1024, _MM_HINT_T0);
+        // 1 KiB ahead in the row's stream, as in intdot (F16 in the ~75 GB/s state: ~0.8 -> 0.93 of the copy).
+        if constexpr (t != DType::F32) _mm_prefetch(reinterpret_cast<const char*>(row) + pf.at(2 * c), _MM_HINT_T0);
         const __m512 w0 = load16<t>(row, c), w1 = load16<t>(row, c + 16);
         for (int k = 0; k < N; ++k) {
           acc0[r][k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k * ldx + c), acc0[r][k]);
@@ -483,6 +508,7 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
     for (int k = 0; k < N; ++k) acc[r][k] = macc[r][k] = _mm512_setzero_ps();
+  const RowStreamAhead<R> pf(1024, row_bytes);
   for (int64_t gi = 0; gi < groups; ++gi) {
     const bool plain = gi < plain_groups;
     const int64_t rem = row_len - gi * L::group_bytes;  // bytes left in the row
@@ -491,9 +517,12 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const uint8_t* a = p + r * row_bytes + gi * L::group_bytes;
-      // Software prefetch 1 KiB ahead in each row: in the VM's ~75 GB/s state
-      // it took the 4-bit GEMV from ~0.65 to ~0.8 of the copy bandwidth (2 KiB: ~0.75).
-      if (plain) _mm_prefetch(reinterpret_cast<const char*>(a) + 1024, _MM_HINT_T0);
+      // Software prefetch 1 KiB ahead in each row's stream: in the Zen 5 VM's
+      // ~75 GB/s state it took the 4-bit GEMV from ~0.65 to ~0.8 of the copy
+      // bandwidth (2 KiB: ~0.75). Past the row's end, into the same row of the
+      // next R (RowStreamAhead; on Zen 4, 8192^2 Q4_0 1.22x and 2048-column
+      // rows 1.56x faster than 1 KiB on in memory, docs/PERFORMANCE.md).
+      if (plain) _mm_prefetch(reinterpret_cast<const char*>(a) + pf.at(gi * L::group_bytes), _MM_HINT_T0);
       const __m512i v0 = plain ? _mm512_loadu_si512(a) : _mm512_maskz_loadu_epi8(mlo, a);
       const __m512i v1 = plain ? _mm512_loadu_si512(a + 64) : _mm512_maskz_loadu_epi8(mhi, a + 64);
       const __m512i q = _mm512_permutex2var_epi8(v0, qidx, v1);
