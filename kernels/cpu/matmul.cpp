@@ -79,6 +79,33 @@ void dequant_row_scalar(DType t, const uint8_t* p, int64_t cols, float* out) {
   }
 }
 
+// Where a software prefetch `ahead` bytes further along a row's stream lands
+// when R rows (row_bytes apart, consecutive) are read side by side, R at a
+// time: that row's stream continues in the same row of the next R rows, not
+// in the next row, which the same call is already reading. at(offset) is the
+// distance from the byte at `offset` in row r to the byte `ahead` further in
+// row r's stream: offset + ahead within the row, else (R - 1) rows further
+// per row boundary crossed. One division per call. Used by every GEMV that
+// reads rows side by side (AVX2 row_dots and intdot2, AVX-512 row_dots512
+// and intdot).
+template <int R>
+struct RowStreamAhead {
+  size_t near, wrap_rows_bytes, wrap_from;
+  RowStreamAhead(size_t ahead, size_t rb) {
+    if (R == 1 || rb == 0) {
+      near = ahead;
+      wrap_rows_bytes = 0;
+      wrap_from = ~size_t{0};
+    } else {  // ahead = q rows + rem bytes: q whole rows of the stream are q * R rows in memory
+      const size_t q = ahead / rb, rem = ahead % rb;
+      near = rem + q * R * rb;
+      wrap_rows_bytes = (R - 1) * rb;
+      wrap_from = rb - rem;  // offsets from here on cross one more row boundary
+    }
+  }
+  size_t at(size_t offset) const { return near + (offset >= wrap_from ? wrap_rows_bytes : 0); }
+};
+
 #ifdef REDWOOD_AVX2
 // Loads 32 weights of a quantized block as four 8-float vectors.
 inline void load_q4(const uint8_t* qs, __m256 w[4]) {
@@ -159,20 +186,16 @@ void row_dots(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, 
            : t == DType::F16 ? load_h8(row + 2 * c)
                              : load_bf8(row + 2 * c);
   };
+  const RowStreamAhead<R> pf(1024, row_bytes);
   int64_t c = 0;
   for (; c + 16 <= cols; c += 16) {
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = p + r * row_bytes;
-      // Software prefetch 1 KiB ahead, once per 64-byte line of 16-bit
-      // weights; past the row's end, in the same row of the next R rows (as
-      // in intdot2::rows_dot below).
-      if (t != DType::F32 && (c & 31) == 0) {
-        constexpr size_t ahead = 1024;
-        const bool past_end = static_cast<size_t>(2 * c) + ahead >= row_bytes;
-        _mm_prefetch(reinterpret_cast<const char*>(row) + 2 * c + ahead + (past_end ? (R - 1) * row_bytes : 0),
-                     _MM_HINT_T0);
-      }
+      // Software prefetch 1 KiB ahead in the row's stream, once per 64-byte
+      // line of 16-bit weights (as in intdot2::rows_dot below).
+      if (t != DType::F32 && (c & 31) == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(row) + 2 * c + pf.at(2 * c), _MM_HINT_T0);
       const __m256 w0 = load(row, c), w1 = load(row, c + 8);
       for (int k = 0; k < N; ++k) {
         acc0[r][k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), acc0[r][k]);
@@ -199,30 +222,6 @@ void row_dots(const uint8_t* p, size_t row_bytes, int64_t cols, const float* x, 
 }
 
 #ifdef __AVX512F__
-// Where a software prefetch `ahead` bytes further along a row's stream lands
-// when R rows (row_bytes apart, consecutive) are read side by side, R at a
-// time: that row's stream continues in the same row of the next R rows, not
-// in the next row, which the same call is already reading. at(offset) is the
-// distance from the byte at `offset` in row r to the byte `ahead` further in
-// row r's stream: offset + ahead within the row, else (R - 1) rows further
-// per row boundary crossed. One division per call.
-template <int R>
-struct RowStreamAhead {
-  size_t near, wrap_rows_bytes, wrap_from;
-  RowStreamAhead(size_t ahead, size_t rb) {
-    if (R == 1 || rb == 0) {
-      near = ahead;
-      wrap_rows_bytes = 0;
-      wrap_from = ~size_t{0};
-    } else {  // ahead = q rows + rem bytes: q whole rows of the stream are q * R rows in memory
-      const size_t q = ahead / rb, rem = ahead % rb;
-      near = rem + q * R * rb;
-      wrap_rows_bytes = (R - 1) * rb;
-      wrap_from = rb - rem;  // offsets from here on cross one more row boundary
-    }
-  }
-  size_t at(size_t offset) const { return near + (offset >= wrap_from ? wrap_rows_bytes : 0); }
-};
 #define REDWOOD_AVX512 1
 // GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* operands as
 // maybe-uninitialized (GCC bug 105593); the masked forms below avoid most.
@@ -296,7 +295,8 @@ void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
       for (int r = 0; r < R; ++r) {
         const uint8_t* row = p + r * row_bytes;
         // 1 KiB ahead in the row's stream, as in intdot (F16 in the ~75 GB/s state: ~0.8 -> 0.93 of the copy).
-        if constexpr (t != DType::F32) _mm_prefetch(reinterpret_cast<const char*>(row) + pf.at(2 * c), _MM_HINT_T0);
+        if constexpr (t != DType::F32)
+          _mm_prefetch(reinterpret_cast<const char*>(row) + 2 * c + pf.at(2 * c), _MM_HINT_T0);
         const __m512 w0 = load16<t>(row, c), w1 = load16<t>(row, c + 16);
         for (int k = 0; k < N; ++k) {
           acc0[r][k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k * ldx + c), acc0[r][k]);
@@ -521,7 +521,7 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
       // ~75 GB/s state it took the 4-bit GEMV from ~0.65 to ~0.8 of the copy
       // bandwidth (2 KiB: ~0.75). Past the row's end, into the same row of the
       // next R (RowStreamAhead; on Zen 4, 8192^2 Q4_0 1.22x and 2048-column
-      // rows 1.56x faster than 1 KiB on in memory, docs/PERFORMANCE.md).
+      // rows 1.56x faster than with the address in the next row, docs/PERFORMANCE.md).
       if (plain) _mm_prefetch(reinterpret_cast<const char*>(a) + pf.at(gi * L::group_bytes), _MM_HINT_T0);
       const __m512i v0 = plain ? _mm512_loadu_si512(a) : _mm512_maskz_loadu_epi8(mlo, a);
       const __m512i v1 = plain ? _mm512_loadu_si512(a + 64) : _mm512_maskz_loadu_epi8(mhi, a + 64);
@@ -741,6 +741,7 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 #pragma GCC unroll 16
   for (int r = 0; r < RM; ++r)
     for (int k = 0; k < NM; ++k) macc[r][k] = _mm256_setzero_ps();
+  const RowStreamAhead<R> pf(4096, row_bytes);
 #pragma GCC unroll 2
   for (int64_t b = 0; b < nb; ++b) {  // two blocks per step: fewer loop instructions (1.88B Q4_0 decode +4-7%)
 #pragma GCC unroll 16
@@ -755,11 +756,9 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
       // same row of the next R, not the next row, which this call is already
       // reading (an 8192-column Q4_0 row is 4.5 KiB: 9 in 10 prefetches were
       // wasted so; 8192^2 GEMV 20-25% faster, docs/PERFORMANCE.md).
-      if (L::q4 || t == DType::IQ4_NL ? (b & 1) == 0 : t == DType::IQ4_XS ? (b & 3) == 0 : true) {
-        constexpr size_t ahead = 4096;
-        const bool past_end = static_cast<size_t>(blk - (p + r * row_bytes)) + ahead >= row_bytes;
-        _mm_prefetch(reinterpret_cast<const char*>(blk) + ahead + (past_end ? (R - 1) * row_bytes : 0), _MM_HINT_T0);
-      }
+      if (L::q4 || t == DType::IQ4_NL ? (b & 1) == 0 : t == DType::IQ4_XS ? (b & 3) == 0 : true)
+        _mm_prefetch(reinterpret_cast<const char*>(blk) + pf.at(static_cast<size_t>(blk - (p + r * row_bytes))),
+                     _MM_HINT_T0);
       __m256i w0, w1;
       __m256 d;
       if constexpr (t == DType::IQ4_XS) {
