@@ -4,7 +4,7 @@
 //    Quantized types use integer dot products (AVX-512 VNNI, or AVX2 VPMADDWD)
 //    over activations rounded to 2^-21..2^-24 of each lane's largest element.
 //  - larger n (compute-bound: prefill and large trees): a fused dequantize + GEMM
-//    (row tiles dequantized per 256-column chunk, activations transposed into
+//    (rows dequantized per 256-column chunk, activations transposed into
 //    token panels, a register-blocked FMA micro-kernel; 512-bit with AVX-512,
 //    256-bit with AVX2). Each output is one sequential FMA chain over the
 //    columns, so results do not depend on n (batch-invariant). Without AVX2: a
