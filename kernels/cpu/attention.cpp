@@ -15,6 +15,9 @@ namespace redwood::cpu {
 
 namespace {
 
+// New tokens per attention task when there are enough of them (tree passes).
+constexpr int kTokBlock = 8;
+
 #ifdef REDWOOD_AVX2
 // Eight keys' scores q . k_j in one vector. Every key's dot product is formed
 // the same way wherever it sits among the eight (FMAs over head_dim in order,
@@ -38,79 +41,101 @@ inline __m256 dot8(const float* q, const float* const kr[8], int hd) {
 }
 
 struct Scratch {
-  std::vector<float> s;            // scores, then probabilities: [heads][len rounded up to 8]
-  std::vector<const float*> krow;  // key row of every attended position, padded to a multiple of 8
-  std::vector<const float*> vrow;
-  std::vector<float> inv_sum;  // [heads]
+  // Per token of the block: scores, then probabilities, [heads][len rounded
+  // up to 8]; the key row of every attended position, padded to a multiple of
+  // 8; the value rows; 1 / sum per head.
+  std::vector<float> s[kTokBlock];
+  std::vector<const float*> krow[kTokBlock], vrow[kTokBlock];
+  std::vector<float> inv_sum[kTokBlock];
 };
 
-// Heads [h0, h1) of KV head kh for new token i (head_dim a multiple of 8, at
-// most 256). Keys are taken eight at a time for all the heads (each key row
-// read once for the group), values 32 positions at a time.
-void attend_avx2(const AttentionArgs& a, int i, int kh, int h0, int h1, Scratch& sc) {
-  const int hd = a.head_dim;
+// Heads [h0, h1) of KV head kh for new tokens [i0, i1) (at most kTokBlock;
+// head_dim a multiple of 8, at most 256). Keys are taken eight at a time for
+// all the heads (each key row read once for the group), values 32 positions at
+// a time. The tokens of a block share the committed prefix: its keys and
+// values are read once for the block while they are in L1, and each token's
+// arithmetic is the same as alone (every score is formed the same way whatever
+// its group of eight, and each output sums its positions in order).
+void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1, Scratch& sc) {
+  const int hd = a.head_dim, nt = i1 - i0, nh = h1 - h0;
   const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
   const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
-  const int32_t* anc = a.anc + a.anc_off[i];
-  const int n_anc = a.anc_off[i + 1] - a.anc_off[i];
-  const int len = a.n_past + n_anc, padded = (len + 7) / 8 * 8, nh = h1 - h0;
-  sc.krow.resize(padded);
-  sc.vrow.resize(len);
-  for (int j = 0; j < len; ++j) {
-    const int64_t pos = j < a.n_past ? j : a.n_past + anc[j - a.n_past];
-    sc.krow[j] = a.k + pos * kv_stride + kh * hd;
-    sc.vrow[j] = a.v + pos * kv_stride + kh * hd;
-  }
-  for (int j = len; j < padded; ++j) sc.krow[j] = sc.krow[0];  // scores dropped below
-  sc.s.resize(static_cast<size_t>(nh) * padded);
-  const __m256 scale = _mm256_set1_ps(a.scale), neg_inf = _mm256_set1_ps(-INFINITY);
-  for (int j = 0; j < padded; j += 8)
-    for (int g = 0; g < nh; ++g)
-      _mm256_storeu_ps(sc.s.data() + static_cast<size_t>(g) * padded + j,
-                       _mm256_mul_ps(dot8(a.q + i * q_stride + (h0 + g) * hd, sc.krow.data() + j, hd), scale));
-  sc.inv_sum.resize(nh);
-  float* inv_sum = sc.inv_sum.data();
-  for (int g = 0; g < nh; ++g) {
-    float* s = sc.s.data() + static_cast<size_t>(g) * padded;
-    for (int j = len; j < padded; ++j) s[j] = -INFINITY;
-    // (A NaN score need not win the maximum: its exp makes the sum, and so
-    // every output of the head, NaN.)
-    __m256 mv = neg_inf;
-    for (int j = 0; j < padded; j += 8) mv = _mm256_max_ps(_mm256_loadu_ps(s + j), mv);
-    float lanes[8];
-    _mm256_storeu_ps(lanes, mv);
-    const __m256 m = _mm256_set1_ps(*std::max_element(lanes, lanes + 8));
-    __m256 sum = _mm256_setzero_ps();
-    for (int j = 0; j < padded; j += 8) {
-      const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));  // padding: exp(-inf) = 0
-      _mm256_storeu_ps(s + j, e);
-      sum = _mm256_add_ps(sum, e);
+  int len[kTokBlock], padded[kTokBlock];
+  for (int t = 0; t < nt; ++t) {
+    const int i = i0 + t;
+    const int32_t* anc = a.anc + a.anc_off[i];
+    len[t] = a.n_past + a.anc_off[i + 1] - a.anc_off[i];
+    padded[t] = (len[t] + 7) / 8 * 8;
+    auto& krow = sc.krow[t];
+    auto& vrow = sc.vrow[t];
+    krow.resize(padded[t]);
+    vrow.resize(len[t]);
+    for (int j = 0; j < len[t]; ++j) {
+      const int64_t pos = j < a.n_past ? j : a.n_past + anc[j - a.n_past];
+      krow[j] = a.k + pos * kv_stride + kh * hd;
+      vrow[j] = a.v + pos * kv_stride + kh * hd;
     }
-    inv_sum[g] = 1.0f / hsum(sum);
+    for (int j = len[t]; j < padded[t]; ++j) krow[j] = krow[0];  // scores dropped below
+    sc.s[t].resize(static_cast<size_t>(nh) * padded[t]);
+    sc.inv_sum[t].resize(nh);
   }
+  const __m256 scale = _mm256_set1_ps(a.scale), neg_inf = _mm256_set1_ps(-INFINITY);
+  auto score8 = [&](int t, int j) {
+    for (int g = 0; g < nh; ++g)
+      _mm256_storeu_ps(
+          sc.s[t].data() + static_cast<size_t>(g) * padded[t] + j,
+          _mm256_mul_ps(dot8(a.q + (i0 + t) * q_stride + (h0 + g) * hd, sc.krow[t].data() + j, hd), scale));
+  };
+  const int shared = a.n_past / 8 * 8;  // groups of eight prefix keys, the same for every token
+  for (int j = 0; j < shared; j += 8)
+    for (int t = 0; t < nt; ++t) score8(t, j);
+  for (int t = 0; t < nt; ++t)
+    for (int j = shared; j < padded[t]; j += 8) score8(t, j);
+  for (int t = 0; t < nt; ++t)
+    for (int g = 0; g < nh; ++g) {
+      float* s = sc.s[t].data() + static_cast<size_t>(g) * padded[t];
+      for (int j = len[t]; j < padded[t]; ++j) s[j] = -INFINITY;
+      // (A NaN score need not win the maximum: its exp makes the sum, and so
+      // every output of the head, NaN.)
+      __m256 mv = neg_inf;
+      for (int j = 0; j < padded[t]; j += 8) mv = _mm256_max_ps(_mm256_loadu_ps(s + j), mv);
+      float lanes[8];
+      _mm256_storeu_ps(lanes, mv);
+      const __m256 m = _mm256_set1_ps(*std::max_element(lanes, lanes + 8));
+      __m256 sum = _mm256_setzero_ps();
+      for (int j = 0; j < padded[t]; j += 8) {
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));  // padding: exp(-inf) = 0
+        _mm256_storeu_ps(s + j, e);
+        sum = _mm256_add_ps(sum, e);
+      }
+      sc.inv_sum[t][g] = 1.0f / hsum(sum);
+    }
   // out = sum_j p_j v_j / sum, each output element summed over j in order.
   constexpr int kJ = 32;
+  const int max_len = *std::max_element(len, len + nt);
   for (int c0 = 0; c0 < hd; c0 += 64) {
     const int nc = std::min(64, hd - c0) / 8;
-    for (int j0 = 0; j0 < len; j0 += kJ) {
-      const int j1 = std::min(len, j0 + kJ);
-      for (int g = 0; g < nh; ++g) {
-        float* out = a.out + i * q_stride + (h0 + g) * hd + c0;
-        const float* p = sc.s.data() + static_cast<size_t>(g) * padded;
-        __m256 o[8];
-        for (int c = 0; c < nc; ++c) o[c] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8 * c);
-        for (int j = j0; j < j1; ++j) {
-          const __m256 pj = _mm256_set1_ps(p[j]);
-          const float* v = sc.vrow[j] + c0;
-          for (int c = 0; c < nc; ++c) o[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * c), o[c]);
+    for (int j0 = 0; j0 < max_len; j0 += kJ)
+      for (int t = 0; t < nt; ++t) {
+        if (j0 >= len[t]) continue;
+        const int j1 = std::min(len[t], j0 + kJ);
+        for (int g = 0; g < nh; ++g) {
+          float* out = a.out + (i0 + t) * q_stride + (h0 + g) * hd + c0;
+          const float* p = sc.s[t].data() + static_cast<size_t>(g) * padded[t];
+          __m256 o[8];
+          for (int c = 0; c < nc; ++c) o[c] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8 * c);
+          for (int j = j0; j < j1; ++j) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const float* v = sc.vrow[t][j] + c0;
+            for (int c = 0; c < nc; ++c) o[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * c), o[c]);
+          }
+          if (j1 == len[t]) {
+            const __m256 r = _mm256_set1_ps(sc.inv_sum[t][g]);
+            for (int c = 0; c < nc; ++c) o[c] = _mm256_mul_ps(o[c], r);
+          }
+          for (int c = 0; c < nc; ++c) _mm256_storeu_ps(out + 8 * c, o[c]);
         }
-        if (j1 == len) {
-          const __m256 r = _mm256_set1_ps(inv_sum[g]);
-          for (int c = 0; c < nc; ++c) o[c] = _mm256_mul_ps(o[c], r);
-        }
-        for (int c = 0; c < nc; ++c) _mm256_storeu_ps(out + 8 * c, o[c]);
       }
-    }
   }
 }
 #endif
@@ -148,38 +173,47 @@ void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::
 
 }  // namespace
 
-// One task = one new token x one KV head (all its query heads, so each key
-// row is read once per group), or, when that gives too few tasks to keep
-// every thread busy (decoding one token), one token x one query head. A
+// One task = kTokBlock new tokens x one KV head (all its query heads, so each
+// key row is read once per group, and the prefix once per block) in tree
+// passes with enough tokens, else one token x one KV head, or, when that gives
+// too few tasks to keep every thread busy (decoding one token), one token x
+// one query head. A
 // head's arithmetic is the same either way. Scores are materialized per
 // (token, head) over prefix + ancestors (at most n_past + depth entries).
 void attention(const AttentionArgs& args) {
   AttentionArgs a = args;
   if (a.n_past_at) a.n_past = *a.n_past_at;
   const int group = a.n_heads / a.n_kv_heads;
-  const int64_t by_kv = static_cast<int64_t>(a.n) * a.n_kv_heads;
-  const int split = by_kv < 4 * static_cast<int64_t>(tbb::this_task_arena::max_concurrency()) ? group : 1;
-  const int per_task = group / split;
+  const int64_t enough = 4 * static_cast<int64_t>(tbb::this_task_arena::max_concurrency());
 #ifdef REDWOOD_AVX2
   const bool fast = a.head_dim % 8 == 0 && a.head_dim <= 256;
   tbb::enumerable_thread_specific<Scratch> scratch;
+  // Blocks of kTokBlock tokens where that still leaves enough tasks.
+  const int tb =
+      fast && (a.n + kTokBlock - 1) / kTokBlock * static_cast<int64_t>(a.n_kv_heads) >= enough ? kTokBlock : 1;
 #else
   tbb::enumerable_thread_specific<std::vector<float> > scratch;
+  const int tb = 1;
 #endif
+  const int blocks = (a.n + tb - 1) / tb;
+  const int64_t by_kv = static_cast<int64_t>(blocks) * a.n_kv_heads;
+  const int split = by_kv < enough ? group : 1;
+  const int per_task = group / split;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, by_kv * split, 1), [&](const tbb::blocked_range<int64_t>& r) {
     auto& sc = scratch.local();
     for (int64_t t = r.begin(); t < r.end(); ++t) {
-      const int i = static_cast<int>(t / (a.n_kv_heads * split));
+      const int b = static_cast<int>(t / (a.n_kv_heads * split));
+      const int i0 = b * tb, i1 = std::min(a.n, i0 + tb);
       const int rest = static_cast<int>(t % (a.n_kv_heads * split)), kh = rest / split;
       const int h0 = kh * group + (rest % split) * per_task, h1 = h0 + per_task;
 #ifdef REDWOOD_AVX2
       if (fast) {
-        attend_avx2(a, i, kh, h0, h1, sc);
+        attend_avx2(a, i0, i1, kh, h0, h1, sc);
         continue;
       }
-      attend_generic(a, i, kh, h0, h1, sc.s);
+      attend_generic(a, i0, kh, h0, h1, sc.s[0]);
 #else
-      attend_generic(a, i, kh, h0, h1, sc);
+      attend_generic(a, i0, kh, h0, h1, sc);
 #endif
     }
   });
