@@ -147,7 +147,7 @@ double peak_of(Chains chains, double flop_per_thread) {
 }
 
 double fma_peak() {
-  const long iters = 20'000'000;
+  [[maybe_unused]] const long iters = 20'000'000;
 #if defined(__AVX512F__)
   // 512-bit FMAs when the build uses them (the GEMV and compiler-vectorised
   // code do): the machine's real peak, not the AVX2 half of it.

@@ -1,5 +1,6 @@
 // CPU kernels against plain references, over dtypes and odd shapes.
 #include <gtest/gtest.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include <cmath>
 #include <random>
@@ -327,35 +328,43 @@ TEST(Kernels, TreeAttentionMatchesDenseMaskReference) {
 
 // A token's attention in a tree pass is bit-identical to the same token
 // decoded alone after its prefix and ancestors: the scores, softmax and
-// weighted sum never depend on which other tokens share the pass.
+// weighted sum never depend on which other tokens share the pass. The pass
+// runs on all threads and on one: a pass with enough tokens for the threads
+// takes eight tokens per task (sharing the prefix), so one thread makes sure
+// that path is taken whatever the machine; 41 tokens leave a partial block.
 TEST(Kernels, TreeAttentionOfATokenEqualsDecodingItAlone) {
   std::mt19937 rng(11);
-  for (int hd : {16, 64, 12}) {
-    const TreeCase c = random_tree_case(rng, 8, 2, hd, 45, 40);
-    std::vector<float> out(c.n * 8 * hd);
-    cpu::attention(c.args(out.data()));
-    const int64_t kv = 2 * hd;
-    for (int i = 0; i < c.n; ++i) {
-      // The cache as decoding would have it: prefix, then the ancestors in order.
-      TreeCase d = c;
-      d.n = 1;
-      d.n_past = c.n_past + (c.off[i + 1] - c.off[i]) - 1;
-      d.k.assign(c.k.begin(), c.k.begin() + c.n_past * kv);
-      d.v.assign(c.v.begin(), c.v.begin() + c.n_past * kv);
-      for (int j = c.off[i]; j < c.off[i + 1]; ++j) {
-        const int64_t row = (c.n_past + c.anc[j]) * kv;
-        d.k.insert(d.k.end(), c.k.begin() + row, c.k.begin() + row + kv);
-        d.v.insert(d.v.end(), c.v.begin() + row, c.v.begin() + row + kv);
+  for (const int threads : {0, 1})
+    for (int hd : {16, 64, 128, 12}) {
+      const TreeCase c = random_tree_case(rng, 8, 2, hd, 45, 41);
+      std::vector<float> out(c.n * 8 * hd);
+      if (threads)
+        tbb::task_arena(threads).execute([&] { cpu::attention(c.args(out.data())); });
+      else
+        cpu::attention(c.args(out.data()));
+      const int64_t kv = 2 * hd;
+      for (int i = 0; i < c.n; ++i) {
+        // The cache as decoding would have it: prefix, then the ancestors in order.
+        TreeCase d = c;
+        d.n = 1;
+        d.n_past = c.n_past + (c.off[i + 1] - c.off[i]) - 1;
+        d.k.assign(c.k.begin(), c.k.begin() + c.n_past * kv);
+        d.v.assign(c.v.begin(), c.v.begin() + c.n_past * kv);
+        for (int j = c.off[i]; j < c.off[i + 1]; ++j) {
+          const int64_t row = (c.n_past + c.anc[j]) * kv;
+          d.k.insert(d.k.end(), c.k.begin() + row, c.k.begin() + row + kv);
+          d.v.insert(d.v.end(), c.v.begin() + row, c.v.begin() + row + kv);
+        }
+        d.q.assign(c.q.begin() + i * 8 * hd, c.q.begin() + (i + 1) * 8 * hd);
+        d.parents = {-1};
+        d.off = {0, 1};
+        d.anc = {0};
+        std::vector<float> one(8 * hd);
+        cpu::attention(d.args(one.data()));
+        for (int e = 0; e < 8 * hd; ++e)
+          ASSERT_EQ(one[e], out[i * 8 * hd + e]) << "threads " << threads << " hd " << hd << " token " << i;
       }
-      d.q.assign(c.q.begin() + i * 8 * hd, c.q.begin() + (i + 1) * 8 * hd);
-      d.parents = {-1};
-      d.off = {0, 1};
-      d.anc = {0};
-      std::vector<float> one(8 * hd);
-      cpu::attention(d.args(one.data()));
-      for (int e = 0; e < 8 * hd; ++e) ASSERT_EQ(one[e], out[i * 8 * hd + e]) << "hd " << hd << " token " << i;
     }
-  }
 }
 
 TEST(Kernels, RopeModesAndNorm) {

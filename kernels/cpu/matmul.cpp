@@ -950,20 +950,23 @@ constexpr int kTok = 64;      // tokens per panel
 constexpr int64_t kKc = 256;  // k per chunk: a panel's chunk (64 KiB) stays in L2
 constexpr int64_t kRb = 60;   // rows per task: a multiple of every R below
 constexpr int kMaxR = 12;
+// Cache lines of kMaxR rows' share of a chunk, F32 the largest (kKc * 4 bytes,
+// one more line where a row's share does not start on a line).
+constexpr int kMaxLines = kMaxR * (kKc * 4 / 64 + 1);
 
 // pf[0..npf): cache lines to prefetch, spread over the k loop (one every
 // `every` steps) rather than issued together: in a burst they queue behind
 // each other, and the 64-token F16 GEMM ran at 0.78 of the FMA peak instead
 // of 0.85.
 template <int R, int NV>
-void micro(const float* w, int64_t kc, const float* xt, float* ct, const uint8_t* const* pf, int npf, int every) {
+void micro(const float* w, int64_t kc, const float* xt, float* ct, const char* const* pf, int npf, int every) {
   __m512 acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_loadu_ps(ct + r * kTok + v * 16);
   int next = 0, countdown = 0;
   for (int64_t k = 0; k < kc; ++k) {
     if (--countdown <= 0 && next < npf) {
-      _mm_prefetch(reinterpret_cast<const char*>(pf[next++]), _MM_HINT_T0);
+      _mm_prefetch(pf[next++], _MM_HINT_T0);
       countdown = every;
     }
     __m512 xv[NV];
@@ -986,23 +989,30 @@ void micro(const float* w, int64_t kc, const float* xt, float* ct, const uint8_t
 // runs, the weights of the next R rows are prefetched, spread over its k loop:
 // 60 short row streams are more than the hardware prefetchers follow. After
 // the last R rows, `after` (nullable) names the rows the next call starts
-// with: after_rows rows, row_bytes apart, chunk_bytes each.
+// with: after_rows rows, row_bytes apart, after_bytes each.
 template <int R, int NV>
-void run_rows(const WeightView& w, int64_t r0, int64_t nr, int64_t k0, int64_t kc, int64_t chunk_bytes,
-              const uint8_t* after, int64_t after_rows, float* strip, const float* xt, float* ct) {
+void run_rows(const WeightView& w, int64_t r0, int64_t nr, int64_t k0, int64_t kc, const uint8_t* after,
+              int64_t after_rows, int64_t after_bytes, float* strip, const float* xt, float* ct) {
   const size_t rb = *row_bytes(w.type, w.cols);
-  const uint8_t* base = row_ptr(w, r0) + k0 / dtype_info(w.type).block_elems * dtype_info(w.type).block_bytes;
+  const int64_t per_block = dtype_info(w.type).block_elems, bb = dtype_info(w.type).block_bytes;
+  const uint8_t* base = row_ptr(w, r0) + k0 / per_block * bb;
+  const int64_t bytes = (kc + per_block - 1) / per_block * bb;  // one row's share of this chunk
   for (int64_t r = 0; r < nr; r += R) {
     const int64_t rows_here = std::min<int64_t>(R, nr - r);
     for (int64_t i = 0; i < rows_here; ++i) dequant_tile_span(w.type, base + (r + i) * rb, kc, strip + i * kKc);
     for (int64_t i = rows_here; i < R; ++i) std::fill_n(strip + i * kKc, kc, 0.0f);  // padding rows
-    const uint8_t* lines[kMaxR * 16];
+    // The cache lines of the next R rows (addresses as integers: a line may
+    // start before the row).
+    const char* lines[kMaxLines];
     int nl = 0;
     const bool last = r + R >= nr;
     const uint8_t* pb = last ? after : base + (r + R) * rb;
-    const int64_t pr = std::min<int64_t>(R, last ? after_rows : nr - r - R);
-    for (int64_t i = 0; pb && i < pr; ++i)
-      for (int64_t o = 0; o < chunk_bytes && nl < kMaxR * 16; o += 64) lines[nl++] = pb + i * rb + o;
+    const int64_t pr = std::min<int64_t>(R, last ? after_rows : nr - r - R), pbytes = last ? after_bytes : bytes;
+    for (int64_t i = 0; pb && i < pr; ++i) {
+      const uintptr_t start = reinterpret_cast<uintptr_t>(pb + i * rb), end = start + pbytes;
+      for (uintptr_t line = start & ~uintptr_t{63}; line < end && nl < kMaxLines; line += 64)
+        lines[nl++] = reinterpret_cast<const char*>(line);
+    }
     micro<R, NV>(strip, kc, xt, ct + r * kTok, lines, nl, nl ? std::max<int>(1, static_cast<int>(kc) / nl) : 0);
   }
 }
@@ -1022,14 +1032,18 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
   // The transposition runs on every thread, by ranges of columns (serial, it
   // was 7% of a 1024-token pass over 8192-column rows).
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, cols, 64), [&](const tbb::blocked_range<int64_t>& cr) {
-    for (int t = 0; t < n_panels * kTok; ++t) {
+    for (int t = 0; t < n; ++t) {
       float* dst = xt + static_cast<size_t>(t / kTok) * cols * kTok + t % kTok;
       const float* src = x + static_cast<size_t>(t) * cols;
-      for (int64_t c = cr.begin(); c < cr.end(); ++c) dst[c * kTok] = t < n ? src[c] : 0.0f;
+      for (int64_t c = cr.begin(); c < cr.end(); ++c) dst[c * kTok] = src[c];
+    }
+    for (int t = n; t < n_panels * kTok; ++t) {
+      float* dst = xt + static_cast<size_t>(t / kTok) * cols * kTok + t % kTok;
+      for (int64_t c = cr.begin(); c < cr.end(); ++c) dst[c * kTok] = 0.0f;
     }
   });
   const int64_t per_block = dtype_info(w.type).block_elems, bb = static_cast<int64_t>(dtype_info(w.type).block_bytes);
-  const int64_t chunk_bytes = kKc / per_block * bb;  // one row's kKc columns
+  auto chunk_bytes = [&](int64_t k0) { return (std::min(kKc, cols - k0) + per_block - 1) / per_block * bb; };
   struct Scratch {
     std::vector<float> strip, ct;  // strip[kMaxR][kKc]; ct[panel][kRb][kTok]
   };
@@ -1052,26 +1066,31 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
                             // What the next call reads first: this chunk again (the next
                             // panel), the block's next chunk, or the next block's first.
                             const uint8_t* after = nullptr;
-                            int64_t after_rows = nr;
-                            if (p + 1 < n_panels)
+                            int64_t after_rows = nr, after_bytes = 0;
+                            if (p + 1 < n_panels) {
                               after = row_ptr(w, r0) + k0 / per_block * bb;
-                            else if (k0 + kKc < cols)
+                              after_bytes = chunk_bytes(k0);
+                            } else if (k0 + kKc < cols) {
                               after = row_ptr(w, r0) + (k0 + kKc) / per_block * bb;
-                            else if (blk + 1 < range.end())
-                              after = row_ptr(w, r0 + kRb), after_rows = std::min(kRb, rows - r0 - kRb);
+                              after_bytes = chunk_bytes(k0 + kKc);
+                            } else if (blk + 1 < range.end()) {
+                              after = row_ptr(w, r0 + kRb);
+                              after_rows = std::min(kRb, rows - r0 - kRb);
+                              after_bytes = chunk_bytes(0);
+                            }
                             float* st = sc.strip.data();
                             switch (nv) {
                               case 1:
-                                run_rows<12, 1>(w, r0, nr, k0, kc, chunk_bytes, after, after_rows, st, xp, cp);
+                                run_rows<12, 1>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, cp);
                                 break;
                               case 2:
-                                run_rows<10, 2>(w, r0, nr, k0, kc, chunk_bytes, after, after_rows, st, xp, cp);
+                                run_rows<10, 2>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, cp);
                                 break;
                               case 3:
-                                run_rows<6, 3>(w, r0, nr, k0, kc, chunk_bytes, after, after_rows, st, xp, cp);
+                                run_rows<6, 3>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, cp);
                                 break;
                               default:
-                                run_rows<6, 4>(w, r0, nr, k0, kc, chunk_bytes, after, after_rows, st, xp, cp);
+                                run_rows<6, 4>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, cp);
                                 break;
                             }
                           }
