@@ -1,0 +1,151 @@
+// Large passes, kernel by kernel (docs/PERFORMANCE.md, "the batched pass's
+// dequantization"): the batched matmul (n > 8) on the 1.88B model's shapes and
+// tree attention after a prefix, median milliseconds, and a hash of every
+// output so that two builds can be checked for bit-identical results. Uses
+// only cpu::matmul and cpu::attention, so the same file compiles against an
+// older commit's kernel library for A/B runs:
+//   bench_passes gemm [N ...]      F16 and Q4_0, default N = 64
+//   bench_passes gemm-odd [N ...]  odd shapes (hashes for identity checks)
+//   bench_passes attention         tree passes of 64-768 tokens after a prefix
+// REPS=k fixes the repetitions (REPS=1 for a quick identity check).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/math.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+
+using namespace redwood;
+
+namespace {
+
+template <typename F>
+double median_ms(int reps, F&& f) {
+  std::vector<double> ts;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    ts.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+uint64_t hash(const std::vector<float>& v) {  // FNV-1a over the bit patterns
+  uint64_t h = 1469598103934665603ull;
+  for (float f : v) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    h = (h ^ u) * 1099511628211ull;
+  }
+  return h;
+}
+
+int reps_or(int fallback) {
+  const char* r = getenv("REPS");
+  return r ? std::max(1, atoi(r)) : fallback;
+}
+
+void gemm(bool odd, const std::vector<int>& ns) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const std::vector<Shape> shapes = odd ? std::vector<Shape>{{1000, 576}, {130, 1536}, {61, 320}, {7, 96}}
+                                        : std::vector<Shape>{{2048, 2048}, {8192, 2048}, {2048, 8192}, {32000, 2048}};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0, 0.02f);
+  for (DType t : {DType::F16, DType::Q4_0}) {
+    for (const Shape s : shapes) {
+      const size_t bytes = t == DType::F16 ? s.rows * s.cols * 2 : s.rows * s.cols / 32 * 18;
+      std::vector<uint8_t> buf(bytes);
+      if (t == DType::F16) {
+        for (size_t i = 0; i < bytes / 2; ++i) {
+          const uint16_t h = math::f32_to_f16(nd(rng));
+          memcpy(&buf[2 * i], &h, 2);
+        }
+      } else {
+        for (size_t b = 0; b < bytes / 18; ++b) {
+          const uint16_t d = math::f32_to_f16(0.01f);
+          memcpy(&buf[b * 18], &d, 2);
+          for (int j = 2; j < 18; ++j) buf[b * 18 + j] = static_cast<uint8_t>(rng());
+        }
+      }
+      const WeightView w{t, s.rows, s.cols, buf.data()};
+      for (int n : ns) {
+        std::vector<float> x(n * s.cols), y(n * s.rows);
+        for (auto& v : x) v = nd(rng) * 50;
+        const double flop = 2.0 * n * s.rows * s.cols;
+        const double ms = median_ms(reps_or(std::max(5, static_cast<int>(2e10 / flop))),
+                                    [&] { cpu::matmul(w, x.data(), n, y.data()); });
+        std::printf("%-4s %6lld x %-5lld n=%-4d %016llx %9.3f ms %7.1f GFLOP/s\n", t == DType::F16 ? "F16" : "Q4_0",
+                    static_cast<long long>(s.rows), static_cast<long long>(s.cols), n,
+                    static_cast<unsigned long long>(hash(y)), ms, flop / ms / 1e6);
+      }
+    }
+  }
+}
+
+// n new tokens in a random tree after n_past committed positions.
+void attention_case(int n, int n_past, int heads, int kv_heads, int reps) {
+  const int hd = 128;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<int32_t> parents(n), off{0}, anc;
+  for (int i = 0; i < n; ++i) parents[i] = i == 0 ? -1 : static_cast<int32_t>(rng() % i);
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> path;
+    for (int j = i; j >= 0; j = parents[j]) path.push_back(j);
+    anc.insert(anc.end(), path.rbegin(), path.rend());
+    off.push_back(static_cast<int32_t>(anc.size()));
+  }
+  std::vector<float> q(static_cast<size_t>(n) * heads * hd), k(static_cast<size_t>(n_past + n) * kv_heads * hd),
+      v(k.size()), out(q.size());
+  for (auto* vec : {&q, &k, &v})
+    for (auto& e : *vec) e = nd(rng);
+  AttentionArgs a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.out = out.data();
+  a.n = n;
+  a.n_past = n_past;
+  a.n_heads = heads;
+  a.n_kv_heads = kv_heads;
+  a.head_dim = hd;
+  a.parents = parents.data();
+  a.anc_off = off.data();
+  a.anc = anc.data();
+  a.scale = 0.088f;
+  const double ms = median_ms(reps_or(reps), [&] { cpu::attention(a); });
+  std::printf("attention n=%-4d after %-5d heads %d/%d kv, hd 128: %016llx %9.3f ms\n", n, n_past, heads, kv_heads,
+              static_cast<unsigned long long>(hash(out)), ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  std::vector<int> ns;
+  for (int i = 2; i < argc; ++i) ns.push_back(std::max(1, atoi(argv[i])));
+  if (ns.empty()) ns = {64};
+  if (mode == "gemm" || mode == "gemm-odd") {
+    gemm(mode == "gemm-odd", ns);
+  } else if (mode == "attention") {
+    attention_case(256, 512, 16, 16, 20);  // the 1.88B model's heads
+    attention_case(256, 2048, 16, 16, 10);
+    attention_case(768, 512, 64, 8, 5);  // Llama2-70B's heads (GQA)
+    attention_case(64, 1000, 9, 3, 50);  // SmolLM2's head grouping (hd 128 here)
+  } else {
+    std::fprintf(stderr, "usage: bench_passes gemm|gemm-odd [N ...] | attention   (REPS=k)\n");
+    return 2;
+  }
+  return 0;
+}
