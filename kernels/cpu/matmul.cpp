@@ -508,7 +508,7 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
     for (int k = 0; k < N; ++k) acc[r][k] = macc[r][k] = _mm512_setzero_ps();
-  const RowStreamAhead<R> pf(1024, row_bytes);
+  const RowStreamAhead<R> pf(1024, row_bytes), pf_l2(3072, row_bytes);
   for (int64_t gi = 0; gi < groups; ++gi) {
     const bool plain = gi < plain_groups;
     const int64_t rem = row_len - gi * L::group_bytes;  // bytes left in the row
@@ -517,12 +517,18 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const uint8_t* a = p + r * row_bytes + gi * L::group_bytes;
-      // Software prefetch 1 KiB ahead in each row's stream: in the Zen 5 VM's
-      // ~75 GB/s state it took the 4-bit GEMV from ~0.65 to ~0.8 of the copy
-      // bandwidth (2 KiB: ~0.75). Past the row's end, into the same row of the
-      // next R (RowStreamAhead; on Zen 4, 8192^2 Q4_0 1.22x and 2048-column
-      // rows 1.56x faster than with the address in the next row, docs/PERFORMANCE.md).
-      if (plain) _mm_prefetch(reinterpret_cast<const char*>(a) + pf.at(gi * L::group_bytes), _MM_HINT_T0);
+      // Software prefetch 1 KiB ahead in each row's stream into L1: in the Zen 5
+      // VM's ~75 GB/s state it took the 4-bit GEMV from ~0.65 to ~0.8 of the
+      // copy bandwidth (2 KiB: ~0.75). Past the row's end, into the same row of
+      // the next R (RowStreamAhead; on Zen 4, 8192^2 Q4_0 1.22x and 2048-column
+      // rows 1.56x faster than with the address in the next row). And 3 KiB
+      // ahead into L2: the L1 prefetch alone was too close to hide DRAM's
+      // latency in a model's stream of matrices (Zen 4, 1.88B Q4_0 decode
+      // 19-20 -> 27-28 tok/s; docs/PERFORMANCE.md, "prefetching into L2").
+      if (plain) {
+        _mm_prefetch(reinterpret_cast<const char*>(a) + pf.at(gi * L::group_bytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(a) + pf_l2.at(gi * L::group_bytes), _MM_HINT_T1);
+      }
       const __m512i v0 = plain ? _mm512_loadu_si512(a) : _mm512_maskz_loadu_epi8(mlo, a);
       const __m512i v1 = plain ? _mm512_loadu_si512(a + 64) : _mm512_maskz_loadu_epi8(mhi, a + 64);
       const __m512i q = _mm512_permutex2var_epi8(v0, qidx, v1);
