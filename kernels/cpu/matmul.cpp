@@ -572,6 +572,145 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
     for (int k = 0; k < N; ++k) out[r * N + k] = hsum512(_mm512_add_ps(acc[r][k], macc[r][k]));
 }
 
+// The K-quants Q4_K, Q5_K and Q6_K on the Q8_0-prepared activations: 64 elements
+// per group in their natural order, four per int32 lane, B = 21. A
+// super-block's weights are rebuilt as one unsigned byte per element, 64 at a
+// time, so that each vector is one prepared group and each of its lanes lies
+// within one sub-block:
+//  - Q4_K: 32 bytes of qs hold elements 0..31 (low nibbles) and 32..63 (high)
+//    of a 64-element group: broadcast to both halves, shifted by 0 or 4, masked.
+//    Lanes 0-7 and 8-15 are sub-blocks 2g and 2g + 1 (scale d sc_j); the mins
+//    dmin m_j times the token's sums over 32 elements (fp32) are added apart.
+//    Q5_K adds 16 where the element's bit (2g or 2g + 1) of qh[l] is set.
+//  - Q6_K: 64 bytes of ql and 32 of qh (broadcast) give elements 0..63 and
+//    64..127 of a 128-element half (low nibbles | qh bits 0-3 << 4, high
+//    nibbles | qh bits 4-7); lanes 4j..4j+3 are 16-element sub-block j (scale
+//    d sc_j), and q - 32 is the exact integer correction 32 sum(X) per lane,
+//    a quarter of Q8_0's 128 sum(X).
+// Per lane, the integer dot times the sub-block's scale (rounded to fp32 as
+// math::dequant_q4_k / dequant_q6_k round it) times the lane's 2^(e - B).
+namespace kquant {
+constexpr int kSuperBytesQ4K = 144, kSuperBytesQ5K = 176, kSuperBytesQ6K = 210;
+// Lane j of a group takes scale (permutation index) sub[j]: Q4_K group g:
+// 2g + j / 8; Q6_K groups of half h: 8h + j / 4 and 8h + 4 + j / 4.
+inline __m512i lane_subs(int first, int lanes_per_sub) {
+  alignas(64) int32_t idx[16];
+  for (int j = 0; j < 16; ++j) idx[j] = first + j / lanes_per_sub;
+  return _mm512_load_si512(idx);
+}
+// Q4_K's eight 6-bit scales (bytes 0-7) and mins (8-15) of the 12 packed bytes
+// (math::kquant_scale_min): j < 4 in the low six bits of bytes j and j + 4;
+// j >= 4 from the nibbles of bytes j + 4 and the top two bits of bytes j - 4, j.
+inline void q4k_scales_mins(const uint8_t* s, uint64_t& sc, uint64_t& mn) {
+  uint32_t a, b, c;
+  memcpy(&a, s, 4), memcpy(&b, s + 4, 4), memcpy(&c, s + 8, 4);
+  const uint32_t low6 = 0x3f3f3f3f, nib = 0x0f0f0f0f, top2 = 0x03030303;
+  sc = (a & low6) | static_cast<uint64_t>((c & nib) | (((a >> 6) & top2) << 4)) << 32;
+  mn = (b & low6) | static_cast<uint64_t>(((c >> 4) & nib) | (((b >> 6) & top2) << 4)) << 32;
+}
+}  // namespace kquant
+
+// xs: the tokens' sums over each 32 elements (Q4_K's mins), xs_stride floats apart.
+template <DType t, int N, int R>
+void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* xq, size_t xstride, const float* xs,
+                int64_t xs_stride, float* out) {
+  static_assert(t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K);
+  using L = Layout<DType::Q8_0>;
+  constexpr bool q4k = t != DType::Q6_K, q5k = t == DType::Q5_K;  // q4k: Q4_K or Q5_K (their scales and mins)
+  constexpr int bb = t == DType::Q4_K ? kquant::kSuperBytesQ4K : q5k ? kquant::kSuperBytesQ5K : kquant::kSuperBytesQ6K;
+  constexpr int qs_at = q5k ? 48 : 16;  // Q5_K: d, dmin, scales, then qh[32] before qs
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  [[maybe_unused]] const __m512i bits45 = _mm512_set1_epi8(0x30);
+  // Per 16-bit word: the shift for the low and the high 256 bits.
+  const __m512i shift_lo_hi =
+      q4k ? _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0, 0, 0, 0)
+          : _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                             0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004);
+  [[maybe_unused]] const __m512i shift_b =
+      _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0, 0, 0, 0);
+  __m512i sub_idx[4];
+  [[maybe_unused]] __m512i qh_bit[4];
+  for (int g = 0; g < 4; ++g) {
+    sub_idx[g] = q4k ? kquant::lane_subs(2 * g, 8) : kquant::lane_subs(4 * g, 4);
+    if constexpr (q5k)
+      qh_bit[g] = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * g))),
+                                     _mm256_set1_epi8(static_cast<char>(2 << (2 * g))), 1);
+  }
+  __m512 acc[R][N];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) acc[r][k] = _mm512_setzero_ps();
+  const RowStreamAhead<R> pf(1024, row_bytes), pf_l2(3072, row_bytes);  // as in rows_dot
+  const int64_t supers = cols / 256;
+  for (int64_t sb = 0; sb < supers; ++sb) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = p + r * row_bytes + sb * bb;
+      const size_t in_row = static_cast<size_t>(sb * bb);
+      // One prefetch per ~70 bytes, as rows_dot's one per 72-byte group.
+      constexpr int pf_step = t == DType::Q4_K ? 72 : q5k ? 88 : 70;
+#pragma GCC unroll 4
+      for (int off = 0; off < bb; off += pf_step) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk) + off + pf.at(in_row + off), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(blk) + off + pf_l2.at(in_row + off), _MM_HINT_T1);
+      }
+      __m512 scales;  // d sc_j, j = 0..7 (Q4_K, Q5_K) or 0..15 (Q6_K)
+      [[maybe_unused]] __m512i qh5;
+      if constexpr (q5k) qh5 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16)));
+      [[maybe_unused]] __m256 mins;
+      if constexpr (q4k) {
+        uint64_t sc, mn;
+        kquant::q4k_scales_mins(blk + 4, sc, mn);
+        const __m256 d = _mm256_set1_ps(h2f(blk)), dmin = _mm256_set1_ps(h2f(blk + 2));
+        scales = _mm512_castps256_ps512(
+            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))))));
+        mins =
+            _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+      } else {
+        scales = _mm512_mul_ps(
+            _mm512_set1_ps(h2f(blk + 208)),
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)))));
+      }
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        __m512i v;
+        if constexpr (q4k) {
+          const __m512i q =
+              _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qs_at + 32 * g)));
+          v = _mm512_and_si512(_mm512_srlv_epi16(q, shift_lo_hi), low4);
+          if constexpr (q5k)  // + 16 where bit 2g (low half) or 2g + 1 (high half) of qh[l] is set
+            v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh5, qh_bit[g]), v, _mm512_set1_epi8(16));
+        } else {  // group g: half g / 2, its low (g even) or high nibbles
+          const __m512i ql = _mm512_loadu_si512(blk + 64 * (g / 2));
+          const __m512i qh =
+              _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (g / 2))));
+          const __m512i nib = (g & 1) ? _mm512_srli_epi16(ql, 4) : ql;
+          const __m512i hi = (g & 1) ? _mm512_srlv_epi16(qh, shift_b) : _mm512_sllv_epi16(qh, shift_lo_hi);
+          v = _mm512_ternarylogic_epi64(_mm512_and_si512(nib, low4), hi, bits45, 0xf8);  // a | (b & c)
+        }
+        const __m512 lane_scale = _mm512_permutexvar_ps(sub_idx[g], scales);
+#pragma GCC unroll 8
+        for (int k = 0; k < N; ++k) {
+          const uint8_t* xg = xq + k * xstride + (sb * 4 + g) * L::xbytes;
+          __m512i s = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_load_si512(xg)), 8);
+          s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, v, _mm512_load_si512(xg + 64)), 8);
+          s = _mm512_dpbusd_epi32(s, v, _mm512_load_si512(xg + 128));
+          if constexpr (!q4k) s = _mm512_sub_epi32(s, _mm512_srai_epi32(_mm512_load_si512(xg + 256), 2));
+          const __m512 sc = _mm512_mul_ps(lane_scale, _mm512_load_ps(reinterpret_cast<const float*>(xg + 192)));
+          acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[r][k]);
+        }
+      }
+      if constexpr (q4k)  // the mins in the low eight lanes
+        for (int k = 0; k < N; ++k)
+          acc[r][k] = _mm512_mask3_fnmadd_ps(_mm512_zextps256_ps512(mins),
+                                             _mm512_zextps256_ps512(_mm256_loadu_ps(xs + k * xs_stride + sb * 8)),
+                                             acc[r][k], 0x00ff);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k) out[r * N + k] = hsum512(acc[r][k]);
+}
+
 }  // namespace intdot
 #endif
 #pragma GCC diagnostic pop
@@ -1257,6 +1396,17 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
 #else
   constexpr auto intdot_type = [](DType) { return false; };
 #endif
+#ifdef REDWOOD_INTDOT
+  // K-quants on the Q8_0-prepared activations (intdot::rows_dot_k), where that
+  // is faster than dequantizing to fp32 (chunked_row_dot): Q4_K at every n,
+  // Q5_K up to 2 tokens, Q6_K for one (4096^2 out of cache, Zen 4: Q6_K 10-25%
+  // slower from 3 tokens, Q5_K from 3 to 6).
+  constexpr auto kdot_type = [](DType t) {
+    return t == DType::Q4_K || (t == DType::Q5_K && N <= 2) || (t == DType::Q6_K && N == 1);
+  };
+#else
+  constexpr auto kdot_type = [](DType) { return false; };
+#endif
 #ifdef REDWOOD_AVX512  // row_dots512 adds Q4_1's m * sum(x) per block
   std::vector<float> xsum;
   const float* xs = nullptr;
@@ -1281,7 +1431,7 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
 #else
   constexpr bool deq = false;
 #endif
-  if (intdot_type(w.type) && !deq) {
+  if ((intdot_type(w.type) || kdot_type(w.type)) && !deq) {
     auto prepare_tokens = [&]<DType T>() {
       using L = idot::Layout<T>;
       xstride = static_cast<size_t>((cols / 32 + L::blocks - 1) / L::blocks * L::xbytes);
@@ -1299,11 +1449,11 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   }
 #endif
 #ifdef REDWOOD_AVX2
-  std::vector<float> xsum32;  // the single-token Q4_K/Q5_K dot's sums over 32 elements
-  if (N == 1 && needs_sums_of_32(w.type)) {
-    xsum32.resize(cols / 32);
-    sums_of_32(x, cols, xsum32.data());
-  }
+  // The single-token Q4_K/Q5_K dot's sums over 32 elements (rows_dot_k's: every token's).
+  std::vector<float> xsum32;
+  const int n_sums = kdot_type(w.type) ? N : N == 1 && needs_sums_of_32(w.type) ? 1 : 0;
+  xsum32.resize(n_sums * (cols / 32));
+  for (int k = 0; k < n_sums; ++k) sums_of_32(x + k * cols, cols, xsum32.data() + k * (cols / 32));
 #endif
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
   // blocked_range splits down to [grain/2, grain] rows: keep groups of eight (four).
@@ -1311,6 +1461,30 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, grain), [&](const tbb::blocked_range<int64_t>& r) {
 #ifdef REDWOOD_AVX2
     float out[N];
+#ifdef REDWOOD_INTDOT
+    if (kdot_type(w.type)) {
+      auto run_k = [&]<DType T>() {
+        const size_t rb = *row_bytes(T, cols);
+        int64_t i = r.begin();
+        if (N == 1 && cols > kLongRow)
+          for (; i + intdot::kLongRows <= r.end(); i += intdot::kLongRows)
+            intdot::rows_dot_k<T, 1, intdot::kLongRows>(row_ptr(w, i), rb, cols, xq, xstride, xsum32.data(), 0, y + i);
+        if (N == 1)
+          for (; i + intdot::kShortRows <= r.end(); i += intdot::kShortRows)
+            intdot::rows_dot_k<T, 1, intdot::kShortRows>(row_ptr(w, i), rb, cols, xq, xstride, xsum32.data(), 0, y + i);
+        for (; i < r.end(); ++i) {
+          intdot::rows_dot_k<T, N, 1>(row_ptr(w, i), rb, cols, xq, xstride, xsum32.data(), cols / 32, out);
+          for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
+        }
+      };
+      if (w.type == DType::Q4_K) run_k.template operator()<DType::Q4_K>();
+      if constexpr (kdot_type(DType::Q5_K))
+        if (w.type == DType::Q5_K) run_k.template operator()<DType::Q5_K>();
+      if constexpr (kdot_type(DType::Q6_K))
+        if (w.type == DType::Q6_K) run_k.template operator()<DType::Q6_K>();
+      return;
+    }
+#endif
     if (is_chunked_type(w.type) && !iq4_idot<N>(w.type)) {
       for (int64_t i = r.begin(); i < r.end(); ++i) {
         chunked_row_dot<N>(w.type, row_ptr(w, i), cols, x, cols, xsum32.data(), out);

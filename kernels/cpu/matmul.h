@@ -1,8 +1,9 @@
 // CPU matrix kernels: y[t][r] = sum_c W[r][c] x[t][c], weights in stored type.
 //  - n <= kGemvMaxN: fused dequantize-dot; each weight row is read once for all n tokens
 //    (memory-bound: the decode and small-tree case).
-//    Quantized types use integer dot products (AVX-512 VNNI, or AVX2 VPMADDWD)
-//    over activations rounded to 2^-21..2^-24 of each lane's largest element.
+//    Q8_0/Q4_0/Q4_1 (with AVX-512 VNNI also Q4_K/Q5_K/Q6_K) use integer dot
+//    products (AVX-512 VNNI, or AVX2 VPMADDWD) over activations rounded to
+//    2^-21..2^-24 of each lane's largest element.
 //  - larger n (compute-bound: prefill and large trees): a fused dequantize + GEMM
 //    (rows dequantized per 256-column chunk, activations transposed into
 //    token panels, a register-blocked FMA micro-kernel; 512-bit with AVX-512,
