@@ -7,6 +7,10 @@
 //   bench_passes gemm [N ...]      F16 and Q4_0, default N = 64
 //   bench_passes gemm-odd [N ...]  odd shapes (hashes for identity checks)
 //   bench_passes attention         tree passes of 64-768 tokens after a prefix
+//   bench_passes gemv-stack TYPE [DIM FFN KV_DIM LAYERS]
+//                                  single-token GEMVs over a layer stack's seven
+//                                  matrices, streamed from DRAM as in decoding
+//                                  (default: the 1.88B model's shapes, 26 layers)
 // REPS=k fixes the repetitions (REPS=1 for a quick identity check).
 
 #include <algorithm>
@@ -93,6 +97,72 @@ void gemm(bool odd, const std::vector<int>& ns) {
   }
 }
 
+// Decoding's GEMVs: each layer's q, k, v, o, gate, up, down matrices in turn,
+// every one read once per token from DRAM (the stack is larger than the
+// caches), so that the prefetchers see what a model's decode shows them.
+// Random quants with small positive scales; GB/s of weights per matrix shape.
+int gemv_stack(const std::string& type, int64_t dim, int64_t ffn, int64_t kv, int layers) {
+  struct T {
+    const char* name;
+    DType t;
+    int scale_at[2];  // fp16 scale fields in a block (-1: none); F16: every element
+  };
+  const T types[] = {{"F16", DType::F16, {-1, -1}},   {"Q8_0", DType::Q8_0, {0, -1}}, {"Q4_0", DType::Q4_0, {0, -1}},
+                     {"Q4_1", DType::Q4_1, {0, 2}},   {"Q4_K", DType::Q4_K, {0, 2}},  {"Q5_K", DType::Q5_K, {0, 2}},
+                     {"Q6_K", DType::Q6_K, {208, -1}}};
+  const T* ty = nullptr;
+  for (const T& c : types)
+    if (type == c.name) ty = &c;
+  if (!ty) {
+    std::fprintf(stderr, "gemv-stack: TYPE is one of F16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K\n");
+    return 2;
+  }
+  const int64_t shape[7][2] = {{dim, dim}, {kv, dim}, {kv, dim}, {dim, dim}, {ffn, dim}, {ffn, dim}, {dim, ffn}};
+  const DTypeInfo& info = dtype_info(ty->t);
+  std::vector<size_t> bytes(7);
+  size_t layer_bytes = 0;
+  for (int m = 0; m < 7; ++m) layer_bytes += bytes[m] = *row_bytes(ty->t, shape[m][1]) * shape[m][0];
+  std::vector<uint8_t> buf(layer_bytes * layers);
+  std::mt19937 rng(1);
+  const uint16_t small = math::f32_to_f16(0.01f);
+  if (ty->t == DType::F16) {
+    for (size_t i = 0; i + 2 <= buf.size(); i += 2) {
+      const uint16_t h = math::f32_to_f16((static_cast<float>(rng() % 2001) - 1000) * 1e-5f);
+      memcpy(&buf[i], &h, 2);
+    }
+  } else {
+    for (auto& b : buf) b = static_cast<uint8_t>(rng());
+    for (size_t b = 0; b + info.block_bytes <= buf.size(); b += info.block_bytes)
+      for (int at : ty->scale_at)
+        if (at >= 0) memcpy(&buf[b + at], &small, 2);
+  }
+  std::vector<float> x(std::max(dim, ffn)), y(std::max(dim, ffn));
+  for (auto& v : x) v = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
+  const int reps = reps_or(std::max(3, static_cast<int>(4e9 / static_cast<double>(buf.size()))));
+  std::vector<double> secs(7, 0.0);
+  for (int rep = 0; rep <= reps; ++rep) {  // the first pass is a warm-up
+    size_t off = 0;
+    for (int l = 0; l < layers; ++l)
+      for (int m = 0; m < 7; ++m) {
+        const WeightView w{ty->t, shape[m][0], shape[m][1], buf.data() + off};
+        const auto t0 = std::chrono::steady_clock::now();
+        cpu::matmul(w, x.data(), 1, y.data());
+        if (rep > 0) secs[m] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        off += bytes[m];
+      }
+  }
+  double total = 0;
+  std::printf("%s, %d layers (%.2f GB), GB/s of weights:", ty->name, layers, static_cast<double>(buf.size()) / 1e9);
+  for (int m = 0; m < 7; ++m) {
+    total += secs[m];
+    std::printf("  %lldx%lld %.1f", static_cast<long long>(shape[m][0]), static_cast<long long>(shape[m][1]),
+                static_cast<double>(bytes[m]) * layers * reps / secs[m] / 1e9);
+  }
+  std::printf("  | all %.1f GB/s, %.2f ms per token\n", static_cast<double>(buf.size()) * reps / total / 1e9,
+              total / reps * 1e3);
+  return 0;
+}
+
 // n new tokens in a random tree after n_past committed positions.
 void attention_case(int n, int n_past, int heads, int kv_heads, int reps) {
   const int hd = 128;
@@ -143,8 +213,17 @@ int main(int argc, char** argv) {
     attention_case(256, 2048, 16, 16, 10);
     attention_case(768, 512, 64, 8, 5);  // Llama2-70B's heads (GQA)
     attention_case(64, 1000, 9, 3, 50);  // SmolLM2's head grouping (hd 128 here)
+  } else if (mode == "gemv-stack" && argc >= 3) {
+    // Widths are multiples of 256 (every type's block), at least one layer.
+    const auto arg = [&](int i, int64_t fallback, int64_t unit) {
+      return argc > i ? std::max<int64_t>(unit, atoll(argv[i]) / unit * unit) : fallback;
+    };
+    return gemv_stack(argv[2], arg(3, 2048, 256), arg(4, 8192, 256), arg(5, 2048, 256),
+                      static_cast<int>(arg(6, 26, 1)));
   } else {
-    std::fprintf(stderr, "usage: bench_passes gemm|gemm-odd [N ...] | attention   (REPS=k)\n");
+    std::fprintf(stderr,
+                 "usage: bench_passes gemm|gemm-odd [N ...] | attention | gemv-stack TYPE [DIM FFN KV_DIM LAYERS]"
+                 "   (REPS=k)\n");
     return 2;
   }
   return 0;
