@@ -590,6 +590,11 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 // Per lane, the integer dot times the sub-block's scale (rounded to fp32 as
 // math::dequant_q4_k / dequant_q6_k round it) times the lane's 2^(e - B).
 namespace kquant {
+// 256 bits in both halves (the masked form: GCC 12's unmasked one reads an
+// undefined vector that -Wuninitialized reports under the sanitizers).
+inline __m512i bcast256(const uint8_t* p) {
+  return _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 constexpr int kSuperBytesQ4K = 144, kSuperBytesQ5K = 176, kSuperBytesQ6K = 210;
 // Lane j of a group takes scale (permutation index) sub[j]: Q4_K group g:
 // 2g + j / 8; Q6_K groups of half h: 8h + j / 4 and 8h + 4 + j / 4.
@@ -633,8 +638,8 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
   for (int g = 0; g < 4; ++g) {
     sub_idx[g] = q4k ? kquant::lane_subs(2 * g, 8) : kquant::lane_subs(4 * g, 4);
     if constexpr (q5k)
-      qh_bit[g] = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * g))),
-                                     _mm256_set1_epi8(static_cast<char>(2 << (2 * g))), 1);
+      qh_bit[g] = _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi8(static_cast<char>(1 << (2 * g))),
+                                          _mm512_set1_epi8(static_cast<char>(2 << (2 * g))));
   }
   __m512 acc[R][N];
 #pragma GCC unroll 16
@@ -656,7 +661,7 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
       }
       __m512 scales;  // d sc_j, j = 0..7 (Q4_K, Q5_K) or 0..15 (Q6_K)
       [[maybe_unused]] __m512i qh5;
-      if constexpr (q5k) qh5 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16)));
+      if constexpr (q5k) qh5 = kquant::bcast256(blk + 16);
       [[maybe_unused]] __m256 mins;
       if constexpr (q4k) {
         uint64_t sc, mn;
@@ -675,15 +680,13 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
       for (int g = 0; g < 4; ++g) {
         __m512i v;
         if constexpr (q4k) {
-          const __m512i q =
-              _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qs_at + 32 * g)));
+          const __m512i q = kquant::bcast256(blk + qs_at + 32 * g);
           v = _mm512_and_si512(_mm512_srlv_epi16(q, shift_lo_hi), low4);
           if constexpr (q5k)  // + 16 where bit 2g (low half) or 2g + 1 (high half) of qh[l] is set
             v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh5, qh_bit[g]), v, _mm512_set1_epi8(16));
         } else {  // group g: half g / 2, its low (g even) or high nibbles
           const __m512i ql = _mm512_loadu_si512(blk + 64 * (g / 2));
-          const __m512i qh =
-              _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (g / 2))));
+          const __m512i qh = kquant::bcast256(blk + 128 + 32 * (g / 2));
           const __m512i nib = (g & 1) ? _mm512_srli_epi16(ql, 4) : ql;
           const __m512i hi = (g & 1) ? _mm512_srlv_epi16(qh, shift_b) : _mm512_sllv_epi16(qh, shift_lo_hi);
           v = _mm512_ternarylogic_epi64(_mm512_and_si512(nib, low4), hi, bits45, 0xf8);  // a | (b & c)
