@@ -596,13 +596,16 @@ inline __m512i bcast256(const uint8_t* p) {
   return _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 constexpr int kSuperBytesQ4K = 144, kSuperBytesQ5K = 176, kSuperBytesQ6K = 210;
-// Lane j of a group takes scale (permutation index) sub[j]: Q4_K group g:
-// 2g + j / 8; Q6_K groups of half h: 8h + j / 4 and 8h + 4 + j / 4.
-inline __m512i lane_subs(int first, int lanes_per_sub) {
-  alignas(64) int32_t idx[16];
-  for (int j = 0; j < 16; ++j) idx[j] = first + j / lanes_per_sub;
-  return _mm512_load_si512(idx);
-}
+// Lane j of group g takes scale (permutation index) sub[g][j]: Q4_K/Q5_K
+// (two 32-element sub-blocks per group): 2g + j / 8; Q6_K (four 16-element
+// ones): 4g + j / 4, i.e. 8h + j / 4 and 8h + 4 + j / 4 for the groups of half h.
+struct LaneSubs {
+  alignas(64) int32_t sub[4][16]{};
+  constexpr explicit LaneSubs(int lanes_per_sub) {
+    for (int g = 0; g < 4; ++g)
+      for (int j = 0; j < 16; ++j) sub[g][j] = (16 / lanes_per_sub) * g + j / lanes_per_sub;
+  }
+};
 // Q4_K's eight 6-bit scales (bytes 0-7) and mins (8-15) of the 12 packed bytes
 // (math::kquant_scale_min): j < 4 in the low six bits of bytes j and j + 4;
 // j >= 4 from the nibbles of bytes j + 4 and the top two bits of bytes j - 4, j.
@@ -633,10 +636,11 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
                              0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004);
   [[maybe_unused]] const __m512i shift_b =
       _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0, 0, 0, 0);
+  static constexpr kquant::LaneSubs subs(q4k ? 8 : 4);
   __m512i sub_idx[4];
   [[maybe_unused]] __m512i qh_bit[4];
   for (int g = 0; g < 4; ++g) {
-    sub_idx[g] = q4k ? kquant::lane_subs(2 * g, 8) : kquant::lane_subs(4 * g, 4);
+    sub_idx[g] = _mm512_load_si512(subs.sub[g]);
     if constexpr (q5k)
       qh_bit[g] = _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi8(static_cast<char>(1 << (2 * g))),
                                           _mm512_set1_epi8(static_cast<char>(2 << (2 * g))));
@@ -1388,6 +1392,28 @@ constexpr bool iq4_idot(DType t) {
 #endif
 }
 
+#ifdef REDWOOD_IDOT
+// The integer dot kernels' rows [b, e) at n tokens: at n = 1, idot::kLongRows
+// rows per call over rows longer than kLongRow columns, then kShortRows per
+// call; otherwise (and the rest) one row per call. dot.template
+// operator()<R, N>(i, out) fills out[r * N + k] for rows i..i+R-1.
+template <int N, typename Dot>
+void by_row_groups(int64_t b, int64_t e, int64_t rows, int64_t cols, float* y, Dot&& dot) {
+  constexpr int kl = idot::kLongRows, ks = idot::kShortRows;
+  int64_t i = b;
+  if constexpr (N == 1) {
+    if (cols > kLongRow)
+      for (; i + kl <= e; i += kl) dot.template operator()<kl, 1>(i, y + i);
+    for (; i + ks <= e; i += ks) dot.template operator()<ks, 1>(i, y + i);
+  }
+  float out[N];
+  for (; i < e; ++i) {
+    dot.template operator()<1, N>(i, out);
+    for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
+  }
+}
+#endif
+
 template <int N>
 void gemv_n(const WeightView& w, const float* x, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
@@ -1468,17 +1494,9 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     if (kdot_type(w.type)) {
       auto run_k = [&]<DType T>() {
         const size_t rb = *row_bytes(T, cols);
-        int64_t i = r.begin();
-        if (N == 1 && cols > kLongRow)
-          for (; i + intdot::kLongRows <= r.end(); i += intdot::kLongRows)
-            intdot::rows_dot_k<T, 1, intdot::kLongRows>(row_ptr(w, i), rb, cols, xq, xstride, xsum32.data(), 0, y + i);
-        if (N == 1)
-          for (; i + intdot::kShortRows <= r.end(); i += intdot::kShortRows)
-            intdot::rows_dot_k<T, 1, intdot::kShortRows>(row_ptr(w, i), rb, cols, xq, xstride, xsum32.data(), 0, y + i);
-        for (; i < r.end(); ++i) {
-          intdot::rows_dot_k<T, N, 1>(row_ptr(w, i), rb, cols, xq, xstride, xsum32.data(), cols / 32, out);
-          for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
-        }
+        by_row_groups<N>(r.begin(), r.end(), rows, cols, y, [&]<int R, int NN>(int64_t i, float* o) {
+          intdot::rows_dot_k<T, NN, R>(row_ptr(w, i), rb, cols, xq, xstride, xsum32.data(), cols / 32, o);
+        });
       };
       if (w.type == DType::Q4_K) run_k.template operator()<DType::Q4_K>();
       if constexpr (kdot_type(DType::Q5_K))
@@ -1509,15 +1527,9 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
 #endif
       if constexpr (intdot_type(T)) {
         const size_t rb = *row_bytes(w.type, cols);
-        constexpr int kl = idot::kLongRows, ks = idot::kShortRows;
-        if (N == 1 && cols > kLongRow)
-          for (; i + kl <= r.end(); i += kl) idot::rows_dot<T, 1, kl>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
-        if (N == 1)
-          for (; i + ks <= r.end(); i += ks) idot::rows_dot<T, 1, ks>(row_ptr(w, i), rb, cols, xq, xstride, y + i);
-        for (; i < r.end(); ++i) {
-          idot::rows_dot<T, N, 1>(row_ptr(w, i), rb, cols, xq, xstride, out);
-          for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
-        }
+        by_row_groups<N>(i, r.end(), rows, cols, y, [&]<int R, int NN>(int64_t row, float* o) {
+          idot::rows_dot<T, NN, R>(row_ptr(w, row), rb, cols, xq, xstride, o);
+        });
         return;
       }
 #endif
