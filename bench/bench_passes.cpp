@@ -7,10 +7,11 @@
 //   bench_passes gemm [N ...]      F16 and Q4_0, default N = 64
 //   bench_passes gemm-odd [N ...]  odd shapes (hashes for identity checks)
 //   bench_passes attention         tree passes of 64-768 tokens after a prefix
-//   bench_passes gemv-stack TYPE [DIM FFN KV_DIM LAYERS]
-//                                  single-token GEMVs over a layer stack's seven
-//                                  matrices, streamed from DRAM as in decoding
-//                                  (default: the 1.88B model's shapes, 26 layers)
+//   bench_passes gemv-stack TYPE [DIM FFN KV_DIM LAYERS [N]]
+//                                  GEMVs of N tokens (default 1) over a layer
+//                                  stack's seven matrices, streamed from DRAM as
+//                                  in decoding (default: the 1.88B model's
+//                                  shapes, 26 layers)
 // REPS=k fixes the repetitions (REPS=1 for a quick identity check).
 
 #include <algorithm>
@@ -101,7 +102,7 @@ void gemm(bool odd, const std::vector<int>& ns) {
 // every one read once per token from DRAM (the stack is larger than the
 // caches), so that the prefetchers see what a model's decode shows them.
 // Random quants with small positive scales; GB/s of weights per matrix shape.
-int gemv_stack(const std::string& type, int64_t dim, int64_t ffn, int64_t kv, int layers) {
+int gemv_stack(const std::string& type, int64_t dim, int64_t ffn, int64_t kv, int layers, int n) {
   struct T {
     const char* name;
     DType t;
@@ -136,7 +137,7 @@ int gemv_stack(const std::string& type, int64_t dim, int64_t ffn, int64_t kv, in
       for (int at : ty->scale_at)
         if (at >= 0) memcpy(&buf[b + at], &small, 2);
   }
-  std::vector<float> x(std::max(dim, ffn)), y(std::max(dim, ffn));
+  std::vector<float> x(static_cast<size_t>(n) * std::max(dim, ffn)), y(x.size());
   for (auto& v : x) v = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
   const int reps = reps_or(std::max(3, static_cast<int>(4e9 / static_cast<double>(buf.size()))));
   std::vector<double> secs(7, 0.0);
@@ -146,19 +147,20 @@ int gemv_stack(const std::string& type, int64_t dim, int64_t ffn, int64_t kv, in
       for (int m = 0; m < 7; ++m) {
         const WeightView w{ty->t, shape[m][0], shape[m][1], buf.data() + off};
         const auto t0 = std::chrono::steady_clock::now();
-        cpu::matmul(w, x.data(), 1, y.data());
+        cpu::matmul(w, x.data(), n, y.data());
         if (rep > 0) secs[m] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         off += bytes[m];
       }
   }
   double total = 0;
-  std::printf("%s, %d layers (%.2f GB), GB/s of weights:", ty->name, layers, static_cast<double>(buf.size()) / 1e9);
+  std::printf("%s, n=%d, %d layers (%.2f GB), GB/s of weights:", ty->name, n, layers,
+              static_cast<double>(buf.size()) / 1e9);
   for (int m = 0; m < 7; ++m) {
     total += secs[m];
     std::printf("  %lldx%lld %.1f", static_cast<long long>(shape[m][0]), static_cast<long long>(shape[m][1]),
                 static_cast<double>(bytes[m]) * layers * reps / secs[m] / 1e9);
   }
-  std::printf("  | all %.1f GB/s, %.2f ms per token\n", static_cast<double>(buf.size()) * reps / total / 1e9,
+  std::printf("  | all %.1f GB/s, %.2f ms per pass\n", static_cast<double>(buf.size()) * reps / total / 1e9,
               total / reps * 1e3);
   return 0;
 }
@@ -218,11 +220,11 @@ int main(int argc, char** argv) {
     const auto arg = [&](int i, int64_t fallback, int64_t unit) {
       return argc > i ? std::max<int64_t>(unit, atoll(argv[i]) / unit * unit) : fallback;
     };
-    return gemv_stack(argv[2], arg(3, 2048, 256), arg(4, 8192, 256), arg(5, 2048, 256),
-                      static_cast<int>(arg(6, 26, 1)));
+    return gemv_stack(argv[2], arg(3, 2048, 256), arg(4, 8192, 256), arg(5, 2048, 256), static_cast<int>(arg(6, 26, 1)),
+                      static_cast<int>(std::min<int64_t>(cpu::kGemvMaxN, arg(7, 1, 1))));
   } else {
     std::fprintf(stderr,
-                 "usage: bench_passes gemm|gemm-odd [N ...] | attention | gemv-stack TYPE [DIM FFN KV_DIM LAYERS]"
+                 "usage: bench_passes gemm|gemm-odd [N ...] | attention | gemv-stack TYPE [DIM FFN KV_DIM LAYERS [N]]"
                  "   (REPS=k)\n");
     return 2;
   }
