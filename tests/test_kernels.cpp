@@ -111,8 +111,10 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
 // quantized types); each row's arithmetic is the single-row kernel's, so the
 // results are bit-identical to one-row calls.
 TEST(Kernels, LongRowDecodeEqualsRowByRow) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1})
+  for (DType t :
+       {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::IQ4_XS})
     for (int64_t cols : {int64_t{576}, int64_t{8192 + 64}}) {
+      if (t == DType::IQ4_XS) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
       const int64_t rows = 45;
       Mat m = random_matrix(t, rows, cols, 11);
       std::mt19937 rng(3);
@@ -131,14 +133,47 @@ TEST(Kernels, LongRowDecodeEqualsRowByRow) {
     }
 }
 
+// The IQ4 types' integer dot at its int32 bound: every weight at the extreme
+// level (-127 or 113, scale 1) and every activation just under a power of two,
+// so that each lane of eight products sums to nearly 2^31; 1..8 tokens.
+TEST(Kernels, Iq4DecodeAtTheInt32Bound) {
+  for (DType t : {DType::IQ4_NL, DType::IQ4_XS})
+    for (uint8_t nibbles : {uint8_t{0x00}, uint8_t{0xff}})
+      for (int n : {1, 2, 8}) {
+        const int64_t rows = 9, cols = 4352;
+        const uint64_t rb = *row_bytes(t, cols), bb = dtype_info(t).block_bytes;
+        std::vector<uint8_t> bytes(rows * rb, nibbles);
+        const uint16_t one = math::f32_to_f16(1.0f);
+        for (uint64_t b = 0; b < bytes.size() / bb; ++b) {
+          memcpy(bytes.data() + b * bb, &one, 2);
+          if (t == DType::IQ4_XS) {  // every sub-block scale 63 - 32 = 31
+            const uint16_t sh = 0xffff;
+            memcpy(bytes.data() + b * bb + 2, &sh, 2);
+            memset(bytes.data() + b * bb + 4, 0xff, 4);
+          }
+        }
+        const WeightView w{t, rows, cols, bytes.data()};
+        std::vector<float> x(n * cols, std::nextafter(2.0f, 0.0f)), y(n * rows, NAN), ref(n * rows);
+        for (int64_t c = 0; c < cols; c += 3) x[c] = -x[c] * 0.5f;  // mixed signs, still near 2^k
+        cpu::matmul(w, x.data(), n, y.data());
+        cpu::matmul_reference(w, x.data(), n, ref.data());
+        ASSERT_LT(rel_err(y, ref), 1e-6) << dtype_name(t) << " nibbles " << int(nibbles) << " n " << n;
+        for (float& v : x) v = std::fabs(v);  // all positive: the largest lane sums
+        cpu::matmul(w, x.data(), n, y.data());
+        cpu::matmul_reference(w, x.data(), n, ref.data());
+        ASSERT_LT(rel_err(y, ref), 1e-6) << dtype_name(t) << " nibbles " << int(nibbles) << " n " << n;
+      }
+}
+
 // Decode keeps fp32-level accuracy for activations spanning seven decades with
 // outliers (the integer dot path rounds each lane of 4-8 elements to 2^-22 or
-// 2^-21 of its largest; measured worst 6e-7, F16's fp32 path 6e-8; rounding
+// 2^-21 of its largest; measured worst 6.7e-7, F16's fp32 path 6e-8; rounding
 // to 2^-14 fails): every row within 2e-6 of sum |w x| of a double dot.
 // A non-finite activation makes every output NaN, as an fp32 dot would.
 TEST(Kernels, DecodeIsFp32AccurateForWideRangeActivations) {
-  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::IQ4_XS}) {
     for (int64_t cols : {64, 96, 576, 4160}) {
+      if (t == DType::IQ4_XS) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
       const int64_t rows = 40;
       Mat m = random_matrix(t, rows, cols, 5);
       std::mt19937 rng(cols);

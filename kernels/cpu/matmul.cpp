@@ -365,7 +365,11 @@ void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
 // Q8_0 blocks. Unsigned weight bytes meet signed digits: Q4_0's q - 8 and
 // Q8_0's q + 128 - 128 are offset corrections computed once per activation
 // lane (exact in wrapping int32: every lane's true value fits). Q4_1's offset
-// m adds m * sum(x) per lane, in fp32.
+// m adds m * sum(x) per lane, in fp32. IQ4_NL and IQ4_XS are laid out as Q4_0;
+// their nibbles index ggml's int8 levels, looked up (VPSHUFB) as level + 128
+// (1..241) with the correction 128 sum(X); |level| <= 127 over eight elements
+// per lane fits int32 with B = 21 (the uncorrected sum may wrap). IQ4_XS's 64 bytes of quants per group are
+// contiguous in its super-block; the scale of a lane is d (sub-block scale - 32).
 namespace intdot {
 
 // Rows per rows_dot call at n = 1: over rows longer than kLongRow columns
@@ -376,13 +380,18 @@ constexpr int kLongRows = 8, kShortRows = 4;
 template <DType t>
 struct Layout {
   static constexpr bool q4 = t != DType::Q8_0;
-  static constexpr int bits = q4 ? 22 : 21;            // B above
-  static constexpr int planes = q4 ? 2 : 1;            // weight vectors per group (low, high nibbles)
-  static constexpr int blocks = q4 ? 4 : 2;            // quantized blocks per group
-  static constexpr int lanes_per_block = 16 / blocks;  // int32 lanes holding one block's products
-  static constexpr int bb = t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34;  // block bytes
-  static constexpr int qoff = t == DType::Q4_1 ? 4 : 2;                          // quants' offset in a block
-  static constexpr int group_bytes = blocks * bb;                                // 72, 80, 68: two 64-byte loads
+  static constexpr bool iq4 = t == DType::IQ4_NL || t == DType::IQ4_XS;  // nibbles index the int8 levels
+  static constexpr int bits = q4 ? (iq4 ? 21 : 22) : 21;                 // B above
+  static constexpr int planes = q4 ? 2 : 1;                              // weight vectors per group (low, high nibbles)
+  static constexpr int blocks = q4 ? 4 : 2;                              // quantized blocks per group
+  static constexpr int lanes_per_block = 16 / blocks;                    // int32 lanes holding one block's products
+  // Block bytes (IQ4_XS: an eighth of its 136-byte super-block; qidx and didx unused).
+  static constexpr int bb = t == DType::Q4_0 || t == DType::IQ4_NL ? 18
+                            : t == DType::Q4_1                     ? 20
+                            : t == DType::IQ4_XS                   ? 17
+                                                                   : 34;
+  static constexpr int qoff = t == DType::Q4_1 ? 4 : 2;  // quants' offset in a block
+  static constexpr int group_bytes = blocks * bb;        // 72, 80, 68: two 64-byte loads (IQ4_XS: one)
   // Activation bytes per group: 3 digit planes x planes vectors, then per lane
   // 2^(e - B) (fp32), then the offset correction (int32; Q4_1: the lane's sum(x), fp32).
   static constexpr int xbytes = 3 * planes * 64 + 64 + 64;
@@ -423,6 +432,12 @@ inline __m128 per_group(__m512 v) {
 }
 inline __m128i per_group(__m512i v) {
   return _mm512_castsi512_si128(_mm512_maskz_compress_epi32(0x1111, v));
+}
+
+inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
 }
 
 // Lays x (cols, a multiple of 32) out for rows_dot<t>: groups of
@@ -472,6 +487,8 @@ void prepare(const float* x, int64_t cols, uint8_t* out) {
       put_scales(g, e, bl * 4);
       if constexpr (t == DType::Q4_0)  // sum((q - 8) X) = sum(q X) - 8 sum(X)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(corr) + bl, per_group(_mm512_slli_epi32(sum4(X), 3)));
+      else if constexpr (L::iq4)  // sum(level X) = sum((level + 128) X) - 128 sum(X)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(corr) + bl, per_group(_mm512_slli_epi32(sum4(X), 7)));
       else  // Q4_1: m sum(x), in fp32
         _mm_storeu_ps(reinterpret_cast<float*>(corr) + bl * 4, per_group(sum4(_mm512_add_ps(v0, v1))));
     } else {  // Q8_0, lane k of the block: elements 4k..4k+3; sum((q + 128) X) - 128 sum(X)
@@ -498,12 +515,26 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
   [[maybe_unused]] const __m512i midx = _mm512_add_epi16(didx, _mm512_set1_epi16(1));  // Q4_1's m follows d
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   [[maybe_unused]] const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  // IQ4: level + 128 for each nibble, in every 128-bit lane.
+  [[maybe_unused]] const __m512i levels = _mm512_xor_si512(
+      _mm512_set4_epi64(static_cast<int64_t>(math::kIq4nlLevelsHi), static_cast<int64_t>(math::kIq4nlLevelsLo),
+                        static_cast<int64_t>(math::kIq4nlLevelsHi), static_cast<int64_t>(math::kIq4nlLevelsLo)),
+      sign);
+  constexpr bool xs = t == DType::IQ4_XS;
+  // IQ4_XS, group h of a super-block: 64-bit lane m holds sub-block j = 4h + m/2,
+  // whose scale's low 4 bits are bits 32 + 4j of the super-block's first eight
+  // bytes (d, scales_h, scales_l) and whose high 2 bits are bits 16 + 2j.
+  [[maybe_unused]] const __m512i xs_lo[2] = {_mm512_set_epi64(44, 44, 40, 40, 36, 36, 32, 32),
+                                             _mm512_set_epi64(60, 60, 56, 56, 52, 52, 48, 48)};
+  [[maybe_unused]] const __m512i xs_hi[2] = {_mm512_set_epi64(18, 18, 16, 16, 14, 14, 12, 12),
+                                             _mm512_set_epi64(26, 26, 24, 24, 22, 22, 20, 20)};
   const int64_t nb = cols / 32, groups = (nb + L::blocks - 1) / L::blocks;
   // Both 64-byte loads of a group are plain where the row has 128 bytes left
   // from its start (reading into the next group is harmless); the last groups'
   // loads are masked to the row (masked loads that split cache lines are slow,
-  // so only there).
-  const int64_t row_len = nb * L::bb, plain_groups = row_len >= 128 ? (row_len - 128) / L::group_bytes + 1 : 0;
+  // so only there). IQ4_XS: one load per group, always inside its super-block.
+  const int64_t row_len = nb * L::bb;
+  const int64_t plain_groups = xs ? groups : row_len >= 128 ? (row_len - 128) / L::group_bytes + 1 : 0;
   __m512 acc[R][N], macc[R][N];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
@@ -514,9 +545,11 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
     const int64_t rem = row_len - gi * L::group_bytes;  // bytes left in the row
     const __mmask64 mlo = rem >= 64 ? ~0ull : (1ull << rem) - 1;
     const __mmask64 mhi = rem >= 128 ? ~0ull : rem > 64 ? (1ull << (rem - 64)) - 1 : 0;
+    // The group's offset in its row (IQ4_XS: its super-block's, plus 64 for the second half).
+    const size_t off = xs ? static_cast<size_t>(gi / 2 * 136 + gi % 2 * 64) : static_cast<size_t>(gi * L::group_bytes);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const uint8_t* a = p + r * row_bytes + gi * L::group_bytes;
+      const uint8_t* a = p + r * row_bytes + off;
       // Software prefetch 1 KiB ahead in each row's stream into L1: in the Zen 5
       // VM's ~75 GB/s state it took the 4-bit GEMV from ~0.65 to ~0.8 of the
       // copy bandwidth (2 KiB: ~0.75). Past the row's end, into the same row of
@@ -526,20 +559,42 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
       // latency in a model's stream of matrices (Zen 4, 1.88B Q4_0 decode
       // 19-20 -> 27-28 tok/s; docs/PERFORMANCE.md, "prefetching into L2").
       if (plain) {
-        _mm_prefetch(reinterpret_cast<const char*>(a) + pf.at(gi * L::group_bytes), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(a) + pf_l2.at(gi * L::group_bytes), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(a) + pf.at(off), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(a) + pf_l2.at(off), _MM_HINT_T1);
       }
-      const __m512i v0 = plain ? _mm512_loadu_si512(a) : _mm512_maskz_loadu_epi8(mlo, a);
-      const __m512i v1 = plain ? _mm512_loadu_si512(a + 64) : _mm512_maskz_loadu_epi8(mhi, a + 64);
-      const __m512i q = _mm512_permutex2var_epi8(v0, qidx, v1);
+      __m512i q, v0;
+      if constexpr (xs) {
+        q = _mm512_loadu_si512(a + 8);
+      } else {
+        v0 = plain ? _mm512_loadu_si512(a) : _mm512_maskz_loadu_epi8(mlo, a);
+        const __m512i v1 = plain ? _mm512_loadu_si512(a + 64) : _mm512_maskz_loadu_epi8(mhi, a + 64);
+        q = _mm512_permutex2var_epi8(v0, qidx, v1);
+      }
       __m512i lo, hi;
       if constexpr (L::q4) {
         lo = _mm512_and_si512(q, low4);
         hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+        if constexpr (L::iq4) {
+          lo = _mm512_shuffle_epi8(levels, lo);
+          hi = _mm512_shuffle_epi8(levels, hi);
+        }
       } else {
         lo = hi = _mm512_xor_si512(q, sign);  // q + 128, unsigned
       }
-      const __m512 d = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, v0)));
+      __m512 d;
+      if constexpr (xs) {  // per lane d (scale - 32) of its sub-block
+        const uint8_t* sb = a - gi % 2 * 64;
+        const __m512i h = _mm512_set1_epi64(load_u64(sb));
+        const __m512i sc =
+            _mm512_ternarylogic_epi64(_mm512_srlv_epi64(h, xs_lo[gi % 2]),
+                                      _mm512_and_si512(_mm512_srlv_epi64(h, xs_hi[gi % 2]), _mm512_set1_epi64(0x30)),
+                                      _mm512_set1_epi64(0x0f), 0xec);  // (lo & 0x0f) | hi
+        d = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_shuffle_epi32(sc, _MM_PERM_CCAA), _mm512_set1_epi32(32))),
+            _mm512_set1_ps(h2f(sb)));
+      } else {
+        d = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, v0)));
+      }
       [[maybe_unused]] __m512 m;
       if constexpr (t == DType::Q4_1)
         m = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, v0)));
@@ -766,6 +821,12 @@ struct Layout {
   // 8 sum(X) 2^(e - B) (fp32), Q4_1: the lanes' sum(x) (fp32).
   static constexpr int xbytes = 4 * 32 + 32 + (q4 ? 32 : 0);
 };
+
+inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
 
 // Lays x (cols, a multiple of 32) out for rows_dot<t>: Layout<t>::xbytes per block.
 template <DType t>
@@ -1381,11 +1442,14 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
 // (AVX2, 16 vector registers) at a time at n = 1.
 constexpr int64_t kLongRow = 4096;
 
-// IQ4_NL and IQ4_XS single tokens go on intdot2 as Q8_0 blocks (AVX2 builds
-// without VNNI); their 2..8-token passes stay on the chunked path.
+// IQ4_NL and IQ4_XS go on intdot as Q4_0-like groups at 1..8 tokens (VNNI),
+// or single tokens on intdot2 as Q8_0 blocks (AVX2 builds without VNNI; their
+// 2..8-token passes stay on the chunked path there).
 template <int N>
 constexpr bool iq4_idot(DType t) {
-#ifdef REDWOOD_INTDOT2
+#if defined(REDWOOD_INTDOT)
+  return t == DType::IQ4_NL || t == DType::IQ4_XS;
+#elif defined(REDWOOD_INTDOT2)
   return N == 1 && (t == DType::IQ4_NL || t == DType::IQ4_XS);
 #else
   return false && t == DType::F32;
@@ -1473,7 +1537,11 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       prepare_tokens.template operator()<DType::Q4_0>();
     else if (w.type == DType::Q4_1)
       prepare_tokens.template operator()<DType::Q4_1>();
-    else  // Q8_0, IQ4_NL, IQ4_XS: the same prepared activations
+#ifdef REDWOOD_INTDOT
+    else if (w.type == DType::IQ4_NL || w.type == DType::IQ4_XS)  // the same prepared activations
+      prepare_tokens.template operator()<DType::IQ4_NL>();
+#endif
+    else  // Q8_0 (and IQ4_NL, IQ4_XS on intdot2)
       prepare_tokens.template operator()<DType::Q8_0>();
   }
 #endif
