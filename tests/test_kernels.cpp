@@ -111,8 +111,8 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
 // quantized types); each row's arithmetic is the single-row kernel's, so the
 // results are bit-identical to one-row calls.
 TEST(Kernels, LongRowDecodeEqualsRowByRow) {
-  for (DType t :
-       {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::IQ4_XS})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                  DType::IQ4_NL, DType::IQ4_XS})
     for (int64_t cols : {int64_t{576}, int64_t{8192 + 64}}) {
       if (t == DType::IQ4_XS) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
       const int64_t rows = 45;
@@ -167,11 +167,12 @@ TEST(Kernels, Iq4DecodeAtTheInt32Bound) {
 
 // Decode keeps fp32-level accuracy for activations spanning seven decades with
 // outliers (the integer dot path rounds each lane of 4-8 elements to 2^-22 or
-// 2^-21 of its largest; measured worst 6.7e-7, F16's fp32 path 6e-8; rounding
+// 2^-21 of its largest; measured worst 6.8e-7, F16's fp32 path 6e-8; rounding
 // to 2^-14 fails): every row within 2e-6 of sum |w x| of a double dot.
 // A non-finite activation makes every output NaN, as an fp32 dot would.
 TEST(Kernels, DecodeIsFp32AccurateForWideRangeActivations) {
-  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::IQ4_XS}) {
+  for (DType t :
+       {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS}) {
     for (int64_t cols : {64, 96, 576, 4160}) {
       if (t == DType::IQ4_XS) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
       const int64_t rows = 40;

@@ -365,11 +365,14 @@ void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
 // Q8_0 blocks. Unsigned weight bytes meet signed digits: Q4_0's q - 8 and
 // Q8_0's q + 128 - 128 are offset corrections computed once per activation
 // lane (exact in wrapping int32: every lane's true value fits). Q4_1's offset
-// m adds m * sum(x) per lane, in fp32. IQ4_NL and IQ4_XS are laid out as Q4_0;
-// their nibbles index ggml's int8 levels, looked up (VPSHUFB) as level + 128
-// (1..241) with the correction 128 sum(X); |level| <= 127 over eight elements
-// per lane fits int32 with B = 21 (the uncorrected sum may wrap). IQ4_XS's 64 bytes of quants per group are
-// contiguous in its super-block; the scale of a lane is d (sub-block scale - 32).
+// m adds m * sum(x) per lane, in fp32. Q5_0 and Q5_1 are Q4_0 and Q4_1 with
+// each element's fifth bit (from the block's qh, gathered and moved to bit 4
+// of each byte by VPMULTISHIFTQB) OR-ed in; Q5_0's correction is 16 sum(X).
+// IQ4_NL and IQ4_XS are laid out as Q4_0; their nibbles index ggml's int8
+// levels, looked up (VPSHUFB) as level + 128 (1..241) with the correction
+// 128 sum(X); |level| <= 127 over eight elements per lane fits int32 with
+// B = 21 (the uncorrected sum may wrap). IQ4_XS's 64 bytes of quants per group
+// are contiguous in its super-block; the scale of a lane is d (sub-block scale - 32).
 namespace intdot {
 
 // Rows per rows_dot call at n = 1: over rows longer than kLongRow columns
@@ -379,8 +382,10 @@ constexpr int kLongRows = 8, kShortRows = 4;
 
 template <DType t>
 struct Layout {
-  static constexpr bool q4 = t != DType::Q8_0;
+  static constexpr bool q4 = t != DType::Q8_0;                           // two nibble planes (Q5: plus a fifth bit)
   static constexpr bool iq4 = t == DType::IQ4_NL || t == DType::IQ4_XS;  // nibbles index the int8 levels
+  static constexpr bool q5 = t == DType::Q5_0 || t == DType::Q5_1;       // a fifth bit per element in qh
+  static constexpr bool has_min = t == DType::Q4_1 || t == DType::Q5_1;  // offset m, added in fp32
   static constexpr int bits = q4 ? (iq4 ? 21 : 22) : 21;                 // B above
   static constexpr int planes = q4 ? 2 : 1;                              // weight vectors per group (low, high nibbles)
   static constexpr int blocks = q4 ? 4 : 2;                              // quantized blocks per group
@@ -389,19 +394,27 @@ struct Layout {
   static constexpr int bb = t == DType::Q4_0 || t == DType::IQ4_NL ? 18
                             : t == DType::Q4_1                     ? 20
                             : t == DType::IQ4_XS                   ? 17
+                            : t == DType::Q5_0                     ? 22
+                            : t == DType::Q5_1                     ? 24
                                                                    : 34;
-  static constexpr int qoff = t == DType::Q4_1 ? 4 : 2;  // quants' offset in a block
-  static constexpr int group_bytes = blocks * bb;        // 72, 80, 68: two 64-byte loads (IQ4_XS: one)
+  static constexpr int qhoff = has_min ? 4 : 2;                   // Q5: qh's offset in a block (after d, m)
+  static constexpr int qoff = has_min ? 4 + 4 * q5 : 2 + 4 * q5;  // quants' offset in a block
+  static constexpr int group_bytes = blocks * bb;                 // 72, 80, 88, 96, 68: two 64-byte loads (IQ4_XS: one)
   // Activation bytes per group: 3 digit planes x planes vectors, then per lane
-  // 2^(e - B) (fp32), then the offset correction (int32; Q4_1: the lane's sum(x), fp32).
+  // 2^(e - B) (fp32), then the offset correction (int32; has_min: the lane's sum(x), fp32).
   static constexpr int xbytes = 3 * planes * 64 + 64 + 64;
-  // Gather indexes: byte k of a weight vector, and the scale word of lane k.
+  // The integer correction: (offset of the unsigned weight bytes) sum(X), as a shift of sum(X).
+  static constexpr int corr_shift = t == DType::Q4_0 ? 3 : t == DType::Q5_0 ? 4 : 7;
+  // Gather indexes: byte k of a weight vector, the scale word of lane k, and
+  // (Q5) qh's four bytes of block k / 16, twice per 64-bit lane.
   alignas(64) uint8_t qidx[64]{};
   alignas(64) uint16_t didx[32]{};
+  alignas(64) uint8_t qhidx[64]{};
   constexpr Layout() {
     for (int k = 0; k < 64; ++k) {
       const int per = q4 ? 16 : 32;
       qidx[k] = static_cast<uint8_t>((k / per) * bb + qoff + k % per);
+      qhidx[k] = static_cast<uint8_t>((k / 16) * bb + qhoff + k % 4);
     }
     for (int k = 0; k < 32; ++k) didx[k] = static_cast<uint16_t>((k % 16) / lanes_per_block * bb / 2);
   }
@@ -485,11 +498,11 @@ void prepare(const float* x, int64_t cols, uint8_t* out) {
       const __m512i e = exponents(max4(_mm512_max_epu32(magnitude(v0), magnitude(v1))));
       const __m512i X = _mm512_add_epi32(put(g, v0, e, 0, bl * 16), put(g, v1, e, 1, bl * 16));
       put_scales(g, e, bl * 4);
-      if constexpr (t == DType::Q4_0)  // sum((q - 8) X) = sum(q X) - 8 sum(X)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(corr) + bl, per_group(_mm512_slli_epi32(sum4(X), 3)));
-      else if constexpr (L::iq4)  // sum(level X) = sum((level + 128) X) - 128 sum(X)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(corr) + bl, per_group(_mm512_slli_epi32(sum4(X), 7)));
-      else  // Q4_1: m sum(x), in fp32
+      // Q4_0: sum((q - 8) X) = sum(q X) - 8 sum(X); Q5_0: 16 sum(X); IQ4: sum(level X) = sum((level + 128) X) - 128
+      // sum(X)
+      if constexpr (!L::has_min)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(corr) + bl, per_group(_mm512_slli_epi32(sum4(X), L::corr_shift)));
+      else  // Q4_1, Q5_1: m sum(x), in fp32
         _mm_storeu_ps(reinterpret_cast<float*>(corr) + bl * 4, per_group(sum4(_mm512_add_ps(v0, v1))));
     } else {  // Q8_0, lane k of the block: elements 4k..4k+3; sum((q + 128) X) - 128 sum(X)
       for (int h = 0; h < 2; ++h) {
@@ -512,7 +525,15 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
   using L = Layout<t>;
   static constexpr L lay{};
   const __m512i qidx = _mm512_load_si512(lay.qidx), didx = _mm512_load_si512(lay.didx);
-  [[maybe_unused]] const __m512i midx = _mm512_add_epi16(didx, _mm512_set1_epi16(1));  // Q4_1's m follows d
+  [[maybe_unused]] const __m512i midx = _mm512_add_epi16(didx, _mm512_set1_epi16(1));  // Q4_1/Q5_1's m follows d
+  // Q5: qh's bit i (low nibbles) or 16 + i (high) of element i to bit 4 of its
+  // byte (VPMULTISHIFTQB takes 8 bits from any offset, wrapping in the qword).
+  [[maybe_unused]] const __m512i qhidx = _mm512_load_si512(lay.qhidx);
+  [[maybe_unused]] const __m512i hlo = _mm512_set_epi8(
+      11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 63, 62, 61, 60, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 63, 62, 61, 60, 11,
+      10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 63, 62, 61, 60, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 63, 62, 61, 60);
+  [[maybe_unused]] const __m512i hhi = _mm512_add_epi8(hlo, _mm512_set1_epi8(16));
+  [[maybe_unused]] const __m512i bit4 = _mm512_set1_epi8(0x10);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   [[maybe_unused]] const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   // IQ4: level + 128 for each nibble, in every 128-bit lane.
@@ -562,12 +583,12 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
         _mm_prefetch(reinterpret_cast<const char*>(a) + pf.at(off), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(a) + pf_l2.at(off), _MM_HINT_T1);
       }
-      __m512i q, v0;
+      __m512i q, v0, v1;
       if constexpr (xs) {
         q = _mm512_loadu_si512(a + 8);
       } else {
         v0 = plain ? _mm512_loadu_si512(a) : _mm512_maskz_loadu_epi8(mlo, a);
-        const __m512i v1 = plain ? _mm512_loadu_si512(a + 64) : _mm512_maskz_loadu_epi8(mhi, a + 64);
+        v1 = plain ? _mm512_loadu_si512(a + 64) : _mm512_maskz_loadu_epi8(mhi, a + 64);
         q = _mm512_permutex2var_epi8(v0, qidx, v1);
       }
       __m512i lo, hi;
@@ -577,6 +598,11 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
         if constexpr (L::iq4) {
           lo = _mm512_shuffle_epi8(levels, lo);
           hi = _mm512_shuffle_epi8(levels, hi);
+        }
+        if constexpr (L::q5) {  // lo | (bit & 0x10), hi likewise
+          const __m512i qh = _mm512_permutex2var_epi8(v0, qhidx, v1);
+          lo = _mm512_ternarylogic_epi32(lo, _mm512_multishift_epi64_epi8(hlo, qh), bit4, 0xf8);
+          hi = _mm512_ternarylogic_epi32(hi, _mm512_multishift_epi64_epi8(hhi, qh), bit4, 0xf8);
         }
       } else {
         lo = hi = _mm512_xor_si512(q, sign);  // q + 128, unsigned
@@ -593,11 +619,15 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
             _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_shuffle_epi32(sc, _MM_PERM_CCAA), _mm512_set1_epi32(32))),
             _mm512_set1_ps(h2f(sb)));
       } else {
-        d = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, v0)));
+        // The scales (and mins) of the group's blocks: in the first 64 bytes, except Q5's last block's.
+        const __m512i dw = L::q5 ? _mm512_permutex2var_epi16(v0, didx, v1) : _mm512_permutexvar_epi16(didx, v0);
+        d = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(dw));
       }
       [[maybe_unused]] __m512 m;
-      if constexpr (t == DType::Q4_1)
-        m = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, v0)));
+      if constexpr (L::has_min) {
+        const __m512i mw = L::q5 ? _mm512_permutex2var_epi16(v0, midx, v1) : _mm512_permutexvar_epi16(midx, v0);
+        m = _mm512_maskz_cvtph_ps(0xffff, _mm512_castsi512_si256(mw));
+      }
 #pragma GCC unroll 16
       for (int k = 0; k < N; ++k) {
         const uint8_t* xg = xq + k * xstride + gi * L::xbytes;
@@ -615,10 +645,10 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
           s = _mm512_dpbusd_epi32(s, lo, _mm512_load_si512(xg + 128));
         }
         const uint8_t* tail = xg + 3 * L::planes * 64;
-        if constexpr (t != DType::Q4_1) s = _mm512_sub_epi32(s, _mm512_load_si512(tail + 64));
+        if constexpr (!L::has_min) s = _mm512_sub_epi32(s, _mm512_load_si512(tail + 64));
         const __m512 scale = _mm512_mul_ps(d, _mm512_load_ps(reinterpret_cast<const float*>(tail)));
         acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r][k]);
-        if constexpr (t == DType::Q4_1)
+        if constexpr (L::has_min)
           macc[r][k] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(tail + 64)), macc[r][k]);
       }
     }
@@ -1442,13 +1472,14 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
 // (AVX2, 16 vector registers) at a time at n = 1.
 constexpr int64_t kLongRow = 4096;
 
-// IQ4_NL and IQ4_XS go on intdot as Q4_0-like groups at 1..8 tokens (VNNI),
-// or single tokens on intdot2 as Q8_0 blocks (AVX2 builds without VNNI; their
-// 2..8-token passes stay on the chunked path there).
+// Chunked types (dequant.h) that take an integer dot instead: Q5_0, Q5_1,
+// IQ4_NL and IQ4_XS go on intdot as Q4_0-like groups at 1..8 tokens (VNNI);
+// IQ4_NL and IQ4_XS single tokens on intdot2 as Q8_0 blocks (AVX2 builds
+// without VNNI; the rest stays on the chunked path there).
 template <int N>
-constexpr bool iq4_idot(DType t) {
+constexpr bool chunked_idot(DType t) {
 #if defined(REDWOOD_INTDOT)
-  return t == DType::IQ4_NL || t == DType::IQ4_XS;
+  return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || t == DType::IQ4_XS;
 #elif defined(REDWOOD_INTDOT2)
   return N == 1 && (t == DType::IQ4_NL || t == DType::IQ4_XS);
 #else
@@ -1484,7 +1515,7 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
 #ifdef REDWOOD_IDOT
   // The quantized types take the integer dot path (intdot or intdot2), with activations prepared below.
   constexpr auto intdot_type = [](DType t) {
-    return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || iq4_idot<N>(t);
+    return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || chunked_idot<N>(t);
   };
 #else
   constexpr auto intdot_type = [](DType) { return false; };
@@ -1538,6 +1569,12 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
     else if (w.type == DType::Q4_1)
       prepare_tokens.template operator()<DType::Q4_1>();
 #ifdef REDWOOD_INTDOT
+    else if (w.type == DType::Q5_0)
+      prepare_tokens.template operator()<DType::Q5_0>();
+    else if (w.type == DType::Q5_1)
+      prepare_tokens.template operator()<DType::Q5_1>();
+#endif
+#ifdef REDWOOD_INTDOT
     else if (w.type == DType::IQ4_NL || w.type == DType::IQ4_XS)  // the same prepared activations
       prepare_tokens.template operator()<DType::IQ4_NL>();
 #endif
@@ -1574,7 +1611,7 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       return;
     }
 #endif
-    if (is_chunked_type(w.type) && !iq4_idot<N>(w.type)) {
+    if (is_chunked_type(w.type) && !chunked_idot<N>(w.type)) {
       for (int64_t i = r.begin(); i < r.end(); ++i) {
         chunked_row_dot<N>(w.type, row_ptr(w, i), cols, x, cols, xsum32.data(), out);
         for (int k = 0; k < N; ++k) y[k * rows + i] = out[k];
@@ -1641,11 +1678,17 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       case DType::Q4_1:
         run.template operator()<DType::Q4_1>();
         break;
+      case DType::Q5_0:
+        if constexpr (chunked_idot<N>(DType::Q5_0)) run.template operator()<DType::Q5_0>();
+        break;
+      case DType::Q5_1:
+        if constexpr (chunked_idot<N>(DType::Q5_1)) run.template operator()<DType::Q5_1>();
+        break;
       case DType::IQ4_NL:
-        if constexpr (iq4_idot<N>(DType::IQ4_NL)) run.template operator()<DType::IQ4_NL>();
+        if constexpr (chunked_idot<N>(DType::IQ4_NL)) run.template operator()<DType::IQ4_NL>();
         break;
       case DType::IQ4_XS:
-        if constexpr (iq4_idot<N>(DType::IQ4_XS)) run.template operator()<DType::IQ4_XS>();
+        if constexpr (chunked_idot<N>(DType::IQ4_XS)) run.template operator()<DType::IQ4_XS>();
         break;
       default:
         break;  // the chunked types returned above
