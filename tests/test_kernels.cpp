@@ -167,14 +167,15 @@ TEST(Kernels, Iq4DecodeAtTheInt32Bound) {
 
 // Decode keeps fp32-level accuracy for activations spanning seven decades with
 // outliers (the integer dot path rounds each lane of 4-8 elements to 2^-22 or
-// 2^-21 of its largest; measured worst 6.8e-7, F16's fp32 path 6e-8; rounding
-// to 2^-14 fails): every row within 2e-6 of sum |w x| of a double dot.
+// 2^-21 of its largest; measured worst 6.8e-7, Q4_K and Q5_K 1.1e-6 with their
+// mins against fp32 sums, F16's fp32 path 6e-8; rounding to 2^-14 fails):
+// every row within 2e-6 of sum |w x| of a double dot.
 // A non-finite activation makes every output NaN, as an fp32 dot would.
 TEST(Kernels, DecodeIsFp32AccurateForWideRangeActivations) {
-  for (DType t :
-       {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS}) {
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
+                  DType::IQ4_XS, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int64_t cols : {64, 96, 576, 4160}) {
-      if (t == DType::IQ4_XS) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
+      if (dtype_info(t).block_elems == 256) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
       const int64_t rows = 40;
       Mat m = random_matrix(t, rows, cols, 5);
       std::mt19937 rng(cols);

@@ -657,7 +657,7 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
     for (int k = 0; k < N; ++k) out[r * N + k] = hsum512(_mm512_add_ps(acc[r][k], macc[r][k]));
 }
 
-// The K-quants Q4_K, Q5_K and Q6_K on the Q8_0-prepared activations: 64 elements
+// The K-quants Q3_K, Q4_K, Q5_K and Q6_K on the Q8_0-prepared activations: 64 elements
 // per group in their natural order, four per int32 lane, B = 21. A
 // super-block's weights are rebuilt as one unsigned byte per element, 64 at a
 // time, so that each vector is one prepared group and each of its lanes lies
@@ -672,6 +672,10 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 //    nibbles | qh bits 4-7); lanes 4j..4j+3 are 16-element sub-block j (scale
 //    d sc_j), and q - 32 is the exact integer correction 32 sum(X) per lane,
 //    a quarter of Q8_0's 128 sum(X).
+//  - Q3_K: 32 bytes of qs (broadcast) hold elements 0..127 of a half as bit
+//    pairs 2k, 2k + 1 (quarter k): shifted by 2k per half of the vector, masked;
+//    plus 4 where the element's bit 4h + k of hmask[l] is set. Sub-blocks as
+//    Q6_K's (scale d (sc_j - 32)); q - 4 is the correction 4 sum(X).
 // Per lane, the integer dot times the sub-block's scale (rounded to fp32 as
 // math::dequant_q4_k / dequant_q6_k round it) times the lane's 2^(e - B).
 namespace kquant {
@@ -680,7 +684,7 @@ namespace kquant {
 inline __m512i bcast256(const uint8_t* p) {
   return _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-constexpr int kSuperBytesQ4K = 144, kSuperBytesQ5K = 176, kSuperBytesQ6K = 210;
+constexpr int kSuperBytesQ3K = 110, kSuperBytesQ4K = 144, kSuperBytesQ5K = 176, kSuperBytesQ6K = 210;
 // Lane j of group g takes scale (permutation index) sub[g][j]: Q4_K/Q5_K
 // (two 32-element sub-blocks per group): 2g + j / 8; Q6_K (four 16-element
 // ones): 4g + j / 4, i.e. 8h + j / 4 and 8h + 4 + j / 4 for the groups of half h.
@@ -701,16 +705,31 @@ inline void q4k_scales_mins(const uint8_t* s, uint64_t& sc, uint64_t& mn) {
   sc = (a & low6) | static_cast<uint64_t>((c & nib) | (((a >> 6) & top2) << 4)) << 32;
   mn = (b & low6) | static_cast<uint64_t>(((c >> 4) & nib) | (((b >> 6) & top2) << 4)) << 32;
 }
+// Q3_K's sixteen 6-bit scales (offset 32 not removed) of the 12 packed bytes
+// (math::q3k_scale): scale i's low 4 bits are the low (i < 8) or high nibble of
+// byte i % 8, its high 2 bits bits 2 (i / 4) of byte 8 + i % 4.
+inline void q3k_scales(const uint8_t* s, uint64_t& lo8, uint64_t& hi8) {
+  uint32_t a, b, c;
+  memcpy(&a, s, 4), memcpy(&b, s + 4, 4), memcpy(&c, s + 8, 4);
+  const uint32_t nib = 0x0f0f0f0f, two = 0x03030303;
+  lo8 = ((a & nib) | ((c & two) << 4)) | static_cast<uint64_t>((b & nib) | (((c >> 2) & two) << 4)) << 32;
+  hi8 = (((a >> 4) & nib) | (((c >> 4) & two) << 4)) | static_cast<uint64_t>(((b >> 4) & nib) | (((c >> 6) & two) << 4))
+                                                           << 32;
+}
 }  // namespace kquant
 
 // xs: the tokens' sums over each 32 elements (Q4_K's mins), xs_stride floats apart.
 template <DType t, int N, int R>
 void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* xq, size_t xstride, const float* xs,
                 int64_t xs_stride, float* out) {
-  static_assert(t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K);
+  static_assert(t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K);
   using L = Layout<DType::Q8_0>;
-  constexpr bool q4k = t != DType::Q6_K, q5k = t == DType::Q5_K;  // q4k: Q4_K or Q5_K (their scales and mins)
-  constexpr int bb = t == DType::Q4_K ? kquant::kSuperBytesQ4K : q5k ? kquant::kSuperBytesQ5K : kquant::kSuperBytesQ6K;
+  constexpr bool q4k = t == DType::Q4_K || t == DType::Q5_K, q5k = t == DType::Q5_K;  // q4k: their scales and mins
+  constexpr bool q3k = t == DType::Q3_K;
+  constexpr int bb = t == DType::Q4_K ? kquant::kSuperBytesQ4K
+                     : q5k            ? kquant::kSuperBytesQ5K
+                     : q3k            ? kquant::kSuperBytesQ3K
+                                      : kquant::kSuperBytesQ6K;
   constexpr int qs_at = q5k ? 48 : 16;  // Q5_K: d, dmin, scales, then qh[32] before qs
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   [[maybe_unused]] const __m512i bits45 = _mm512_set1_epi8(0x30);
@@ -721,12 +740,17 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
                              0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004);
   [[maybe_unused]] const __m512i shift_b =
       _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0, 0, 0, 0);
+  // Q3_K, group g: quarters k = 2 (g % 2) (low 256 bits) and k + 1 (high).
+  [[maybe_unused]] const __m512i q3_shift[2] = {
+      shift_b, _mm512_set_epi64(0x0006000600060006, 0x0006000600060006, 0x0006000600060006, 0x0006000600060006,
+                                0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004)};
   static constexpr kquant::LaneSubs subs(q4k ? 8 : 4);
   __m512i sub_idx[4];
   [[maybe_unused]] __m512i qh_bit[4];
   for (int g = 0; g < 4; ++g) {
     sub_idx[g] = _mm512_load_si512(subs.sub[g]);
-    if constexpr (q5k)
+    // Q5_K: qh bits 2g, 2g + 1; Q3_K: hmask bits 4h + k = 2g, 2g + 1 (h = g / 2, k = 2 (g % 2))
+    if constexpr (q5k || q3k)
       qh_bit[g] = _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi8(static_cast<char>(1 << (2 * g))),
                                           _mm512_set1_epi8(static_cast<char>(2 << (2 * g))));
   }
@@ -741,16 +765,17 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = p + r * row_bytes + sb * bb;
       const size_t in_row = static_cast<size_t>(sb * bb);
-      // One prefetch per ~70 bytes, as rows_dot's one per 72-byte group.
-      constexpr int pf_step = t == DType::Q4_K ? 72 : q5k ? 88 : 70;
+      // One prefetch per ~70 bytes, as rows_dot's one per 72-byte group (Q3_K: 55).
+      constexpr int pf_step = t == DType::Q4_K ? 72 : q5k ? 88 : q3k ? 55 : 70;
 #pragma GCC unroll 4
       for (int off = 0; off < bb; off += pf_step) {
         _mm_prefetch(reinterpret_cast<const char*>(blk) + off + pf.at(in_row + off), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(blk) + off + pf_l2.at(in_row + off), _MM_HINT_T1);
       }
-      __m512 scales;  // d sc_j, j = 0..7 (Q4_K, Q5_K) or 0..15 (Q6_K)
-      [[maybe_unused]] __m512i qh5;
+      __m512 scales;                 // d sc_j, j = 0..7 (Q4_K, Q5_K) or 0..15 (Q6_K)
+      [[maybe_unused]] __m512i qh5;  // Q5_K's qh, Q3_K's hmask
       if constexpr (q5k) qh5 = kquant::bcast256(blk + 16);
+      if constexpr (q3k) qh5 = kquant::bcast256(blk);
       [[maybe_unused]] __m256 mins;
       if constexpr (q4k) {
         uint64_t sc, mn;
@@ -760,6 +785,14 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
             _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))))));
         mins =
             _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+      } else if constexpr (q3k) {
+        uint64_t lo8, hi8;
+        kquant::q3k_scales(blk + 96, lo8, hi8);
+        scales = _mm512_mul_ps(
+            _mm512_set1_ps(h2f(blk + 108)),
+            _mm512_cvtepi32_ps(_mm512_sub_epi32(
+                _mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<int64_t>(hi8), static_cast<int64_t>(lo8))),
+                _mm512_set1_epi32(32))));
       } else {
         scales = _mm512_mul_ps(
             _mm512_set1_ps(h2f(blk + 208)),
@@ -773,6 +806,10 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
           v = _mm512_and_si512(_mm512_srlv_epi16(q, shift_lo_hi), low4);
           if constexpr (q5k)  // + 16 where bit 2g (low half) or 2g + 1 (high half) of qh[l] is set
             v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh5, qh_bit[g]), v, _mm512_set1_epi8(16));
+        } else if constexpr (q3k) {  // + 4 where the hmask bit is set
+          const __m512i q = kquant::bcast256(blk + 32 + 32 * (g / 2));
+          v = _mm512_and_si512(_mm512_srlv_epi16(q, q3_shift[g % 2]), _mm512_set1_epi8(3));
+          v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh5, qh_bit[g]), v, _mm512_set1_epi8(4));
         } else {  // group g: half g / 2, its low (g even) or high nibbles
           const __m512i ql = _mm512_loadu_si512(blk + 64 * (g / 2));
           const __m512i qh = kquant::bcast256(blk + 128 + 32 * (g / 2));
@@ -787,7 +824,7 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
           __m512i s = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_load_si512(xg)), 8);
           s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, v, _mm512_load_si512(xg + 64)), 8);
           s = _mm512_dpbusd_epi32(s, v, _mm512_load_si512(xg + 128));
-          if constexpr (!q4k) s = _mm512_sub_epi32(s, _mm512_srai_epi32(_mm512_load_si512(xg + 256), 2));
+          if constexpr (!q4k) s = _mm512_sub_epi32(s, _mm512_srai_epi32(_mm512_load_si512(xg + 256), q3k ? 5 : 2));
           const __m512 sc = _mm512_mul_ps(lane_scale, _mm512_load_ps(reinterpret_cast<const float*>(xg + 192)));
           acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[r][k]);
         }
@@ -1522,11 +1559,11 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
 #endif
 #ifdef REDWOOD_INTDOT
   // K-quants on the Q8_0-prepared activations (intdot::rows_dot_k), where that
-  // is faster than dequantizing to fp32 (chunked_row_dot): Q4_K at every n,
-  // Q5_K up to 2 tokens, Q6_K for one (4096^2 out of cache, Zen 4: Q6_K 10-25%
-  // slower from 3 tokens, Q5_K from 3 to 6).
+  // is faster than dequantizing to fp32 (chunked_row_dot): Q3_K and Q4_K at
+  // every n, Q5_K up to 2 tokens, Q6_K for one (4096^2 out of cache, Zen 4:
+  // Q6_K 10-25% slower from 3 tokens, Q5_K from 3 to 6; Q3_K level at 5).
   constexpr auto kdot_type = [](DType t) {
-    return t == DType::Q4_K || (t == DType::Q5_K && N <= 2) || (t == DType::Q6_K && N == 1);
+    return t == DType::Q3_K || t == DType::Q4_K || (t == DType::Q5_K && N <= 2) || (t == DType::Q6_K && N == 1);
   };
 #else
   constexpr auto kdot_type = [](DType) { return false; };
@@ -1583,9 +1620,10 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
   }
 #endif
 #ifdef REDWOOD_AVX2
-  // The single-token Q4_K/Q5_K dot's sums over 32 elements (rows_dot_k's: every token's).
+  // The single-token Q4_K/Q5_K dot's sums over 32 elements (rows_dot_k's: every token's, for the mins).
   std::vector<float> xsum32;
-  const int n_sums = kdot_type(w.type) ? N : N == 1 && needs_sums_of_32(w.type) ? 1 : 0;
+  const bool mins = w.type == DType::Q4_K || w.type == DType::Q5_K;
+  const int n_sums = kdot_type(w.type) ? (mins ? N : 0) : N == 1 && needs_sums_of_32(w.type) ? 1 : 0;
   xsum32.resize(n_sums * (cols / 32));
   for (int k = 0; k < n_sums; ++k) sums_of_32(x + k * cols, cols, xsum32.data() + k * (cols / 32));
 #endif
@@ -1604,6 +1642,8 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
         });
       };
       if (w.type == DType::Q4_K) run_k.template operator()<DType::Q4_K>();
+      if constexpr (kdot_type(DType::Q3_K))
+        if (w.type == DType::Q3_K) run_k.template operator()<DType::Q3_K>();
       if constexpr (kdot_type(DType::Q5_K))
         if (w.type == DType::Q5_K) run_k.template operator()<DType::Q5_K>();
       if constexpr (kdot_type(DType::Q6_K))
