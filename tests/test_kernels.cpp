@@ -50,8 +50,9 @@ TEST_P(MatmulTest, MatchesReferenceAllSizes) {
   const DType t = GetParam();
   const bool block = dtype_info(t).block_elems > 1;
   const int64_t be = dtype_info(t).block_elems;
-  // 4160, 4352: the long-row decode path (several rows at once); 768, 4352: K types (256-element blocks)
-  for (int64_t cols : {64, 96, 576, 768, 4160, 4352}) {
+  // 4160, 4352: the long-row decode path (several rows at once); 768, 4352: K types (256-element blocks);
+  // 64, 96, 160, 256: 2, 3, 5 and 8 blocks (the integer dot's groups of four: every partial last group)
+  for (int64_t cols : {64, 96, 160, 256, 576, 768, 4160, 4352}) {
     if (cols % be != 0 || ((cols == 768 || cols == 4352) && be != 256)) continue;
     for (int64_t extra : {0, 8, 5}) {  // plain types also get tails (cols % 8 != 0)
       if (block && extra) continue;
@@ -112,9 +113,9 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
 // results are bit-identical to one-row calls.
 TEST(Kernels, LongRowDecodeEqualsRowByRow) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                  DType::IQ4_NL, DType::IQ4_XS})
+                  DType::IQ4_NL, DType::IQ4_XS, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (int64_t cols : {int64_t{576}, int64_t{8192 + 64}}) {
-      if (t == DType::IQ4_XS) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
+      if (dtype_info(t).block_elems == 256) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
       const int64_t rows = 45;
       Mat m = random_matrix(t, rows, cols, 11);
       std::mt19937 rng(3);
@@ -134,8 +135,9 @@ TEST(Kernels, LongRowDecodeEqualsRowByRow) {
 }
 
 // The IQ4 types' integer dot at its int32 bound: every weight at the extreme
-// level (-127 or 113, scale 1) and every activation just under a power of two,
-// so that each lane of eight products sums to nearly 2^31; 1..8 tokens.
+// level (-127 or 113, scale 1) and every activation just under a power of two
+// (rounded to X = 2^21), so that with all of one sign each lane of eight
+// products sums to 8 * 127 * 2^21, 0.99 of 2^31; then with mixed signs; 1..8 tokens.
 TEST(Kernels, Iq4DecodeAtTheInt32Bound) {
   for (DType t : {DType::IQ4_NL, DType::IQ4_XS})
     for (uint8_t nibbles : {uint8_t{0x00}, uint8_t{0xff}})
@@ -154,11 +156,10 @@ TEST(Kernels, Iq4DecodeAtTheInt32Bound) {
         }
         const WeightView w{t, rows, cols, bytes.data()};
         std::vector<float> x(n * cols, std::nextafter(2.0f, 0.0f)), y(n * rows, NAN), ref(n * rows);
-        for (int64_t c = 0; c < cols; c += 3) x[c] = -x[c] * 0.5f;  // mixed signs, still near 2^k
-        cpu::matmul(w, x.data(), n, y.data());
+        cpu::matmul(w, x.data(), n, y.data());  // all positive: the largest lane sums
         cpu::matmul_reference(w, x.data(), n, ref.data());
         ASSERT_LT(rel_err(y, ref), 1e-6) << dtype_name(t) << " nibbles " << int(nibbles) << " n " << n;
-        for (float& v : x) v = std::fabs(v);  // all positive: the largest lane sums
+        for (int64_t c = 0; c < n * cols; c += 3) x[c] = -x[c];  // mixed signs
         cpu::matmul(w, x.data(), n, y.data());
         cpu::matmul_reference(w, x.data(), n, ref.data());
         ASSERT_LT(rel_err(y, ref), 1e-6) << dtype_name(t) << " nibbles " << int(nibbles) << " n " << n;

@@ -889,12 +889,6 @@ struct Layout {
   static constexpr int xbytes = 4 * 32 + 32 + (q4 ? 32 : 0);
 };
 
-inline uint64_t load_u64(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-
 // Lays x (cols, a multiple of 32) out for rows_dot<t>: Layout<t>::xbytes per block.
 template <DType t>
 void prepare(const float* x, int64_t cols, uint8_t* out) {
@@ -1610,8 +1604,6 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       prepare_tokens.template operator()<DType::Q5_0>();
     else if (w.type == DType::Q5_1)
       prepare_tokens.template operator()<DType::Q5_1>();
-#endif
-#ifdef REDWOOD_INTDOT
     else if (w.type == DType::IQ4_NL || w.type == DType::IQ4_XS)  // the same prepared activations
       prepare_tokens.template operator()<DType::IQ4_NL>();
 #endif
