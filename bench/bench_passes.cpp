@@ -109,15 +109,17 @@ int gemv_stack(const std::string& type, int64_t dim, int64_t ffn, int64_t kv, in
     int scale_at[2];  // fp16 scale fields in a block (-1: none); F16: every element
   };
   const T types[] = {
-      {"F16", DType::F16, {-1, -1}},    {"Q8_0", DType::Q8_0, {0, -1}},     {"Q4_0", DType::Q4_0, {0, -1}},
-      {"Q4_1", DType::Q4_1, {0, 2}},    {"Q4_K", DType::Q4_K, {0, 2}},      {"Q5_K", DType::Q5_K, {0, 2}},
-      {"Q6_K", DType::Q6_K, {208, -1}}, {"Q3_K", DType::Q3_K, {108, -1}},   {"Q5_0", DType::Q5_0, {0, -1}},
-      {"Q5_1", DType::Q5_1, {0, 2}},    {"IQ4_NL", DType::IQ4_NL, {0, -1}}, {"IQ4_XS", DType::IQ4_XS, {0, -1}}};
+      {"F16", DType::F16, {-1, -1}},     {"Q8_0", DType::Q8_0, {0, -1}},   {"Q4_0", DType::Q4_0, {0, -1}},
+      {"Q4_1", DType::Q4_1, {0, 2}},     {"Q4_K", DType::Q4_K, {0, 2}},    {"Q5_K", DType::Q5_K, {0, 2}},
+      {"Q6_K", DType::Q6_K, {208, -1}},  {"Q3_K", DType::Q3_K, {108, -1}}, {"Q2_K", DType::Q2_K, {80, 82}},
+      {"Q5_0", DType::Q5_0, {0, -1}},    {"Q5_1", DType::Q5_1, {0, 2}},    {"IQ4_NL", DType::IQ4_NL, {0, -1}},
+      {"IQ4_XS", DType::IQ4_XS, {0, -1}}};
   const T* ty = nullptr;
   for (const T& c : types)
     if (type == c.name) ty = &c;
   if (!ty) {
-    std::fprintf(stderr, "gemv-stack: TYPE is one of F16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS\n");
+    std::fprintf(stderr,
+                 "gemv-stack: TYPE is one of F16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS\n");
     return 2;
   }
   const int64_t shape[7][2] = {{dim, dim}, {kv, dim}, {kv, dim}, {dim, dim}, {ffn, dim}, {ffn, dim}, {dim, ffn}};

@@ -113,7 +113,7 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
 // results are bit-identical to one-row calls.
 TEST(Kernels, LongRowDecodeEqualsRowByRow) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                  DType::IQ4_NL, DType::IQ4_XS, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+                  DType::IQ4_NL, DType::IQ4_XS, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (int64_t cols : {int64_t{576}, int64_t{8192 + 64}}) {
       if (dtype_info(t).block_elems == 256) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
       const int64_t rows = 45;
@@ -174,7 +174,7 @@ TEST(Kernels, Iq4DecodeAtTheInt32Bound) {
 // A non-finite activation makes every output NaN, as an fp32 dot would.
 TEST(Kernels, DecodeIsFp32AccurateForWideRangeActivations) {
   for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
-                  DType::IQ4_XS, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                  DType::IQ4_XS, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int64_t cols : {64, 96, 576, 4160}) {
       if (dtype_info(t).block_elems == 256) cols = cols / 256 * 256 + 256;  // whole 256-element super-blocks
       const int64_t rows = 40;

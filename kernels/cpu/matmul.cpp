@@ -657,7 +657,7 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
     for (int k = 0; k < N; ++k) out[r * N + k] = hsum512(_mm512_add_ps(acc[r][k], macc[r][k]));
 }
 
-// The K-quants Q3_K, Q4_K, Q5_K and Q6_K on the Q8_0-prepared activations: 64 elements
+// The K-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K on the Q8_0-prepared activations: 64 elements
 // per group in their natural order, four per int32 lane, B = 21. A
 // super-block's weights are rebuilt as one unsigned byte per element, 64 at a
 // time, so that each vector is one prepared group and each of its lanes lies
@@ -676,6 +676,9 @@ void rows_dot(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* x
 //    pairs 2k, 2k + 1 (quarter k): shifted by 2k per half of the vector, masked;
 //    plus 4 where the element's bit 4h + k of hmask[l] is set. Sub-blocks as
 //    Q6_K's (scale d (sc_j - 32)); q - 4 is the correction 4 sum(X).
+//  - Q2_K: Q3_K's bit pairs without hmask; scale d sc_j, and the mins dmin m_j
+//    against the prepared, exact 128 sum(X) of each lane (so the 16-element
+//    sub-blocks need no sums of their own).
 // Per lane, the integer dot times the sub-block's scale (rounded to fp32 as
 // math::dequant_q4_k / dequant_q6_k round it) times the lane's 2^(e - B).
 namespace kquant {
@@ -684,7 +687,8 @@ namespace kquant {
 inline __m512i bcast256(const uint8_t* p) {
   return _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-constexpr int kSuperBytesQ3K = 110, kSuperBytesQ4K = 144, kSuperBytesQ5K = 176, kSuperBytesQ6K = 210;
+constexpr int kSuperBytesQ2K = 84, kSuperBytesQ3K = 110, kSuperBytesQ4K = 144, kSuperBytesQ5K = 176,
+              kSuperBytesQ6K = 210;
 // Lane j of group g takes scale (permutation index) sub[g][j]: Q4_K/Q5_K
 // (two 32-element sub-blocks per group): 2g + j / 8; Q6_K (four 16-element
 // ones): 4g + j / 4, i.e. 8h + j / 4 and 8h + 4 + j / 4 for the groups of half h.
@@ -722,13 +726,14 @@ inline void q3k_scales(const uint8_t* s, uint64_t& lo8, uint64_t& hi8) {
 template <DType t, int N, int R>
 void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t* xq, size_t xstride, const float* xs,
                 int64_t xs_stride, float* out) {
-  static_assert(t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K);
+  static_assert(t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K);
   using L = Layout<DType::Q8_0>;
   constexpr bool q4k = t == DType::Q4_K || t == DType::Q5_K, q5k = t == DType::Q5_K;  // q4k: their scales and mins
-  constexpr bool q3k = t == DType::Q3_K;
+  constexpr bool q3k = t == DType::Q3_K, q2k = t == DType::Q2_K;
   constexpr int bb = t == DType::Q4_K ? kquant::kSuperBytesQ4K
                      : q5k            ? kquant::kSuperBytesQ5K
                      : q3k            ? kquant::kSuperBytesQ3K
+                     : q2k            ? kquant::kSuperBytesQ2K
                                       : kquant::kSuperBytesQ6K;
   constexpr int qs_at = q5k ? 48 : 16;  // Q5_K: d, dmin, scales, then qh[32] before qs
   const __m512i low4 = _mm512_set1_epi8(0x0f);
@@ -740,7 +745,7 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
                              0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004);
   [[maybe_unused]] const __m512i shift_b =
       _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0, 0, 0, 0);
-  // Q3_K, group g: quarters k = 2 (g % 2) (low 256 bits) and k + 1 (high).
+  // Q3_K and Q2_K, group g: quarters k = 2 (g % 2) (low 256 bits) and k + 1 (high).
   [[maybe_unused]] const __m512i q3_shift[2] = {
       shift_b, _mm512_set_epi64(0x0006000600060006, 0x0006000600060006, 0x0006000600060006, 0x0006000600060006,
                                 0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004)};
@@ -765,8 +770,8 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = p + r * row_bytes + sb * bb;
       const size_t in_row = static_cast<size_t>(sb * bb);
-      // One prefetch per ~70 bytes, as rows_dot's one per 72-byte group (Q3_K: 55).
-      constexpr int pf_step = t == DType::Q4_K ? 72 : q5k ? 88 : q3k ? 55 : 70;
+      // One prefetch per ~70 bytes, as rows_dot's one per 72-byte group (Q3_K: 55, Q2_K: 42).
+      constexpr int pf_step = t == DType::Q4_K ? 72 : q5k ? 88 : q3k ? 55 : q2k ? 42 : 70;
 #pragma GCC unroll 4
       for (int off = 0; off < bb; off += pf_step) {
         _mm_prefetch(reinterpret_cast<const char*>(blk) + off + pf.at(in_row + off), _MM_HINT_T0);
@@ -777,6 +782,7 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
       if constexpr (q5k) qh5 = kquant::bcast256(blk + 16);
       if constexpr (q3k) qh5 = kquant::bcast256(blk);
       [[maybe_unused]] __m256 mins;
+      [[maybe_unused]] __m512 mins16;  // Q2_K: dmin m_j / 128, against the prepared 128 sum(X)
       if constexpr (q4k) {
         uint64_t sc, mn;
         kquant::q4k_scales_mins(blk + 4, sc, mn);
@@ -785,6 +791,12 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
             _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))))));
         mins =
             _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+      } else if constexpr (q2k) {
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)), nib = _mm_set1_epi8(0x0f);
+        scales = _mm512_mul_ps(_mm512_set1_ps(h2f(blk + 80)),
+                               _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(sc, nib))));
+        mins16 = _mm512_mul_ps(_mm512_set1_ps(h2f(blk + 82) * (1.0f / 128)),
+                               _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(sc, 4), nib))));
       } else if constexpr (q3k) {
         uint64_t lo8, hi8;
         kquant::q3k_scales(blk + 96, lo8, hi8);
@@ -806,10 +818,10 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
           v = _mm512_and_si512(_mm512_srlv_epi16(q, shift_lo_hi), low4);
           if constexpr (q5k)  // + 16 where bit 2g (low half) or 2g + 1 (high half) of qh[l] is set
             v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh5, qh_bit[g]), v, _mm512_set1_epi8(16));
-        } else if constexpr (q3k) {  // + 4 where the hmask bit is set
-          const __m512i q = kquant::bcast256(blk + 32 + 32 * (g / 2));
+        } else if constexpr (q3k || q2k) {  // Q3_K: + 4 where the hmask bit is set
+          const __m512i q = kquant::bcast256(blk + (q3k ? 32 : 16) + 32 * (g / 2));
           v = _mm512_and_si512(_mm512_srlv_epi16(q, q3_shift[g % 2]), _mm512_set1_epi8(3));
-          v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh5, qh_bit[g]), v, _mm512_set1_epi8(4));
+          if constexpr (q3k) v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh5, qh_bit[g]), v, _mm512_set1_epi8(4));
         } else {  // group g: half g / 2, its low (g even) or high nibbles
           const __m512i ql = _mm512_loadu_si512(blk + 64 * (g / 2));
           const __m512i qh = kquant::bcast256(blk + 128 + 32 * (g / 2));
@@ -818,15 +830,21 @@ void rows_dot_k(const uint8_t* p, size_t row_bytes, int64_t cols, const uint8_t*
           v = _mm512_ternarylogic_epi64(_mm512_and_si512(nib, low4), hi, bits45, 0xf8);  // a | (b & c)
         }
         const __m512 lane_scale = _mm512_permutexvar_ps(sub_idx[g], scales);
+        [[maybe_unused]] __m512 lane_min;
+        if constexpr (q2k) lane_min = _mm512_permutexvar_ps(sub_idx[g], mins16);
 #pragma GCC unroll 8
         for (int k = 0; k < N; ++k) {
           const uint8_t* xg = xq + k * xstride + (sb * 4 + g) * L::xbytes;
           __m512i s = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_load_si512(xg)), 8);
           s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, v, _mm512_load_si512(xg + 64)), 8);
           s = _mm512_dpbusd_epi32(s, v, _mm512_load_si512(xg + 128));
-          if constexpr (!q4k) s = _mm512_sub_epi32(s, _mm512_srai_epi32(_mm512_load_si512(xg + 256), q3k ? 5 : 2));
-          const __m512 sc = _mm512_mul_ps(lane_scale, _mm512_load_ps(reinterpret_cast<const float*>(xg + 192)));
-          acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[r][k]);
+          if constexpr (q3k || t == DType::Q6_K)
+            s = _mm512_sub_epi32(s, _mm512_srai_epi32(_mm512_load_si512(xg + 256), q3k ? 5 : 2));
+          const __m512 xsc = _mm512_load_ps(reinterpret_cast<const float*>(xg + 192));
+          acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(lane_scale, xsc), acc[r][k]);
+          if constexpr (q2k)  // - dmin m_j sum(x), from the exact integer 128 sum(X) per lane
+            acc[r][k] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(xg + 256)), _mm512_mul_ps(lane_min, xsc),
+                                         acc[r][k]);
         }
       }
       if constexpr (q4k)  // the mins in the low eight lanes
@@ -1553,11 +1571,12 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
 #endif
 #ifdef REDWOOD_INTDOT
   // K-quants on the Q8_0-prepared activations (intdot::rows_dot_k), where that
-  // is faster than dequantizing to fp32 (chunked_row_dot): Q3_K and Q4_K at
-  // every n, Q5_K up to 2 tokens, Q6_K for one (4096^2 out of cache, Zen 4:
-  // Q6_K 10-25% slower from 3 tokens, Q5_K from 3 to 6; Q3_K level at 5).
+  // is faster than dequantizing to fp32 (chunked_row_dot): Q2_K, Q3_K and Q4_K
+  // at every n, Q5_K up to 2 tokens, Q6_K for one (4096^2 out of cache, Zen 4:
+  // Q6_K 10-25% slower from 3 tokens, Q5_K from 3 to 6; Q2_K and Q3_K level at 3-5).
   constexpr auto kdot_type = [](DType t) {
-    return t == DType::Q3_K || t == DType::Q4_K || (t == DType::Q5_K && N <= 2) || (t == DType::Q6_K && N == 1);
+    return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || (t == DType::Q5_K && N <= 2) ||
+           (t == DType::Q6_K && N == 1);
   };
 #else
   constexpr auto kdot_type = [](DType) { return false; };
@@ -1636,6 +1655,8 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       if (w.type == DType::Q4_K) run_k.template operator()<DType::Q4_K>();
       if constexpr (kdot_type(DType::Q3_K))
         if (w.type == DType::Q3_K) run_k.template operator()<DType::Q3_K>();
+      if constexpr (kdot_type(DType::Q2_K))
+        if (w.type == DType::Q2_K) run_k.template operator()<DType::Q2_K>();
       if constexpr (kdot_type(DType::Q5_K))
         if (w.type == DType::Q5_K) run_k.template operator()<DType::Q5_K>();
       if constexpr (kdot_type(DType::Q6_K))

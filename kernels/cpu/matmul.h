@@ -1,7 +1,7 @@
 // CPU matrix kernels: y[t][r] = sum_c W[r][c] x[t][c], weights in stored type.
 //  - n <= kGemvMaxN: fused dequantize-dot; each weight row is read once for all n tokens
 //    (memory-bound: the decode and small-tree case).
-//    Q8_0/Q4_0/Q4_1 (with AVX-512 VNNI also Q5_0/Q5_1, Q3_K..Q6_K, IQ4_NL/IQ4_XS) use integer dot
+//    Q8_0/Q4_0/Q4_1 (with AVX-512 VNNI also Q5_0/Q5_1, Q2_K..Q6_K, IQ4_NL/IQ4_XS) use integer dot
 //    products (AVX-512 VNNI, or AVX2 VPMADDWD) over activations rounded to
 //    2^-21..2^-24 of each lane's largest element.
 //  - larger n (compute-bound: prefill and large trees): a fused dequantize + GEMM
