@@ -498,8 +498,7 @@ void prepare(const float* x, int64_t cols, uint8_t* out) {
       const __m512i e = exponents(max4(_mm512_max_epu32(magnitude(v0), magnitude(v1))));
       const __m512i X = _mm512_add_epi32(put(g, v0, e, 0, bl * 16), put(g, v1, e, 1, bl * 16));
       put_scales(g, e, bl * 4);
-      // Q4_0: sum((q - 8) X) = sum(q X) - 8 sum(X); Q5_0: 16 sum(X); IQ4: sum(level X) = sum((level + 128) X) - 128
-      // sum(X)
+      // The correction (offset) sum(X): Q4_0 8, Q5_0 16, IQ4 128 (level + 128)
       if constexpr (!L::has_min)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(corr) + bl, per_group(_mm512_slli_epi32(sum4(X), L::corr_shift)));
       else  // Q4_1, Q5_1: m sum(x), in fp32
