@@ -1520,6 +1520,18 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
 // (AVX2, 16 vector registers) at a time at n = 1.
 constexpr int64_t kLongRow = 4096;
 
+// Calls f.template operator()<T>() for the T among Ts that equals t, if Keep{}(T)
+// (a type that Keep rejects is not instantiated).
+template <class Keep, DType... Ts, class F>
+void dispatch_type(DType t, F&& f) {
+  (
+      [&] {
+        if constexpr (Keep{}(Ts))
+          if (t == Ts) f.template operator()<Ts>();
+      }(),
+      ...);
+}
+
 // Chunked types (dequant.h) that take an integer dot instead: Q5_0, Q5_1,
 // IQ4_NL and IQ4_XS go on intdot as Q4_0-like groups at 1..8 tokens (VNNI);
 // IQ4_NL and IQ4_XS single tokens on intdot2 as Q8_0 blocks (AVX2 builds
@@ -1651,15 +1663,8 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
           intdot::rows_dot_k<T, NN, R>(row_ptr(w, i), rb, cols, xq, xstride, xsum32.data(), cols / 32, o);
         });
       };
-      if (w.type == DType::Q4_K) run_k.template operator()<DType::Q4_K>();
-      if constexpr (kdot_type(DType::Q3_K))
-        if (w.type == DType::Q3_K) run_k.template operator()<DType::Q3_K>();
-      if constexpr (kdot_type(DType::Q2_K))
-        if (w.type == DType::Q2_K) run_k.template operator()<DType::Q2_K>();
-      if constexpr (kdot_type(DType::Q5_K))
-        if (w.type == DType::Q5_K) run_k.template operator()<DType::Q5_K>();
-      if constexpr (kdot_type(DType::Q6_K))
-        if (w.type == DType::Q6_K) run_k.template operator()<DType::Q6_K>();
+      dispatch_type<decltype(kdot_type), DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K>(w.type,
+                                                                                                          run_k);
       return;
     }
 #endif
@@ -1711,40 +1716,14 @@ void gemv_n(const WeightView& w, const float* x, float* y) {
       }
 #endif
     };
-    switch (w.type) {
-      case DType::F32:
-        run.template operator()<DType::F32>();
-        break;
-      case DType::F16:
-        run.template operator()<DType::F16>();
-        break;
-      case DType::BF16:
-        run.template operator()<DType::BF16>();
-        break;
-      case DType::Q8_0:
-        run.template operator()<DType::Q8_0>();
-        break;
-      case DType::Q4_0:
-        run.template operator()<DType::Q4_0>();
-        break;
-      case DType::Q4_1:
-        run.template operator()<DType::Q4_1>();
-        break;
-      case DType::Q5_0:
-        if constexpr (chunked_idot<N>(DType::Q5_0)) run.template operator()<DType::Q5_0>();
-        break;
-      case DType::Q5_1:
-        if constexpr (chunked_idot<N>(DType::Q5_1)) run.template operator()<DType::Q5_1>();
-        break;
-      case DType::IQ4_NL:
-        if constexpr (chunked_idot<N>(DType::IQ4_NL)) run.template operator()<DType::IQ4_NL>();
-        break;
-      case DType::IQ4_XS:
-        if constexpr (chunked_idot<N>(DType::IQ4_XS)) run.template operator()<DType::IQ4_XS>();
-        break;
-      default:
-        break;  // the chunked types returned above
-    }
+    // The plain types, and the chunked ones (Q5_0, Q5_1, IQ4_NL, IQ4_XS) where they have an integer dot at
+    // this N (the others returned above).
+    constexpr auto run_type = [](DType t) {
+      return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0 ||
+             t == DType::Q4_1 || chunked_idot<N>(t);
+    };
+    dispatch_type<decltype(run_type), DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                  DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS>(w.type, run);
 #else
     std::vector<float> tmp(cols);
     for (int64_t i = r.begin(); i < r.end(); ++i) {
