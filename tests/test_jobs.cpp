@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <random>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -17,8 +17,8 @@
 #include "src/jobs/results.h"
 #include "src/jobs/suite.h"
 #include "src/util/error.h"
-#include "tests/util/errors.h"
 #include "tests/fuzz/jobs_harness.h"
+#include "tests/util/errors.h"
 
 namespace redwood::jobs {
 namespace {
@@ -73,7 +73,8 @@ path = "o.jsonl"
 summary = "s.json"
 fsync_every = 4
 progress_every = 2.5
-)", "job.toml");
+)",
+                                     "job.toml");
   EXPECT_EQ(j.draft, "d.gguf");
   EXPECT_EQ(j.device_mem, "1.5GiB+draft");
   EXPECT_EQ(j.ring, 3);
@@ -98,7 +99,7 @@ TEST(JobConfig, BadConfigsNameFileLineAndKey) {
   const struct {
     std::string text, expected;
   } cases[] = {
-      {"[model\ntarget = 1", "job.toml:1: "},  // TOML syntax
+      {"[model\ntarget = 1", "job.toml:1: "},                         // TOML syntax
       {"[model]\ntarget = \"a\"\ntarget = \"b\"\n", "job.toml:3: "},  // duplicate key
       {"", "job.toml: model.target: missing"},
       {"[model]\ntarget = 5\n", "job.toml:2: model.target: expected a string, got an integer"},
@@ -111,9 +112,11 @@ TEST(JobConfig, BadConfigsNameFileLineAndKey) {
       {m + "[sampling]\ntop_k = 1.5\n", "job.toml:4: sampling.top_k: expected an integer, got a number"},
       {m + "[sampling]\nmax_tokens = 0\n", "job.toml:4: sampling.max_tokens: must be in [1, 1048576], got 0"},
       {m + "[sampling]\nstop = \"x\"\n", "job.toml:4: sampling.stop: expected an array of strings, got a string"},
-      {m + "[sampling]\nstop = [\"a\", 3]\n", "job.toml:4: sampling.stop: expected an array of strings, got an integer"},
+      {m + "[sampling]\nstop = [\"a\", 3]\n",
+       "job.toml:4: sampling.stop: expected an array of strings, got an integer"},
       {m + "[sampling]\nstop = [\"\"]\n", "job.toml:4: sampling.stop: stop strings must not be empty"},
-      {m + "[sampling]\nmax_tokens = 5000\n", "job.toml:4: sampling.max_tokens: 5000 tokens do not fit in memory.ctx = 2048"},
+      {m + "[sampling]\nmax_tokens = 5000\n",
+       "job.toml:4: sampling.max_tokens: 5000 tokens do not fit in memory.ctx = 2048"},
       {m + "[sampling]\nseed = -3\n", "job.toml:4: sampling.seed: must be in [0, "},
       {m + "[memory]\ndevice = \"lots\"\n", "job.toml:4: memory.device: "},
       {m + "[memory]\ndevice = \"1GiB+drafts\"\n", "job.toml:4: memory.device: "},
@@ -121,12 +124,14 @@ TEST(JobConfig, BadConfigsNameFileLineAndKey) {
       {"memory = 3\n" + m, "job.toml:1: memory: expected a table, got an integer"},
       {m + "[speculation]\ntree = \"sequoia\"\n", "job.toml:3: speculation: [speculation] needs model.draft"},
       {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\nverify = \"magic\"\n",
-       "job.toml:5: speculation.verify: expected greedy | specinfer | sequoia | target-sample | spectr | multidraft-is, got 'magic'"},
+       "job.toml:5: speculation.verify: expected greedy | specinfer | sequoia | target-sample | spectr | "
+       "multidraft-is, got 'magic'"},
       {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\nbudget = 0\n",
        "job.toml:5: speculation.budget: must be in [1, 8192], got 0"},
       {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\nthreshold = 0\n",
        "job.toml:5: speculation.threshold: must be in (0, 1], got 0"},
-      {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\ntree = \"\"\n", "job.toml:5: speculation.tree: must not be empty"},
+      {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\ntree = \"\"\n",
+       "job.toml:5: speculation.tree: must not be empty"},
       {m + "[input]\non_bad_line = \"ignore\"\n", "job.toml:4: input.on_bad_line: expected skip | fail, got 'ignore'"},
       {m + "[input]\nchat = \"yes\"\n", "job.toml:4: input.chat: expected true or false, got a string"},
       {m + "[output]\nfsync_every = 0\n", "job.toml:4: output.fsync_every: must be in [1, 1048576], got 0"},
@@ -135,8 +140,8 @@ TEST(JobConfig, BadConfigsNameFileLineAndKey) {
   };
   for (const auto& c : cases) {
     const std::string e = error_of([&] { (void)parse_job_text(c.text, "job.toml"); });
-    EXPECT_EQ(e.rfind(c.expected, 0), 0u) << "config:\n" << c.text << "\nexpected prefix: " << c.expected
-                                          << "\ngot: " << e;
+    EXPECT_EQ(e.rfind(c.expected, 0), 0u) << "config:\n"
+                                          << c.text << "\nexpected prefix: " << c.expected << "\ngot: " << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << "one line: " << e;
   }
 }
@@ -171,7 +176,8 @@ TEST_F(JobFiles, CheckJobFindsMissingFilesAndDefaultsTheSummary) {
                                    "\"\n[input]\nprompts = \"" + prompts + "\"\n[output]\npath = \"" +
                                    path("sub/out.jsonl") + "\"\n",
                                "job.toml");
-  EXPECT_EQ(error_of([&] { check_job(j); }).rfind("job.toml:3: model.draft: no such file '" + path("nope.gguf"), 0), 0u);
+  EXPECT_EQ(error_of([&] { check_job(j); }).rfind("job.toml:3: model.draft: no such file '" + path("nope.gguf"), 0),
+            0u);
   j.draft.clear();
   check_job(j);
   EXPECT_EQ(j.summary, path("sub/out.jsonl") + ".summary.json");
@@ -185,8 +191,8 @@ TEST_F(JobFiles, CheckJobFindsMissingFilesAndDefaultsTheSummary) {
   o.output = path("o2.jsonl");
   o.prompts = path("missing.jsonl");
   apply_overrides(j, o);
-  EXPECT_EQ(error_of([&] { check_job(j); }), "job.toml: input.prompts: no such file '" + path("missing.jsonl") +
-                                                 "' (the prompt file)");
+  EXPECT_EQ(error_of([&] { check_job(j); }),
+            "job.toml: input.prompts: no such file '" + path("missing.jsonl") + "' (the prompt file)");
   JobConfig k = parse_job_text(kMinimal, "job.toml");
   k.target = model;
   EXPECT_EQ(error_of([&] { check_job(k); }).rfind("job.toml: input.prompts: missing", 0), 0u);
@@ -220,7 +226,8 @@ TEST(Prompts, LinesParseOrSayWhatIsWrong) {
       {"{\"id\": 1, \"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "message role 'robot'"},
       {"{\"id\": 1, \"prompt\": \"\xff\"}", "not valid JSON"},
   };
-  for (const auto& c : bad) EXPECT_EQ(error_of([&] { (void)parse_prompt_line(c.line); }).rfind(c.expected, 0), 0u) << c.line;
+  for (const auto& c : bad)
+    EXPECT_EQ(error_of([&] { (void)parse_prompt_line(c.line); }).rfind(c.expected, 0), 0u) << c.line;
 }
 
 TEST_F(JobFiles, PromptFileFailsOrSkipsBadLinesWithLineNumbers) {
@@ -241,8 +248,9 @@ TEST_F(JobFiles, PromptFileFailsOrSkipsBadLinesWithLineNumbers) {
 }
 
 TEST_F(JobFiles, ResumeDropsATornLastLineAndNothingElse) {
-  const std::string good = "{\"id\":\"a\",\"text\":\"x\",\"finish_reason\":\"stop\"}\n"
-                           "{\"id\":2,\"text\":\"y\",\"finish_reason\":\"length\"}\n";
+  const std::string good =
+      "{\"id\":\"a\",\"text\":\"x\",\"finish_reason\":\"stop\"}\n"
+      "{\"id\":2,\"text\":\"y\",\"finish_reason\":\"length\"}\n";
   // Missing file: nothing done.
   EXPECT_TRUE(prepare_output(path("none.jsonl")).done.empty());
   // A kill in the middle of a line: no newline at the end.
@@ -253,16 +261,63 @@ TEST_F(JobFiles, ResumeDropsATornLastLineAndNothingElse) {
   EXPECT_TRUE(s.done.count("\"a\"") && s.done.count("2"));
   EXPECT_FALSE(s.done.count("\"c\""));
   EXPECT_EQ(slurp(o), good);
-  // A last line with a newline that is not a result (e.g. cut mid-record by a
-  // filesystem) is dropped too.
-  write("o.jsonl", good + "{\"id\":\"c\"}\n");
-  EXPECT_EQ(prepare_output(o).torn_bytes, 11);
+  // Zeros where a crash lost the last bytes: dropped too.
+  write("o.jsonl", good + std::string(7, '\0'));
+  EXPECT_EQ(prepare_output(o).torn_bytes, 7);
   EXPECT_EQ(slurp(o), good);
   // Complete file: untouched.
   EXPECT_EQ(prepare_output(o).torn_bytes, 0);
-  // Damage before the last line: refuse, never silently drop results.
-  write("o.jsonl", "garbage\n" + good);
-  EXPECT_EQ(error_of([&] { (void)prepare_output(o); }).rfind(o + ":1: not a result line, and not the last line", 0), 0u);
+  // Anything else that is not a result line is refused and left as it is,
+  // wherever it is: a complete last line, a foreign file, damage before the end.
+  for (const std::string& bad : {good + "{\"id\":\"c\"}\n", std::string("important notes\n"),
+                                 std::string("important notes"), "garbage\n" + good, good + "notes"}) {
+    write("o.jsonl", bad);
+    const std::string e = error_of([&] { (void)prepare_output(o); });
+    EXPECT_NE(e.find("not a result line of redwood batch"), std::string::npos) << e;
+    EXPECT_EQ(e.rfind(o + ":", 0), 0u) << e;
+    EXPECT_EQ(slurp(o), bad);
+  }
+}
+
+TEST_F(JobFiles, ResumeRefusesOtherSettings) {
+  const nlohmann::json mine = {{"max_tokens", 6}, {"temperature", 0.9}};
+  const std::string was =
+      "{\"id\":\"a\",\"finish_reason\":\"stop\",\"settings\":{\"max_tokens\":3,\"temperature\":0.9}}\n";
+  const std::string o = write("s.jsonl", was);
+  const std::string e = error_of([&] { (void)prepare_output(o, mine); });
+  EXPECT_EQ(e, o + ":1: written with other settings (max_tokens 3 -> 6); resuming would mix them in one file: "
+                   "choose another output path, or remove the file to start over");
+  EXPECT_EQ(slurp(o), was);
+  // The same settings resume; a line without settings (an older redwood's) is counted, not refused.
+  const std::string same =
+      "{\"id\":\"b\",\"finish_reason\":\"stop\",\"settings\":{\"max_tokens\":6,\"temperature\":0.9}}\n";
+  write("s.jsonl", same + "{\"id\":\"c\",\"finish_reason\":\"stop\"}\n");
+  const ResumeState s = prepare_output(o, mine);
+  EXPECT_EQ(s.lines, 2);
+  EXPECT_EQ(s.unchecked, 1);
+  // A key only one side has is named too.
+  write("s.jsonl", same);
+  EXPECT_NE(error_of([&] {
+              (void)prepare_output(o, {{"max_tokens", 6}, {"temperature", 0.9}, {"seed", 1}});
+            }).find("seed (none) -> 1"),
+            std::string::npos);
+}
+
+TEST_F(JobFiles, OneRunAtATimeHoldsTheOutput) {
+  const std::string o = path("l.jsonl");
+  {
+    const OutputLock first(o);
+    EXPECT_TRUE(std::filesystem::exists(o));
+    EXPECT_EQ(error_of([&] { const OutputLock second(o); }),
+              o + ": another redwood run is writing this file; wait for it, or choose another output path");
+  }
+  EXPECT_FALSE(std::filesystem::exists(o));  // created, nothing written: removed again
+  write("l.jsonl", "");
+  { const OutputLock again(o); }
+  EXPECT_TRUE(std::filesystem::exists(o));  // not created by the lock: kept
+  { const OutputLock after(o); }            // released
+  const std::string dir = dir_.string();
+  EXPECT_EQ(error_of([&] { const OutputLock d(dir); }), dir + ": cannot open for writing: Is a directory");
 }
 
 TEST_F(JobFiles, WriterAppendsWholeLines) {
@@ -314,11 +369,12 @@ TEST(Progress, TextShowsCountsRateAcceptanceAndEta) {
 
 TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
   const std::string t = write("t.gguf", "x"), d = write("d.gguf", "x"), p = write("p.jsonl", "");
-  const SuiteConfig s = parse_suite_text("[suite]\nmax_tokens = 8\nlimit = 3\n[[model]]\nname = \"m\"\ntarget = \"" + t +
-                                             "\"\ndraft = \"" + d + "\"\n[[model]]\ntarget = \"" + t +
+  const SuiteConfig s = parse_suite_text("[suite]\nmax_tokens = 8\nlimit = 3\n[[model]]\nname = \"m\"\ntarget = \"" +
+                                             t + "\"\ndraft = \"" + d + "\"\n[[model]]\ntarget = \"" + t +
                                              "\"\nname = \"ar-only\"\n[matrix]\ndevice_mem = [\"\", \"1GiB\"]\n"
                                              "trees = [\"chain\", \"sequoia\"]\nbudgets = [4, 16]\n"
-                                             "temperatures = [0, 0.6]\nprompts = [\"" + p + "\"]\n",
+                                             "temperatures = [0, 0.6]\nprompts = [\"" +
+                                             p + "\"]\n",
                                          "s.toml");
   const auto cells = suite_cells(s);
   // m: 2 memories x 2 temperatures x (1 baseline + 2 trees x 2 budgets); ar-only: baselines only.
@@ -376,10 +432,18 @@ TEST(JobParsers, SurviveMutatedInput) {
         const size_t at = rng() % t.size();
         const char c = alphabet[rng() % alphabet.size()];
         switch (rng() % 4) {
-          case 0: t[at] = c; break;
-          case 1: t.insert(t.begin() + static_cast<std::ptrdiff_t>(at), c); break;
-          case 2: t.erase(at, 1 + rng() % 8); break;
-          default: t.resize(at); break;
+          case 0:
+            t[at] = c;
+            break;
+          case 1:
+            t.insert(t.begin() + static_cast<std::ptrdiff_t>(at), c);
+            break;
+          case 2:
+            t.erase(at, 1 + rng() % 8);
+            break;
+          default:
+            t.resize(at);
+            break;
         }
       }
       try {
@@ -407,8 +471,7 @@ TEST(JobParsers, FuzzCorpusReplays) {
     std::ifstream f(e.path(), std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     try {
-      EXPECT_TRUE(redwood::fuzz::run_jobs(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()))
-          << e.path();
+      EXPECT_TRUE(redwood::fuzz::run_jobs(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())) << e.path();
     } catch (const std::exception& ex) {
       ADD_FAILURE() << e.path() << ": non-redwood exception " << ex.what();
     }

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cmath>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 
 #include "kernels/cpu/threads.h"
@@ -27,7 +29,9 @@ using nlohmann::json;
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // Per-prompt seed: the job's seed mixed with the id, so a prompt's sample does
 // not depend on which prompts ran before it (resumed == uninterrupted).
@@ -47,6 +51,29 @@ std::vector<int32_t> encode_prompt(const jobs::PromptItem& it, const jobs::JobCo
   else if (job.chat)
     text = apply_chat_template(m.desc.chat_template, {{"user", it.prompt}});
   return m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+// A float setting as the decimal the user wrote (0.9, not 0.8999999761581421).
+double short_float(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.7g", static_cast<double>(v));
+  return std::strtod(buf, nullptr);
+}
+
+// What shapes a line's text, stored in every line so that a resumed run never
+// mixes two configurations in one file (jobs::prepare_output). The draft and
+// tree are not here: they change the speed, not the distribution of the text.
+nlohmann::json output_settings(const jobs::JobConfig& job) {
+  std::filesystem::path t = std::filesystem::path(job.target).lexically_normal();
+  if (t.filename().empty()) t = t.parent_path();  // a directory given as "dir/"
+  return {{"target", t.filename().string()},
+          {"max_tokens", job.max_tokens},
+          {"temperature", short_float(job.sampling.temperature)},
+          {"top_p", short_float(job.sampling.top_p)},
+          {"top_k", job.sampling.top_k},
+          {"seed", job.sampling.seed},
+          {"stop", job.stop},
+          {"chat", job.chat}};
 }
 
 }  // namespace
@@ -73,10 +100,9 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
                     "depth (caps) and acceptance (a profile)");
     } else {
       try {
-        ds->config = spec::make_spec_config(
-            spec::TreeOptions{job.tree, job.budget, job.depth, job.threshold, job.delta, job.width, job.verify,
-                              job.acceptance, job.is_alphabet},
-            job.sampling);
+        ds->config = spec::make_spec_config(spec::TreeOptions{job.tree, job.budget, job.depth, job.threshold, job.delta,
+                                                              job.width, job.verify, job.acceptance, job.is_alphabet},
+                                            job.sampling);
       } catch (const Error& e) {
         throw Error(job.where("speculation") + ": " + e.what());
       }
@@ -88,8 +114,8 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     try {
       (void)apply_chat_template(m.desc.chat_template, {{"user", "x"}});
     } catch (const Error& e) {
-      throw Error(job.prompts + ": prompts need a chat template, but " + m.desc.path + " has none usable (" +
-                  e.what() + ")");
+      throw Error(job.prompts + ": prompts need a chat template, but " + m.desc.path + " has none usable (" + e.what() +
+                  ")");
     }
   }
   // Tokenize every prompt: too long for memory.ctx is a bad line.
@@ -135,11 +161,17 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   }
   for (const auto& b : pf.bad) std::fprintf(hooks.log, "redwood: skipped %s\n", b.c_str());
 
-  // ---- resume: what the output already holds ----
-  const jobs::ResumeState rs = jobs::prepare_output(job.output);
-  if (rs.torn_bytes > 0 && !hooks.quiet)
+  // ---- resume: what the output already holds (this run alone writes it) ----
+  const jobs::OutputLock lock(job.output);
+  const nlohmann::json settings = output_settings(job);
+  const jobs::ResumeState rs = jobs::prepare_output(job.output, settings);
+  if (rs.torn_bytes > 0)  // even when quiet: the file was changed
     std::fprintf(hooks.log, "redwood: %s: dropped a torn last line (%lld bytes) left by an interrupted run\n",
                  job.output.c_str(), static_cast<long long>(rs.torn_bytes));
+  if (rs.unchecked > 0)
+    std::fprintf(hooks.log,
+                 "redwood: %s: %lld lines from an older redwood carry no settings; assuming they match this job's\n",
+                 job.output.c_str(), static_cast<long long>(rs.unchecked));
   std::vector<size_t> todo;
   for (size_t i = 0; i < items.size(); ++i)
     if (!rs.done.count(items[i].key)) todo.push_back(i);
@@ -156,9 +188,8 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     }
     load_weights(m, run, shape, d ? &d->desc : nullptr);
     if (auto_tree) {
-      const AutoTreeResult a =
-          choose_tree_auto(m, *d, run, job.sampling, job.budget, job.depth, hooks.quiet ? nullptr : hooks.log,
-                           job.acceptance);
+      const AutoTreeResult a = choose_tree_auto(m, *d, run, job.sampling, job.budget, job.depth,
+                                                hooks.quiet ? nullptr : hooks.log, job.acceptance);
       if (a.config) {
         ds->config = *a.config;
         auto_choice = a.choice;
@@ -201,28 +232,30 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
       break;
     }
     nlohmann::ordered_json metrics = {{"prompt_tokens", tokens[i].size()},
-                    {"prefill_seconds", g.prefill_seconds},
-                    {"seconds", g.decode_seconds},
-                    {"s_per_token", g.s_per_token()}};
+                                      {"prefill_seconds", g.prefill_seconds},
+                                      {"seconds", g.decode_seconds},
+                                      {"s_per_token", g.s_per_token()}};
     if (g.spec) {
       metrics["target_passes"] = g.spec->target_passes;
       metrics["mean_accepted"] =
           g.spec->target_passes ? static_cast<double>(g.spec->emitted) / g.spec->target_passes : 0.0;
       int64_t nodes = 0;
       for (const int32_t n : g.spec->tree_nodes) nodes += n;
-      metrics["mean_tree_nodes"] =
-          g.spec->tree_nodes.empty() ? 0.0 : static_cast<double>(nodes) / static_cast<double>(g.spec->tree_nodes.size());
+      metrics["mean_tree_nodes"] = g.spec->tree_nodes.empty()
+                                       ? 0.0
+                                       : static_cast<double>(nodes) / static_cast<double>(g.spec->tree_nodes.size());
       metrics["draft_seconds"] = g.spec->draft_seconds;
       metrics["verify_seconds"] = g.spec->verify_seconds;
       passes += g.spec->target_passes;
       pass_tokens += g.spec->emitted;
     }
     writer.append(nlohmann::ordered_json{{"id", it.id},
-                   {"text", g.text},
-                   {"tokens", g.tokens},
-                   {"n_tokens", g.tokens.size()},
-                   {"finish_reason", g.finish},
-                   {"metrics", std::move(metrics)}});
+                                         {"text", g.text},
+                                         {"tokens", g.tokens},
+                                         {"n_tokens", g.tokens.size()},
+                                         {"finish_reason", g.finish},
+                                         {"metrics", std::move(metrics)},
+                                         {"settings", settings}});
     ps.done++;
     ps.done_this_run++;
     ps.tokens += static_cast<int64_t>(g.tokens.size());
@@ -296,8 +329,8 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
               {"tree_auto_choice", auto_choice},
               {"verify", ds ? spec::verifier_name(ds->config.verifier) : ""},
               {"budget", job.budget},
-              {"temperature", job.sampling.temperature},
-              {"top_p", job.sampling.top_p},
+              {"temperature", short_float(job.sampling.temperature)},
+              {"top_p", short_float(job.sampling.top_p)},
               {"top_k", job.sampling.top_k},
               {"seed", job.sampling.seed},
               {"max_tokens", job.max_tokens},
@@ -315,14 +348,16 @@ namespace {
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
-extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
+extern "C" void on_stop_signal(int sig) {
+  g_signal.store(sig);
+}
 
 }  // namespace
 
 void install_stop_signals() {
   // The first SIGINT/SIGTERM finishes cleanly (the line in flight is
   // abandoned, everything written stays); a second one kills at once.
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESETHAND;
@@ -330,7 +365,9 @@ void install_stop_signals() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-int stop_signal() { return g_signal.load(); }
+int stop_signal() {
+  return g_signal.load();
+}
 
 namespace {
 

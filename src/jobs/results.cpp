@@ -1,6 +1,8 @@
 #include "src/jobs/results.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,7 +31,9 @@ std::string read_all(const std::string& path, bool& exists) {
   return ss.str();
 }
 
-std::string sys_error(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string sys_error(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
 
 }  // namespace
 
@@ -38,11 +42,35 @@ bool is_result_line(const json& j) {
          j.contains("finish_reason") && j["finish_reason"].is_string();
 }
 
-ResumeState prepare_output(const std::string& path) {
+namespace {
+
+// "key a → b, ..." for the settings that differ between a line and this run.
+std::string settings_diff(const json& was, const json& now) {
+  std::string d;
+  auto add = [&](const std::string& k, const json& a, const json& b) {
+    d += (d.empty() ? "" : ", ") + k + " " + (a.is_null() ? "(none)" : a.dump()) + " -> " +
+         (b.is_null() ? "(none)" : b.dump());
+  };
+  if (!was.is_object() || !now.is_object()) {
+    add("settings", was, now);
+    return d;
+  }
+  for (const auto& [k, v] : now.items())
+    if (!was.contains(k) || was[k] != v) add(k, was.contains(k) ? was[k] : json(), v);
+  for (const auto& [k, v] : was.items())
+    if (!now.contains(k)) add(k, v, json());
+  return d;
+}
+
+}  // namespace
+
+ResumeState prepare_output(const std::string& path, const json& settings) {
   ResumeState st;
   bool exists = false;
   const std::string data = read_all(path, exists);
   if (!exists) return st;
+  // What every line this job writes starts with (the writer's ordered "id" key).
+  static constexpr std::string_view kLineStart = "{\"id\":";
   size_t pos = 0, good_end = 0;
   int64_t line_no = 0;
   while (pos < data.size()) {
@@ -50,15 +78,22 @@ ResumeState prepare_output(const std::string& path) {
     ++line_no;
     const bool complete = nl != std::string::npos;
     const std::string_view line(data.data() + pos, (complete ? nl : data.size()) - pos);
+    // A torn tail: a line this job was writing, or the zeros a crash can leave where its bytes never landed.
+    if (!complete && (line.substr(0, kLineStart.size()) == kLineStart.substr(0, line.size()) ||
+                      line.find_first_not_of('\0') == std::string_view::npos))
+      break;  // dropped below
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const bool ok = complete && !j.is_discarded() && is_result_line(j);
-    const bool last = !complete || nl + 1 == data.size();
-    if (!ok) {
-      if (!last)
-        throw Error(path + ":" + std::to_string(line_no) +
-                    ": not a result line, and not the last line (the file was changed by something other than "
-                    "this job); fix or move it before resuming");
-      break;  // torn tail: dropped below
+    if (j.is_discarded() || !is_result_line(j))
+      throw Error(path + ":" + std::to_string(line_no) +
+                  ": not a result line of redwood batch (the file was written or changed by something else); "
+                  "choose another output path, or fix or move the file");
+    if (!j.contains("settings")) {
+      ++st.unchecked;
+    } else if (!settings.is_null() && j["settings"] != settings) {
+      throw Error(path + ":" + std::to_string(line_no) + ": written with other settings (" +
+                  settings_diff(j["settings"], settings) +
+                  "); resuming would mix them in one file: choose another output path, or remove the file to start "
+                  "over");
     }
     st.done.insert(j["id"].dump());
     ++st.lines;
@@ -73,19 +108,59 @@ ResumeState prepare_output(const std::string& path) {
   return st;
 }
 
+namespace {
+
+void fsync_parent_dir(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+OutputLock::OutputLock(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd_ < 0 && errno == ENOENT) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    created_ = fd_ >= 0;
+    if (fd_ < 0 && errno == EEXIST) fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // another run just made it
+  }
+  if (fd_ < 0) throw Error(sys_error(path + ": cannot open for writing"));
+  struct stat sb {};
+  if (::fstat(fd_, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(path + ": not a regular file");
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const bool busy = errno == EWOULDBLOCK;
+    const std::string why = busy
+                                ? "another redwood run is writing this file; wait for it, or choose another output path"
+                                : std::string("cannot lock it: ") + std::strerror(errno);
+    if (created_) (void)::unlink(path.c_str());
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(path + ": " + why);
+  }
+  if (created_) fsync_parent_dir(path);  // make the new file's name durable too
+}
+
+OutputLock::~OutputLock() {
+  if (fd_ < 0) return;
+  struct stat sb {};
+  if (created_ && ::fstat(fd_, &sb) == 0 && sb.st_size == 0) (void)::unlink(path_.c_str());  // nothing was written
+  ::close(fd_);                                                                              // releases the lock
+}
+
 ResultWriter::ResultWriter(const std::string& path, int fsync_every) : path_(path), every_(std::max(1, fsync_every)) {
   const bool existed = std::filesystem::exists(path);
   fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error(sys_error(path + ": cannot open for writing"));
-  if (!existed) {  // make the new file's name durable too
-    std::string dir = std::filesystem::path(path).parent_path().string();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      (void)::fsync(dfd);
-      ::close(dfd);
-    }
-  }
+  if (!existed) fsync_parent_dir(path);
 }
 
 ResultWriter::~ResultWriter() {

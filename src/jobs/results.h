@@ -2,14 +2,16 @@
 // with a single write() each and fsync'ed every few lines, so a crash loses at
 // most the lines since the last fsync (which a re-run regenerates) and a kill
 // leaves at most one torn last line. Resuming reads the file back: complete
-// lines are done, a torn tail is cut off, anything else is an error.
+// lines are done, a torn tail is cut off, anything else is an error. Each line
+// carries the settings that shape its text ("settings"); resuming with other
+// settings is an error, so one file never mixes two configurations. One run at
+// a time holds the file (OutputLock).
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_set>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace redwood::jobs {
 
@@ -17,12 +19,33 @@ struct ResumeState {
   std::unordered_set<std::string> done;  // ids (PromptItem::key) already in the file
   int64_t lines = 0;                     // complete result lines
   int64_t torn_bytes = 0;                // bytes of a torn last line that were dropped
+  int64_t unchecked = 0;                 // result lines without "settings" (an older redwood's)
 };
 
-// Checks an existing output file and truncates a torn last line (no newline,
-// or not a result object). A bad line before the last is an error: something
-// other than redwood wrote the file. A missing file is an empty state.
-ResumeState prepare_output(const std::string& path);
+// Checks an existing output file and truncates a torn last line: the start of
+// a result line ('{"id":...') with no newline, as a kill mid-write leaves it.
+// Any other line that is not a result line is an error (something other than
+// this job wrote the file: it is left as it is), and so is a result line whose
+// "settings" differ from `settings` (the error names the keys that differ).
+// A missing file is an empty state.
+ResumeState prepare_output(const std::string& path, const nlohmann::json& settings = nlohmann::json());
+
+// An exclusive advisory lock (flock) on the output file, held for one run of a
+// job, so that two runs never append to one file: a second run fails at once
+// with a one-line error. Creates the file (and makes its name durable); a file
+// it created that is still empty when the lock is released is removed again.
+class OutputLock {
+ public:
+  explicit OutputLock(const std::string& path);
+  ~OutputLock();
+  OutputLock(const OutputLock&) = delete;
+  OutputLock& operator=(const OutputLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool created_ = false;
+};
 
 // A result line must be an object with "id" and "finish_reason".
 bool is_result_line(const nlohmann::json& j);

@@ -8,6 +8,8 @@ Checks:
                    resumed each time ends with exactly one valid line per id, identical
                    (greedy: id, text, tokens, finish reason) to an uninterrupted run.
     torn line    : half a line appended by hand is dropped on resume and regenerated.
+    never mix    : resuming with other settings, into a file that is not a job's output, or
+                   while another run writes it -> exit 1, the file untouched.
     signals      : SIGINT and SIGTERM stop cleanly (exit 130 / 143, a message saying how
                    to resume, only whole lines written); resuming completes the job.
     speculative  : the same job with a self-draft (greedy, Sequoia tree) gives the same output.
@@ -130,6 +132,30 @@ def main() -> int:
     p = subprocess.run([rw, "batch", job], capture_output=True, text=True, timeout=900)
     check("complete job: re-run does nothing", p.returncode == 0 and "24 of 24 prompts already done" in p.stderr and
           len(lines_of(out)) == len(ref), p.stderr[-500:])
+
+    # ---- never mix: other settings, a foreign file, two runs at once ----
+    before = open(out).read()
+    other = write(os.path.join(tmp, "other.toml"), job_text(args.model, out).replace("max_tokens = 24", "max_tokens = 12"))
+    p = subprocess.run([rw, "batch", other], capture_output=True, text=True, timeout=300)
+    check("resume with other settings: refused, file untouched", p.returncode == 1 and
+          "written with other settings (max_tokens 24 -> 12)" in p.stderr and open(out).read() == before,
+          p.stderr[-500:])
+    notes = write(os.path.join(tmp, "notes.txt"), "important notes\n")
+    p = subprocess.run([rw, "batch", job, "--output", notes, "-q"], capture_output=True, text=True, timeout=300)
+    check("a file that is not this job's output: refused, untouched", p.returncode == 1 and
+          "not a result line of redwood batch" in p.stderr and open(notes).read() == "important notes\n",
+          p.stderr[-500:])
+    out = os.path.join(tmp, "twice.jsonl")
+    job = write(os.path.join(tmp, "twice.toml"), job_text(args.model, out))
+    first = subprocess.Popen([rw, "batch", job, "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and first.poll() is None and not (os.path.exists(out) and os.path.getsize(out) > 0):
+        time.sleep(0.05)
+    p = subprocess.run([rw, "batch", job, "-q"], capture_output=True, text=True, timeout=300)
+    first.communicate(timeout=900)
+    check("a second run of a running job: refused", first.returncode == 0 and p.returncode == 1 and
+          "another redwood run is writing this file" in p.stderr, p.stderr[-500:])
+    check("...and the first run's output is whole", sorted(json.dumps(r["id"]) for r in lines_of(out)) == sorted(ref))
 
     # ---- SIGINT / SIGTERM ----
     for sig, code, name in [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")]:
