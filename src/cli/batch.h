@@ -5,9 +5,8 @@
 #pragma once
 #include <cstdio>
 #include <functional>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "src/jobs/job.h"
 

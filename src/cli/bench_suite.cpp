@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <iterator>
+#include <map>
 #include <sstream>
 
 #include "src/cli/batch.h"
@@ -59,8 +59,8 @@ std::string prompt_subset(const std::string& src, int limit, const std::string& 
       text += line + "\n";
       ++n;
     }
-  const std::string out = dir + "/prompts/" + fs::path(src).stem().string() + ".first" + std::to_string(limit) +
-                          ".jsonl";
+  const std::string out =
+      dir + "/prompts/" + fs::path(src).stem().string() + ".first" + std::to_string(limit) + ".jsonl";
   std::ifstream old(out, std::ios::binary);
   std::ostringstream cur;
   if (old) cur << old.rdbuf();
@@ -132,12 +132,14 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
     const std::string datf = dir + "/plots/" + g + ".dat";
     write_file_atomic(datf, dat);
     for (int panel = 0; panel < 2; ++panel) {
-      gp += panel == 0 ? "set ylabel 's/token'\nset yrange [0:*]\n" : "set ylabel 'tokens per target pass'\nset yrange [0:*]\n";
+      gp += panel == 0 ? "set ylabel 's/token'\nset yrange [0:*]\n"
+                       : "set ylabel 'tokens per target pass'\nset yrange [0:*]\n";
       std::string cmd = "plot ";
       for (size_t k = 0; k < present.size(); ++k) {
         const size_t i = present[k];
         cmd += gp_quote(datf) + " index " + std::to_string(k) + " using 1:" + (panel == 0 ? "2" : "3") +
-               " with linespoints lw 2 pt 7 lc rgb '" + kColours[i % std::size(kColours)] + "' title " + gp_quote(policies[i]) + ", ";
+               " with linespoints lw 2 pt 7 lc rgb '" + kColours[i % std::size(kColours)] + "' title " +
+               gp_quote(policies[i]) + ", ";
       }
       const double y = base ? (panel == 0 ? base->s_per_token : 1.0) : NAN;
       if (base)
@@ -203,8 +205,9 @@ int run_suite(SuiteOptions& o) {
     std::fflush(stderr);
     const JobOutcome r = run_job(jobs_[i], hooks);
     if (r.interrupted) {
-      std::fprintf(stderr, "\nredwood: interrupted: %zu of %zu cells done in %s; run the same command again to resume\n",
-                   i, cells.size(), o.out.c_str());
+      std::fprintf(stderr,
+                   "\nredwood: interrupted: %zu of %zu cells done in %s; run the same command again to resume\n", i,
+                   cells.size(), o.out.c_str());
       return 128 + stop_signal();
     }
     Row row;
@@ -229,7 +232,8 @@ int run_suite(SuiteOptions& o) {
       "model,device_mem,tree,budget,temperature,prompts,n_prompts,tokens,s_per_token,s_per_token_p50,s_per_token_p90,"
       "tokens_per_pass,tree_nodes,target_passes,draft_share,speedup_vs_ar\n";
   std::string md =
-      "| model | device mem | tree | budget | T | prompts | s/token | tokens/pass | tree nodes | draft share | vs AR |\n"
+      "| model | device mem | tree | budget | T | prompts | s/token | tokens/pass | tree nodes | draft share | vs AR "
+      "|\n"
       "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|\n";
   json all = json::array();
   for (const Row& r : rows) {
@@ -242,8 +246,8 @@ int run_suite(SuiteOptions& o) {
            std::to_string(r.cell.budget) + "," + num(r.cell.temperature) + "," + csv_field(ps) + "," +
            std::to_string(r.prompts) + "," + std::to_string(r.tokens) + "," + num(r.s_per_token) + "," +
            num(r.summary["s_per_token"]["p50"].get<double>()) + "," +
-           num(r.summary["s_per_token"]["p90"].get<double>()) + "," + num(r.tokens_per_pass) + "," + num(r.tree_nodes) + "," +
-           std::to_string(r.summary["target_passes"].get<int64_t>()) + "," + num(r.draft_share) + "," +
+           num(r.summary["s_per_token"]["p90"].get<double>()) + "," + num(r.tokens_per_pass) + "," + num(r.tree_nodes) +
+           "," + std::to_string(r.summary["target_passes"].get<int64_t>()) + "," + num(r.draft_share) + "," +
            num(speedup) + "\n";
     md += "| " + r.cell.model + " | " + mem + " | " + tree + " | " +
           (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " + num(r.cell.temperature) +
@@ -274,7 +278,8 @@ int run_suite(SuiteOptions& o) {
   write_file_atomic(o.out + "/results.json", doc.dump(2) + "\n");
   std::printf("%s", md.c_str());
   if (!have_gnuplot)
-    std::fprintf(stderr, "redwood: gnuplot not found: plots skipped (install gnuplot-nox, then run gnuplot on %s/plots/*.gp)\n",
+    std::fprintf(stderr,
+                 "redwood: gnuplot not found: plots skipped (install gnuplot-nox, then run gnuplot on %s/plots/*.gp)\n",
                  o.out.c_str());
   std::fprintf(stderr, "redwood: %zu cells -> %s/results.{csv,json,md}, %zu plots\n", rows.size(), o.out.c_str(),
                pngs.size());
@@ -288,7 +293,7 @@ Runner add_bench_suite(CLI::App* bench) {
   auto* c = bench->add_subcommand("run", "Run a bench suite (configs/bench/*.toml): tables and plots in --out DIR");
   c->add_option("suite", o->suite, "Suite file (TOML)")->required();
   c->add_option("--out,-o", o->out, "Output directory (re-running resumes)")->required();
-  c->add_option("--threads,-t", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  c->add_option("--threads,-t", o->threads, "CPU threads (default: all cores)")->check(int_range(0, 4096));
   return [o, c] { return c->parsed() ? run_suite(*o) : -1; };
 }
 

@@ -8,6 +8,7 @@
 
 #include "offload/size.h"
 #include "src/cli/commands.h"
+#include "src/cli/common.h"
 #include "src/planner/hardware.h"
 #include "src/planner/model_config.h"
 #include "src/planner/predict.h"
@@ -61,14 +62,14 @@ Runner add_predict(CLI::App& app) {
   s->add_option("--acceptance", c->acceptance,
                 "Acceptance vector JSON {\"acceptance\": [p1, p2, ...]} (default: a power law over 16)");
   s->add_option("--device-mem", c->device_mem, "Device budget (default: the profile's device memory - reserved)");
-  s->add_option("--ctx", c->o.ctx, "KV cache capacity in tokens")->check(CLI::Range(1, 1 << 24));
+  s->add_option("--ctx", c->o.ctx, "KV cache capacity in tokens")->check(int_range(1, 1 << 24));
   auto* past = s->add_option("--past", c->o.n_past,
                              "Tokens already in the KV cache when attention is costed (default 256, at most --ctx)")
-                   ->check(CLI::Range(0, 1 << 24));
+                   ->check(int_range(0, 1 << 24));
   s->add_option("--max-budget", c->o.max_budget, "Largest tree budget n considered (root included)")
-      ->check(CLI::Range(1, 4096));
+      ->check(int_range(1, 4096));
   s->add_option("--max-depth", c->o.max_depth, "Largest tree depth d considered (levels, root included)")
-      ->check(CLI::Range(1, 128));
+      ->check(int_range(1, 128));
   s->add_flag("--json", c->json, "JSON output");
   return [c, past] {
     c->past_given = past->count() > 0;

@@ -70,7 +70,8 @@ int run_profile(const ProfileOptions& o) {
     else if (o.chat)
       text = apply_chat_template(m.desc.chat_template, {{"user", it.prompt}});
     prompts.push_back(m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true));
-    if (prompts.back().empty()) throw Error(o.prompts + ":" + std::to_string(it.line) + ": the prompt encodes to no tokens");
+    if (prompts.back().empty())
+      throw Error(o.prompts + ":" + std::to_string(it.line) + ": the prompt encodes to no tokens");
   }
   spec::AcceptanceProfile prof;
   prof.target = spec::identify_files(m.desc.path, m.desc.files);
@@ -159,8 +160,9 @@ int run_hardware(const HardwareOptions& o) {
   hr.quiet = o.quiet;
   measure_hardware(m, d, hr, prof);
   write_file_atomic(o.out, planner::measured_json(prof));
-  std::fprintf(stderr, "redwood: t(1) = %.4f s, t(%d) = %.4f s; c(1) = %.4f s -> %s\n", prof.target_pass.seconds.front(),
-               sizes.back(), prof.target_pass.seconds.back(), prof.draft_level.seconds.front(), o.out.c_str());
+  std::fprintf(stderr, "redwood: t(1) = %.4f s, t(%d) = %.4f s; c(1) = %.4f s -> %s\n",
+               prof.target_pass.seconds.front(), sizes.back(), prof.target_pass.seconds.back(),
+               prof.draft_level.seconds.front(), o.out.c_str());
   return 0;
 }
 
@@ -175,10 +177,10 @@ Runner add_profile_hardware(CLI::App& app) {
   c->add_option("--out", o->out, "Profile JSON to write")->required();
   c->add_option("--sizes", o->sizes, "Tree sizes n for target passes, increasing (default 1..1024)");
   c->add_option("--widths", o->widths, "Level widths w for draft passes, increasing (default 1..64)");
-  c->add_option("--repeats", o->repeats, "Timed passes per point (the median is kept)")->check(CLI::Range(1, 1000));
-  c->add_option("--warmup", o->warmup, "Untimed passes first")->check(CLI::Range(0, 100));
+  c->add_option("--repeats", o->repeats, "Timed passes per point (the median is kept)")->check(int_range(1, 1000));
+  c->add_option("--warmup", o->warmup, "Untimed passes first")->check(int_range(0, 100));
   c->add_option("--prefix", o->prefix, "Committed context tokens before the timed passes")
-      ->check(CLI::Range(0, 1 << 16));
+      ->check(int_range(0, 1 << 16));
   c->add_flag("--quiet,-q", o->quiet, "No per-point lines");
   add_run_options(c, o->run);
   return [o] { return run_hardware(*o); };

@@ -1,9 +1,8 @@
 // Subcommand registration: each adds itself to the app and returns the
 // callback that runs it after parsing.
 #pragma once
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 namespace redwood::cli {
 using Runner = std::function<int()>;

@@ -19,7 +19,7 @@ namespace redwood::cli {
 
 namespace {
 bool exists(const std::string& p) {
-  struct stat st{};
+  struct stat st {};
   return stat(p.c_str(), &st) == 0;
 }
 }  // namespace
@@ -70,7 +70,9 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
   auto w = std::make_unique<offload::StreamedWeights>(m.desc, p, so);
   m.streamed = w.get();
   m.weights = std::move(w);
-  std::fprintf(stderr, "redwood: %d layers resident, %d host-staged, %d streamed from storage (%s%s), ring %d x %s; %s of %s device budget planned\n",
+  std::fprintf(stderr,
+               "redwood: %d layers resident, %d host-staged, %d streamed from storage (%s%s), ring %d x %s; %s of %s "
+               "device budget planned\n",
                p.count(offload::Tier::kDevice), p.count(offload::Tier::kHost), p.count(offload::Tier::kStorage),
                m.streamed->reader_kind(), m.streamed->reader_direct() ? ", O_DIRECT" : "", p.ring_slots,
                offload::format_size(p.slot_bytes).c_str(), offload::format_size(p.device_used).c_str(),
@@ -81,14 +83,10 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
 nlohmann::json offload_stats(const LoadedModel& m) {
   if (!m.streamed) return nullptr;
   const auto& t = m.streamed->totals();
-  return {{"passes", m.streamed->passes()},
-          {"storage_bytes", t.storage_bytes},
-          {"host_bytes", t.host_bytes},
-          {"stall_seconds", t.stall_seconds},
-          {"io_seconds", t.io_seconds},
-          {"compute_seconds", t.compute_seconds},
-          {"wall_seconds", t.wall_seconds},
-          {"layers_streamed", m.streamed->streamed_layers()},
+  return {{"passes", m.streamed->passes()},     {"storage_bytes", t.storage_bytes},
+          {"host_bytes", t.host_bytes},         {"stall_seconds", t.stall_seconds},
+          {"io_seconds", t.io_seconds},         {"compute_seconds", t.compute_seconds},
+          {"wall_seconds", t.wall_seconds},     {"layers_streamed", m.streamed->streamed_layers()},
           {"reader", m.streamed->reader_kind()}};
 }
 
@@ -96,9 +94,23 @@ void finish_run(const LoadedModel& m, const RunOptions& run) {
   if (m.trace && !run.trace.empty()) write_file_atomic(run.trace, m.trace->json());
 }
 
+CLI::Validator int_range(long long lo, long long hi) {
+  const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        if (s.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+          return "expected an integer from " + range + ", got '" + s + "'";
+        return {};
+      },
+      "INT in " + range);
+}
+
 void add_run_options(CLI::App* app, RunOptions& o) {
   app->add_option("--model,-m", o.model, "Model: GGUF file or safetensors directory (default: SmolLM2-135M)");
-  app->add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app->add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->check(int_range(0, 4096));
   app->add_option("--backend", o.backend,
                   "Kernels: cpu (default) or cuda (built with REDWOOD_CUDA and a GPU present); "
                   "weights and KV cache then live in VRAM, streamed layers go through pinned staging");
@@ -112,7 +124,7 @@ void add_budget_options(CLI::App* app, RunOptions& o) {
                   "Device memory budget, e.g. 2GiB, 512MiB (CPU backend: the RAM working set; default: no limit); "
                   "SIZE+draft: SIZE for the target, the resident draft's costs on top");
   app->add_option("--host-mem", o.host_mem, "Host (pinned RAM) budget for staged layers, e.g. 4GiB (default: none)");
-  app->add_option("--ring", o.ring, "Layer slots in the streaming ring (>= 2)")->check(CLI::Range(2, 1024));
+  app->add_option("--ring", o.ring, "Layer slots in the streaming ring (>= 2)")->check(int_range(2, 1024));
 }
 
 offload::Budgets budgets_from(const RunOptions& o) {
@@ -124,7 +136,9 @@ offload::Budgets budgets_from(const RunOptions& o) {
   return b;
 }
 
-void apply_run_options(RunOptions& o) { set_cpu_threads(o.threads); }
+void apply_run_options(RunOptions& o) {
+  set_cpu_threads(o.threads);
+}
 
 RunOptions resident_run(const RunOptions& run) {
   RunOptions r;

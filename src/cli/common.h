@@ -48,6 +48,11 @@ struct RunOptions {
   bool verify_io = false;
 };
 void add_run_options(CLI::App* app, RunOptions& o);
+
+// An integer option's range, with a message that says so ("expected an integer
+// from 1 to 1048576, got 'abc'"; CLI11's Range and PositiveNumber print their
+// limits as doubles, the largest double for "positive").
+CLI::Validator int_range(long long lo, long long hi);
 // Just --device-mem, --host-mem and --ring (add_run_options includes them).
 void add_budget_options(CLI::App* app, RunOptions& o);
 void apply_run_options(RunOptions& o);

@@ -1,9 +1,10 @@
 // redwood: one binary, subcommands. Errors print one line and exit 1.
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "src/cli/commands.h"
 #include "src/util/error.h"
@@ -13,7 +14,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "redwood 0.1.0");
   std::vector<std::pair<CLI::App*, redwood::cli::Runner>> cmds;
-  auto reg = [&](redwood::cli::Runner r, const char* name) { cmds.emplace_back(app.get_subcommand(name), std::move(r)); };
+  auto reg = [&](redwood::cli::Runner r, const char* name) {
+    cmds.emplace_back(app.get_subcommand(name), std::move(r));
+  };
   reg(redwood::cli::add_generate(app), "generate");
   reg(redwood::cli::add_info(app), "info");
   reg(redwood::cli::add_tokenize(app), "tokenize");
@@ -25,10 +28,25 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_batch(app), "batch");
   reg(redwood::cli::add_profile_acceptance(app), "profile-acceptance");
   reg(redwood::cli::add_profile_hardware(app), "profile-hardware");
+  // An unknown subcommand by name (CLI11 would only say that one is required).
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(cmds.begin(), cmds.end(), [&](const auto& c) { return c.first->get_name() == argv[1]; })) {
+    std::string names;
+    for (const auto& [sub, run] : cmds) names += (names.empty() ? "" : ", ") + sub->get_name();
+    std::fprintf(stderr, "redwood: unknown subcommand '%s' (one of: %s)\n", argv[1], names.c_str());
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // Like every other error: one line, exit code 1.
+    std::string where;
+    for (const auto& [sub, run] : cmds)
+      if (sub->parsed()) where = sub->get_name();
+    std::fprintf(stderr, "redwood: %s%s (see redwood %s--help)\n", where.empty() ? "" : (where + ": ").c_str(),
+                 e.what(), where.empty() ? "" : (where + " ").c_str());
+    return 1;
   }
   try {
     for (auto& [sub, run] : cmds)

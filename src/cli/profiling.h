@@ -19,8 +19,8 @@ namespace redwood::cli {
 struct AcceptanceRun {
   SamplingParams sampling;
   int width = 8, count = 256, repeats = 4;
-  int max_tokens = 64;   // continuation per prompt; 0: positions over the prompt text itself
-  int chain_depth = 6;   // 0: no chain measurement
+  int max_tokens = 64;  // continuation per prompt; 0: positions over the prompt text itself
+  int chain_depth = 6;  // 0: no chain measurement
   bool quiet = false;
 };
 // Fills prof's vectors, positions, prompt_count, chain and acceptance (the
@@ -54,8 +54,8 @@ struct AutoTreeResult {
 };
 // acceptance_file / hardware_file: use these profiles instead of the cache
 // (empty: the cache).
-AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run,
-                                const SamplingParams& sampling, int max_budget, int max_depth, std::FILE* log,
-                                const std::string& acceptance_file = "", const std::string& hardware_file = "");
+AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run, const SamplingParams& sampling,
+                                int max_budget, int max_depth, std::FILE* log, const std::string& acceptance_file = "",
+                                const std::string& hardware_file = "");
 
 }  // namespace redwood::cli
