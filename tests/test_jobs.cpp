@@ -17,6 +17,7 @@
 #include "src/jobs/results.h"
 #include "src/jobs/suite.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 #include "tests/fuzz/jobs_harness.h"
 #include "tests/util/errors.h"
 
@@ -277,6 +278,18 @@ TEST_F(JobFiles, ResumeDropsATornLastLineAndNothingElse) {
     EXPECT_EQ(e.rfind(o + ":", 0), 0u) << e;
     EXPECT_EQ(slurp(o), bad);
   }
+}
+
+TEST_F(JobFiles, ConfigFilesThatAreNotFilesGiveOneLine) {
+  const std::string dir = dir_.string();
+  EXPECT_EQ(error_of([&] { (void)parse_job_file(dir); }), dir + ": is a directory, not the job file");
+  EXPECT_EQ(error_of([&] { (void)parse_suite_file(dir); }), dir + ": is a directory, not the suite file");
+  EXPECT_EQ(error_of([&] { (void)parse_job_file(path("none.toml")); }),
+            path("none.toml") + ": cannot open the job file");
+  const std::string big = write("big.txt", std::string(100, 'x'));
+  EXPECT_EQ(error_of([&] { (void)redwood::read_text_file(big, "the file", 99); }),
+            big + ": the file is larger than 99 bytes");
+  EXPECT_EQ(redwood::read_text_file(big, "the file", 100), std::string(100, 'x'));
 }
 
 TEST_F(JobFiles, ResumeRefusesOtherSettings) {

@@ -585,7 +585,8 @@ TEST(Acceptance, FileErrors) {
     std::ofstream(dir + name) << text;
     return dir + name;
   };
-  EXPECT_EQ(error_of([&] { spec::read_acceptance_file(dir + "none.json"); }), dir + "none.json: cannot open");
+  EXPECT_EQ(error_of([&] { spec::read_acceptance_file(dir + "none.json"); }),
+            dir + "none.json: cannot open the acceptance file");
   const std::string bad = write("bad.json", "{\"acc\": []}");
   EXPECT_EQ(error_of([&] { spec::read_acceptance_file(bad); }),
             bad + ": expected a JSON object with an \"acceptance\" array");

@@ -107,7 +107,9 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
   std::map<std::string, std::vector<const Row*>> groups;
   for (const Row& r : rows) groups[r.cell.group()].push_back(&r);
   std::vector<std::string> pngs;
-  fs::create_directories(dir + "/plots");
+  std::error_code ec;
+  fs::create_directories(dir + "/plots", ec);
+  if (ec) throw Error(dir + "/plots: cannot create the directory: " + ec.message());
   for (const auto& [g, rs] : groups) {
     const Row* base = nullptr;
     for (const Row* r : rs)
@@ -171,8 +173,11 @@ struct SuiteOptions {
 int run_suite(SuiteOptions& o) {
   const jobs::SuiteConfig s = jobs::parse_suite_file(o.suite);
   if (o.out.empty()) throw Error("--out DIR is required");
-  fs::create_directories(o.out + "/cells");
-  fs::create_directories(o.out + "/prompts");
+  for (const char* sub : {"/cells", "/prompts"}) {
+    std::error_code ec;
+    fs::create_directories(o.out + sub, ec);
+    if (ec) throw Error(o.out + sub + ": cannot create the directory: " + ec.message());
+  }
   std::map<std::string, std::string> prompt_file;
   for (const auto& p : s.prompts) prompt_file[p] = prompt_subset(p, s.limit, o.out);
   const auto cells = jobs::suite_cells(s);

@@ -1,6 +1,7 @@
 // redwood info | tokenize | logits: look inside models and passes.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -95,6 +96,8 @@ int run_tokenize(RunOptions& o, const std::string& text, const std::string& json
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   auto enc = [&](const std::string& s) { return nlohmann::json(m.tokenizer->encode(s, !raw, !raw)).dump(); };
   if (!jsonl.empty()) {
+    if (!std::filesystem::is_regular_file(jsonl))
+      throw Error(jsonl + (std::filesystem::exists(jsonl) ? ": not a regular file" : ": no such file"));
     std::ifstream in(jsonl);
     if (!in) throw Error(jsonl + ": cannot open");
     std::string line;

@@ -138,6 +138,17 @@ offload::Budgets budgets_from(const RunOptions& o) {
 
 void apply_run_options(RunOptions& o) {
   set_cpu_threads(o.threads);
+  if (!o.trace.empty()) check_output_path(o.trace);  // before the run, not after it
+}
+
+void check_output_path(const std::string& path) {
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) throw Error(path + ": is a directory");
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());  // as write_file_atomic makes it
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path + ": cannot create: " + strerror(errno));
+  ::close(fd);
+  ::unlink(tmp.c_str());
 }
 
 RunOptions resident_run(const RunOptions& run) {

@@ -85,6 +85,10 @@ std::vector<int32_t> parse_int_list(const std::string& s, const char* what);
 // A failure leaves no partial output file.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// Fails now (one-line redwood::Error) where write_file_atomic(path) would fail
+// later: a directory, or a folder where the file cannot be created.
+void check_output_path(const std::string& path);
+
 // A reproducible tree of n nodes for timing passes: each node's parent is one
 // of the 4 nodes before it (or the root), positions from `start` + depth,
 // random tokens.

@@ -1,17 +1,18 @@
 #include "src/jobs/job.h"
 
+#include <toml++/toml.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
-
-#include "src/jobs/toml_section.h"
 
 #include "offload/plan.h"
 #include "offload/size.h"
+#include "src/jobs/toml_section.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::jobs {
 
@@ -77,8 +78,7 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   sp.only({"tree", "verify", "budget", "depth", "threshold", "delta", "width", "acceptance", "prefill_chunk",
            "is_alphabet"});
   sp.str("tree", job.tree);
-  sp.choice("verify", job.verify,
-            {"greedy", "specinfer", "sequoia", "target-sample", "spectr", "multidraft-is"});
+  sp.choice("verify", job.verify, {"greedy", "specinfer", "sequoia", "target-sample", "spectr", "multidraft-is"});
   sp.integer("budget", job.budget, 1, 8192);
   sp.integer("depth", job.depth, 1, 1024);
   sp.number("threshold", job.threshold, 0.0, 1.0, /*lo_open=*/true);
@@ -131,12 +131,7 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
 }
 
 JobConfig parse_job_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the job file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(path + ": read error");
-  return parse_job_text(ss.str(), path);
+  return parse_job_text(read_text_file(path, "the job file"), path);
 }
 
 void apply_overrides(JobConfig& job, const JobOverrides& o) {
@@ -165,7 +160,8 @@ void check_job(JobConfig& job) {
   if (!job.draft.empty()) readable("model.draft", job.draft, "the draft model");
   if (!job.acceptance.empty()) readable("speculation.acceptance", job.acceptance, "an acceptance vector JSON");
   if (job.prompts.empty())
-    throw Error(job.file + ": input.prompts: missing (a JSONL file of {\"id\", \"prompt\"|\"messages\"}; or --prompts)");
+    throw Error(job.file +
+                ": input.prompts: missing (a JSONL file of {\"id\", \"prompt\"|\"messages\"}; or --prompts)");
   readable("input.prompts", job.prompts, "the prompt file");
   if (job.output.empty()) throw Error(job.file + ": output.path: missing (where results go; or --output)");
   if (job.summary.empty()) job.summary = job.output + ".summary.json";

@@ -9,6 +9,7 @@
 #include "offload/plan.h"
 #include "src/jobs/toml_section.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::jobs {
 
@@ -134,7 +135,8 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   if (!s.trees.empty() && !any_draft)
     throw Error(s.file + ":" + std::to_string(s.lines["matrix.trees"]) + ": matrix.trees: no [[model]] has a draft");
   if (!s.trees.empty() && s.budgets.empty())
-    throw Error(s.file + ":" + std::to_string(s.lines["matrix.trees"]) + ": matrix.budgets: missing (tree sizes to sweep)");
+    throw Error(s.file + ":" + std::to_string(s.lines["matrix.trees"]) +
+                ": matrix.budgets: missing (tree sizes to sweep)");
   if (s.prompts.empty()) throw Error(s.file + ": matrix.prompts: missing (one or more JSONL prompt files)");
   for (const auto& p : s.prompts)
     if (!std::filesystem::is_regular_file(p))
@@ -146,11 +148,7 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
 }
 
 SuiteConfig parse_suite_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the suite file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_suite_text(ss.str(), path);
+  return parse_suite_text(read_text_file(path, "the suite file"), path);
 }
 
 std::string SuiteCell::group() const {

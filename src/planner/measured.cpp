@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::planner {
 
@@ -58,10 +59,7 @@ std::string measured_json(const MeasuredProfile& p) {
 }
 
 MeasuredProfile read_measured(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the hardware profile");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_measured(text, path);
+  return parse_measured(read_text_file(path, "the hardware profile"), path);
 }
 
 MeasuredProfile parse_measured(const std::string& text, const std::string& name) {

@@ -10,16 +10,9 @@
 #include "offload/size.h"
 #include "src/jobs/toml_section.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::planner {
-
-inline std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open " + what);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // "file: missing required key 'k'" for the first absent key.
 inline void require(const std::string& file, const jobs::detail::Section& s, std::initializer_list<const char*> keys) {

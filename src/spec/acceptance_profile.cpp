@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::spec {
 
@@ -184,10 +185,7 @@ std::string profile_json(const AcceptanceProfile& p) {
 }
 
 AcceptanceProfile read_acceptance_profile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the acceptance profile");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_acceptance_profile(text, path);
+  return parse_acceptance_profile(read_text_file(path, "the acceptance profile"), path);
 }
 
 AcceptanceProfile parse_acceptance_profile(const std::string& text, const std::string& name) {

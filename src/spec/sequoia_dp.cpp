@@ -29,18 +29,18 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::spec {
 
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-constexpr int kMaxNodes = 16384;              // DP budget limit
-constexpr int kMaxWidth = 4096;               // acceptance vector length limit
+constexpr int kMaxNodes = 16384;                 // DP budget limit
+constexpr int kMaxWidth = 4096;                  // acceptance vector length limit
 constexpr int64_t kMaxBoundedEntries = 1 << 25;  // argmax table entries (int32)
 constexpr size_t kMaxFileNodes = 1 << 20;
 
@@ -53,15 +53,15 @@ std::string fmt_double(double v) {
 void validate_acceptance(const std::vector<double>& a) {
   if (a.empty()) throw Error("acceptance vector is empty");
   if (a.size() > static_cast<size_t>(kMaxWidth))
-    throw Error("acceptance vector has " + std::to_string(a.size()) + " entries (max " +
-                std::to_string(kMaxWidth) + ")");
+    throw Error("acceptance vector has " + std::to_string(a.size()) + " entries (max " + std::to_string(kMaxWidth) +
+                ")");
   double sum = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     if (!std::isfinite(a[i]) || a[i] < 0 || a[i] > 1)
       throw Error("acceptance p_" + std::to_string(i + 1) + " = " + fmt_double(a[i]) + " is not in [0, 1]");
     if (i > 0 && a[i] > a[i - 1] + 1e-12)
-      throw Error("acceptance vector must be non-increasing (p_" + std::to_string(i + 1) + " > p_" +
-                  std::to_string(i) + ")");
+      throw Error("acceptance vector must be non-increasing (p_" + std::to_string(i + 1) + " > p_" + std::to_string(i) +
+                  ")");
     sum += a[i];
   }
   if (sum > 1 + 1e-9) throw Error("acceptance vector sums to " + fmt_double(sum) + " > 1");
@@ -167,7 +167,8 @@ StaticTree bounded_tree(const std::vector<double>& p, int n, int d) {
   // cap[l]: most nodes a tree of l levels can hold (saturated at n).
   std::vector<int64_t> cap(static_cast<size_t>(d) + 1, 0);
   cap[1] = 1;
-  for (int l = 2; l <= d; ++l) cap[static_cast<size_t>(l)] = std::min<int64_t>(n, 1 + K * cap[static_cast<size_t>(l - 1)]);
+  for (int l = 2; l <= d; ++l)
+    cap[static_cast<size_t>(l)] = std::min<int64_t>(n, 1 + K * cap[static_cast<size_t>(l - 1)]);
 
   std::vector<double> g_prev(W, kNegInf), g_cur(W, kNegInf);
   std::vector<double> T(KB * W, kNegInf);  // current level: T[b][m]
@@ -297,8 +298,8 @@ void validate_tree(const StaticTree& t) {
     if (path.empty()) throw Error("tree nodes are not in depth-first order (node " + std::to_string(i) + ")");
     path.push_back(static_cast<int32_t>(i));
     if (t.depth[i] != t.depth[static_cast<size_t>(par)] + 1)
-      throw Error("tree node " + std::to_string(i) + " has depth " + std::to_string(t.depth[i]) +
-                  ", its parent " + std::to_string(t.depth[static_cast<size_t>(par)]));
+      throw Error("tree node " + std::to_string(i) + " has depth " + std::to_string(t.depth[i]) + ", its parent " +
+                  std::to_string(t.depth[static_cast<size_t>(par)]));
     if (t.rank[i] != nchild[static_cast<size_t>(par)])
       throw Error("tree node " + std::to_string(i) + " has rank " + std::to_string(t.rank[i]) + ", expected " +
                   std::to_string(nchild[static_cast<size_t>(par)]) + " (child order = sampling order)");
@@ -346,9 +347,7 @@ std::vector<std::vector<double>> sequoia_value_table(const std::vector<double>& 
 }
 
 std::vector<double> read_acceptance_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(read_text_file(path, "the acceptance file"), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("acceptance") || !j["acceptance"].is_array())
     throw Error(path + ": expected a JSON object with an \"acceptance\" array");
   std::vector<double> acc;
@@ -428,15 +427,16 @@ std::vector<double> default_acceptance(int width) {
 
 // ---- tree files ---------------------------------------------------------------
 
-StaticTree read_tree_file(const std::string& path) { return read_tree_file(path, nullptr); }
+StaticTree read_tree_file(const std::string& path) {
+  return read_tree_file(path, nullptr);
+}
 
 StaticTree read_tree_file(const std::string& path, std::vector<double>* acceptance) {
   const std::string where = "tree file '" + path + "': ";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open tree file '" + path + "'");
+  const std::string text = read_text_file(path, "the tree file");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     std::string msg = e.what();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
@@ -484,7 +484,8 @@ StaticTree read_tree_file(const std::string& path, std::vector<double>* acceptan
   }
   if (j.contains("budget")) {
     const int64_t b = get_int(j["budget"], "\"budget\"");
-    if (b < t.size()) fail("\"budget\" " + std::to_string(b) + " is less than the node count " + std::to_string(t.size()));
+    if (b < t.size())
+      fail("\"budget\" " + std::to_string(b) + " is less than the node count " + std::to_string(t.size()));
   }
   std::vector<double> acc;
   if (j.contains("acceptance")) {

@@ -1,6 +1,9 @@
 // Positioned reads that either deliver every byte or throw: the one pread loop
-// used by the format readers, the GGUF writer and the weight loader.
+// used by the format readers, the GGUF writer and the weight loader; and whole
+// small text files (configs, profiles).
 #pragma once
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,6 +32,35 @@ inline void read_exact(int fd, const std::string& path, void* dst, uint64_t n, u
                   " (truncated, or the file shrank while reading)");
     got += static_cast<uint64_t>(r);
   }
+}
+
+// The whole of a small text file (a config, a profile, a JSON or TOML file),
+// with one-line errors: "PATH: cannot open WHAT", "PATH: is a directory, not
+// WHAT", "PATH: WHAT is larger than N bytes", "PATH: read error". Pipes work
+// too (read to the end).
+inline std::string read_text_file(const std::string& path, const char* what, uint64_t max_bytes = uint64_t{1} << 30) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open " + what);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat sb {};
+  if (::fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) throw Error(path + ": is a directory, not " + what);
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw Error(path + ": read error: " + strerror(errno));
+    }
+    if (r == 0) break;
+    if (text.size() + static_cast<size_t>(r) > max_bytes)
+      throw Error(path + ": " + what + " is larger than " + std::to_string(max_bytes) + " bytes");
+    text.append(buf, static_cast<size_t>(r));
+  }
+  return text;
 }
 
 }  // namespace redwood
