@@ -31,7 +31,18 @@ struct GenerateOptions {
   std::string draft, tree = "sequoia", verify, acceptance, hardware_profile;
   // Parsed by redwood (one-line errors, exit 1); empty = not given.
   std::string budget = "64", depth = "8", threshold, delta, width, is_alphabet;
+  const CLI::App* cmd = nullptr;  // which flags were given
 };
+
+// The speculation flags given without --draft (they would be ignored).
+std::string spec_flags_without_draft(const GenerateOptions& o) {
+  std::string given;
+  if (!o.draft.empty() || !o.cmd) return given;
+  for (const char* f : {"--tree", "--verify", "--budget", "--depth", "--threshold", "--delta", "--width",
+                        "--is-alphabet", "--acceptance", "--hardware-profile"})
+    if (o.cmd->count(f) > 0) given += (given.empty() ? "" : ", ") + std::string(f);
+  return given;
+}
 
 // The tree/verifier flags as make_spec_config's plain values.
 spec::TreeOptions tree_options(const GenerateOptions& o) {
@@ -55,7 +66,10 @@ double now() {
 int run_generate(GenerateOptions& o) {
   apply_run_options(o.run);
   validate(o.sampling);
+  if (o.cmd && o.cmd->count("--prompt") > 0 && o.prompt.empty()) throw Error("--prompt is empty");
   if (o.prompt.empty() == o.prompt_tokens.empty()) throw Error("give exactly one of --prompt and --prompt-tokens");
+  if (const std::string f = spec_flags_without_draft(o); !f.empty())
+    throw Error(f + ": speculative decoding needs --draft MODEL");
   // Speculation flags are checked before any model loads.
   std::optional<spec::SpecConfig> cfg;
   const bool auto_tree = !o.draft.empty() && o.tree == "auto";
@@ -251,6 +265,7 @@ int run_generate(GenerateOptions& o) {
 Runner add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   auto* c = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
+  o->cmd = c;
   add_run_options(c, o->run);
   c->add_option("--prompt,-p", o->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
   c->add_option("--prompt-tokens", o->prompt_tokens, "Prompt as comma-separated token ids (instead of --prompt)");

@@ -117,13 +117,17 @@ def main() -> int:
     check("malformed size", p.returncode == 1 and "invalid size" in p.stderr
           and len(p.stderr.strip().splitlines()) == 1, p.stderr)
 
-    # Argument errors are like every other error: one line, exit code 1 (not CLI11's 100+).
+    # Argument errors are like every other error: one line, exit code 1 (not CLI11's 100+);
+    # flags that would be ignored are errors too.
     for cmd, expect in [(["bogus"], "unknown subcommand 'bogus'"),
                         (["generate", "--max-tokens", "abc"], "--max-tokens: expected an integer from 1 to"),
                         (["make-draft", "--from", "x", "--layers", "0", "--out", "y"],
                          "--layers: expected an integer from 1 to 65536, got '0'"),
                         (["generate", "--bogus"], "not expected: --bogus"),
-                        (["info"], "path is required")]:
+                        (["info"], "path is required"),
+                        (["generate", "--prompt", "hi", "--tree", "chain:3"], "--tree: speculative decoding needs --draft"),
+                        (["generate", "--prompt", "hi", "--device-mem", "0"], "a device budget of 0 bytes"),
+                        (["generate", "--prompt", ""], "--prompt is empty")]:
         p = subprocess.run([args.redwood] + cmd, capture_output=True, text=True, timeout=60)
         check(f"argument error {' '.join(cmd)}: one line, exit 1", p.returncode == 1 and
               len(p.stderr.strip().splitlines()) == 1 and expect in p.stderr, f"rc {p.returncode}: {p.stderr}")
