@@ -192,8 +192,9 @@ TEST_F(JobFiles, CheckJobFindsMissingFilesAndDefaultsTheSummary) {
   o.output = path("o2.jsonl");
   o.prompts = path("missing.jsonl");
   apply_overrides(j, o);
+  // An overridden key's errors name the flag, not the job file's key.
   EXPECT_EQ(error_of([&] { check_job(j); }),
-            "job.toml: input.prompts: no such file '" + path("missing.jsonl") + "' (the prompt file)");
+            "--prompts: no such file '" + path("missing.jsonl") + "' (the prompt file)");
   JobConfig k = parse_job_text(kMinimal, "job.toml");
   k.target = model;
   EXPECT_EQ(error_of([&] { check_job(k); }).rfind("job.toml: input.prompts: missing", 0), 0u);

@@ -213,7 +213,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     ps.accepted_per_pass = passes ? static_cast<double>(pass_tokens) / static_cast<double>(passes) : 0.0;
     progress.update(ps, force);
   };
-  refresh(true);
+  if (!todo.empty()) refresh(true);  // (else the final line below is the only one)
   for (size_t i : todo) {
     const jobs::PromptItem& it = items[i];
     spec::GenerationRequest req;

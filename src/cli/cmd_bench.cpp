@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -239,8 +240,9 @@ int run_bench_offload(BenchOffloadOptions& o) {
               plan.count(offload::Tier::kDevice), plan.count(offload::Tier::kHost), plan.count(offload::Tier::kStorage),
               plan.ring_slots, format_size(plan.slot_bytes).c_str());
   if (link_bw > 0) std::printf("backend %s: host -> device %.2f GB/s (pinned)\n", be->name(), link_bw / 1e9);
-  std::printf("storage %.1f MB/s (%s); peak RSS %s = budget %+.1f MiB\n", bw / 1e6, reader_kind.c_str(),
-              format_size(rss).c_str(), (static_cast<double>(rss) - static_cast<double>(budget)) / (1 << 20));
+  const double over = (static_cast<double>(rss) - static_cast<double>(budget)) / (1 << 20);
+  std::printf("storage %.1f MB/s (%s); peak RSS %s, %.1f MiB %s the budget\n", bw / 1e6, reader_kind.c_str(),
+              format_size(rss).c_str(), std::abs(over), over > 0 ? "over" : "under");
   std::printf("%6s %9s %11s %8s %9s %9s %9s %9s %6s %8s\n", "n", "pass s", "streamed", "stall s", "I/O floor",
               "resident", "floor", "I/O busy", "ratio", "pipeline");
   for (const auto& r : rows)

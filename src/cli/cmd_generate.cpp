@@ -274,7 +274,7 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--temperature", o->sampling.temperature, "0 = greedy");
   c->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass (0, 1]");
   c->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)");
-  c->add_option("--seed", o->sampling.seed, "Random seed");
+  c->add_option("--seed", o->sampling.seed, "Random seed (default 0: the same command samples the same text)");
   c->add_option("--ctx", o->ctx, "KV cache capacity (default: prompt + max tokens)")->check(int_range(1, 1 << 24));
   c->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per pass (bounds activation memory)")
       ->check(int_range(1, 1 << 20));

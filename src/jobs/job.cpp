@@ -39,6 +39,10 @@ void check_size(const JobConfig& job, const std::string& key, const std::string&
 
 std::string JobConfig::where(const std::string& key) const {
   const auto it = lines.find(key);
+  if (it != lines.end() && it->second < 0) {  // a command-line override
+    if (key == "input.prompts") return "--prompts";
+    if (key == "output.path") return "--output";
+  }
   std::string out = file;
   if (it != lines.end()) out.append(":").append(std::to_string(it->second));
   out.append(": ").append(key);
@@ -137,11 +141,11 @@ JobConfig parse_job_file(const std::string& path) {
 void apply_overrides(JobConfig& job, const JobOverrides& o) {
   if (!o.prompts.empty()) {
     job.prompts = o.prompts;
-    job.lines.erase("input.prompts");
+    job.lines["input.prompts"] = -1;  // where() says --prompts
   }
   if (!o.output.empty()) {
     job.output = o.output;
-    job.lines.erase("output.path");
+    job.lines["output.path"] = -1;                                // where() says --output
     if (!job.lines.count("output.summary")) job.summary.clear();  // follows the new output
   }
   if (o.threads >= 0) job.threads = o.threads;

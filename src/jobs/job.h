@@ -53,17 +53,17 @@ struct JobConfig {
   std::vector<std::string> stop;
   // [input]
   std::string prompts;
-  bool chat = false;         // wrap "prompt" strings in the model's chat template
+  bool chat = false;  // wrap "prompt" strings in the model's chat template
   bool skip_bad_lines = false;
   // [output]
   std::string output, summary;
-  int fsync_every = 16;         // lines between fsyncs (and always at the end)
-  double progress_every = 10;   // seconds between progress lines when not on a terminal
+  int fsync_every = 16;        // lines between fsyncs (and always at the end)
+  double progress_every = 10;  // seconds between progress lines when not on a terminal
 
   // "file:line: key" for messages about a key's value (line 0 when the key
   // was not in the file, e.g. a default or a command-line override).
   std::string where(const std::string& key) const;
-  std::map<std::string, int> lines;  // dotted key -> line in the file
+  std::map<std::string, int> lines;  // dotted key -> line in the file (-1: set by --prompts/--output)
 };
 
 // Parses and type-checks TOML text (no file system access). Throws

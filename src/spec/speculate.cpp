@@ -11,6 +11,8 @@ namespace redwood::spec {
 
 namespace {
 
+constexpr int64_t kMaxTreeNodes = 8192;  // --budget's limit, root included
+
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -18,7 +20,8 @@ double now() {
 int parse_positive(const std::string& s, const std::string& spec) {
   char* end = nullptr;
   const long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < 1 || v > 4096) throw Error("--tree '" + spec + "': bad number '" + s + "'");
+  if (s.empty() || *end || v < 1 || v > 4096)
+    throw Error("--tree '" + spec + "': expected a number from 1 to 4096, got '" + s + "'");
   return static_cast<int>(v);
 }
 
@@ -59,7 +62,11 @@ StaticTree make_tree_shape(const std::string& spec, int budget, int depth, const
   if (kind == "kary") {
     const auto x = arg.find('x');
     if (x == std::string::npos) throw Error("--tree kary needs WxD, e.g. kary:4x8");
-    return kary_tree(parse_positive(arg.substr(0, x), spec), parse_positive(arg.substr(x + 1), spec));
+    const int w = parse_positive(arg.substr(0, x), spec), d = parse_positive(arg.substr(x + 1), spec);
+    if (static_cast<int64_t>(w) * d + 1 > kMaxTreeNodes)
+      throw Error("--tree '" + spec + "': " + std::to_string(static_cast<int64_t>(w) * d + 1) +
+                  " nodes; a tree has at most " + std::to_string(kMaxTreeNodes) + " (as --budget)");
+    return kary_tree(w, d);
   }
   if (kind == "sequoia") {
     if (!arg.empty()) return read_tree_file(arg);
@@ -68,7 +75,7 @@ StaticTree make_tree_shape(const std::string& spec, int budget, int depth, const
         acceptance_file.empty() ? default_acceptance(16) : read_acceptance_file(acceptance_file);
     return sequoia_tree(acc, budget, depth);
   }
-  throw Error("unknown --tree '" + spec + "' (chain:K, kary:WxD, sequoia, sequoia:FILE)");
+  throw Error("unknown --tree '" + spec + "' (chain:K, kary:WxD, sequoia, sequoia:FILE; K, W, D from 1 to 4096)");
 }
 
 TreeKind parse_tree_kind(const std::string& spec) {
@@ -77,7 +84,9 @@ TreeKind parse_tree_kind(const std::string& spec) {
   if (spec == "opt-tree") return TreeKind::kOptTree;
   if (spec == "specexec") return TreeKind::kSpecExec;
   if (kind == "chain" || kind == "kary" || kind == "sequoia") return TreeKind::kStatic;
-  throw Error("unknown --tree '" + spec + "' (chain:K, kary:WxD, sequoia, sequoia:FILE, dyspec, opt-tree, specexec)");
+  throw Error("unknown --tree '" + spec +
+              "' (chain:K, kary:WxD, sequoia, sequoia:FILE, dyspec, opt-tree, specexec, or auto where the optimizer "
+              "chooses)");
 }
 
 SpecConfig make_spec_config(const TreeOptions& o, const SamplingParams& sampling) {
@@ -289,7 +298,8 @@ std::vector<int32_t> SpecDecoder::step() {
     return pcache[v];
   };
   DistFn draft_dist = [&](int32_t u) -> std::span<const float> { return T.dist(keep[u + 1]); };
-  VerifyResult vr = verify_tree(cfg_.verifier, TreeView{vpar, vtok}, target_dist, draft_dist, rng_, cfg_.verify_options);
+  VerifyResult vr =
+      verify_tree(cfg_.verifier, TreeView{vpar, vtok}, target_dist, draft_dist, rng_, cfg_.verify_options);
 
   // ---- keep the accepted path in both caches ----
   std::vector<int32_t> out;
