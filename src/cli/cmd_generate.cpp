@@ -104,6 +104,11 @@ int run_generate(GenerateOptions& o) {
   const int capacity = o.ctx > 0 ? o.ctx : static_cast<int>(prompt.size()) + o.max_tokens + 1;
   if (static_cast<int>(prompt.size()) + o.max_tokens > capacity)
     throw Error("prompt + --max-tokens exceed --ctx " + std::to_string(capacity));
+  if (const int trained = m.desc.hp.ctx_len; trained > 0 && static_cast<int>(prompt.size()) + o.max_tokens > trained)
+    std::fprintf(stderr,
+                 "redwood: note: the prompt (%zu tokens) + --max-tokens %d go past the %d positions the model was "
+                 "trained on; text beyond them is usually poor\n",
+                 prompt.size(), o.max_tokens, trained);
   // The draft is always resident; the target's plan counts it.
   std::optional<LoadedModel> d;
   offload::RunShape shape;

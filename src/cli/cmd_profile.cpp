@@ -54,7 +54,7 @@ int run_profile(const ProfileOptions& o) {
   const int chain_depth = parse_int_arg(o.chain_depth, "--chain-depth", 0, 64);
 
   // Everything that can be wrong is found before weights load.
-  const jobs::PromptFile pf = jobs::read_prompts(o.prompts, /*skip_bad=*/false);
+  const jobs::PromptFile pf = jobs::read_prompts(o.prompts, /*skip_bad=*/false, /*fail_hint=*/"");
   if (pf.items.empty()) throw Error(o.prompts + ": no prompts");
   RunOptions run = o.run;
   apply_run_options(run);

@@ -42,7 +42,7 @@ PromptItem parse_prompt_line(std::string_view line) {
   return it;
 }
 
-PromptFile read_prompts(const std::string& path, bool skip_bad) {
+PromptFile read_prompts(const std::string& path, bool skip_bad, const char* fail_hint) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open the prompt file");
   PromptFile out;
@@ -64,7 +64,7 @@ PromptFile read_prompts(const std::string& path, bool skip_bad) {
     } catch (const Error& e) {
       err = path + ":" + std::to_string(n) + ": " + e.what();
     }
-    if (!skip_bad) throw Error(err + " (set input.on_bad_line = \"skip\" to skip bad lines)");
+    if (!skip_bad) throw Error(err + fail_hint);
     out.bad.push_back(err);
   }
   if (in.bad()) throw Error(path + ": read error");

@@ -3,20 +3,19 @@
 // [{"role": "system"|"user"|"assistant", "content": "..."}], formatted with the
 // model's chat template). Other fields are ignored. Blank lines are skipped.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "src/model/chat_template.h"
 
 namespace redwood::jobs {
 
 struct PromptItem {
-  nlohmann::json id;   // as written in the file (echoed in the output)
-  std::string key;     // id.dump(): the identity used for resume
-  std::string prompt;  // when given as text
+  nlohmann::json id;                  // as written in the file (echoed in the output)
+  std::string key;                    // id.dump(): the identity used for resume
+  std::string prompt;                 // when given as text
   std::vector<ChatMessage> messages;  // when given as a chat
   int line = 0;
 };
@@ -30,8 +29,10 @@ struct PromptFile {
 };
 
 // Reads the whole file. A bad line (not JSON, missing/duplicate id, neither or
-// both of prompt/messages, wrong types) is an error "file:line: message", or,
-// with skip_bad, recorded in `bad` and skipped.
-PromptFile read_prompts(const std::string& path, bool skip_bad);
+// both of prompt/messages, wrong types) is an error "file:line: message" plus
+// fail_hint (batch's says how to skip), or, with skip_bad, recorded in `bad`
+// and skipped.
+PromptFile read_prompts(const std::string& path, bool skip_bad,
+                        const char* fail_hint = " (set input.on_bad_line = \"skip\" to skip bad lines)");
 
 }  // namespace redwood::jobs
