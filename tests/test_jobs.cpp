@@ -263,10 +263,21 @@ TEST_F(JobFiles, ResumeDropsATornLastLineAndNothingElse) {
   EXPECT_TRUE(s.done.count("\"a\"") && s.done.count("2"));
   EXPECT_FALSE(s.done.count("\"c\""));
   EXPECT_EQ(slurp(o), good);
-  // Zeros where a crash lost the last bytes: dropped too.
-  write("o.jsonl", good + std::string(7, '\0'));
-  EXPECT_EQ(prepare_output(o).torn_bytes, 7);
-  EXPECT_EQ(slurp(o), good);
+  // A kill within the first bytes of a line.
+  for (const std::string_view cut : {"{", "{\"i", "{\"id\""}) {
+    write("o.jsonl", good + std::string(cut));
+    EXPECT_EQ(prepare_output(o).torn_bytes, static_cast<int64_t>(cut.size())) << cut;
+    EXPECT_EQ(slurp(o), good);
+  }
+  // Zeros where a crash lost bytes that were not fsync'ed yet, with or
+  // without the rest of the line after them: dropped too.
+  const std::string zeros[] = {std::string(7, '\0'),
+                               std::string("{\"id\":\0\0\0\0\"x\",\"finish_reason\":\"stop\"}\n", 38)};
+  for (const std::string& z : zeros) {
+    write("o.jsonl", good + z);
+    EXPECT_EQ(prepare_output(o).torn_bytes, static_cast<int64_t>(z.size()));
+    EXPECT_EQ(slurp(o), good);
+  }
   // Complete file: untouched.
   EXPECT_EQ(prepare_output(o).torn_bytes, 0);
   // Anything else that is not a result line is refused and left as it is,

@@ -411,7 +411,7 @@ Runner add_batch(CLI::App& app) {
   c->add_option("--prompts", o->over.prompts, "Prompt file (JSONL), overriding the job's input.prompts");
   c->add_option("--output,-o", o->over.output, "Output file (JSONL), overriding the job's output.path");
   c->add_option("--threads,-t", o->over.threads, "CPU threads (default: the job's, else all cores)")
-      ->check(int_range(0, 4096));
+      ->transform(int_range(0, 4096));
   c->add_flag("--quiet,-q", o->quiet, "No progress output");
   return [o] { return run_batch(*o); };
 }

@@ -298,7 +298,7 @@ Runner add_bench_suite(CLI::App* bench) {
   auto* c = bench->add_subcommand("run", "Run a bench suite (configs/bench/*.toml): tables and plots in --out DIR");
   c->add_option("suite", o->suite, "Suite file (TOML)")->required();
   c->add_option("--out,-o", o->out, "Output directory (re-running resumes)")->required();
-  c->add_option("--threads,-t", o->threads, "CPU threads (default: all cores)")->check(int_range(0, 4096));
+  c->add_option("--threads,-t", o->threads, "CPU threads (default: all cores)")->transform(int_range(0, 4096));
   return [o, c] { return c->parsed() ? run_suite(*o) : -1; };
 }
 

@@ -263,9 +263,9 @@ Runner add_bench(CLI::App& app) {
   auto* c = b->add_subcommand("offload", "Streamed forward passes under a device budget vs the I/O and compute floor");
   add_run_options(c, o->run);
   c->add_option("--tokens", o->tokens, "Batch sizes (tree nodes per pass), comma-separated");
-  c->add_option("--repeat", o->repeat, "Passes per size (the fastest is reported)")->check(int_range(1, 1000));
+  c->add_option("--repeat", o->repeat, "Passes per size (the fastest is reported)")->transform(int_range(1, 1000));
   c->add_option("--prefix", o->prefix, "Committed context tokens before the timed passes")
-      ->check(int_range(1, 1 << 16));
+      ->transform(int_range(1, 1 << 16));
   c->add_flag("--skip-resident", o->skip_resident, "Do not time the all-resident passes (model bigger than RAM)");
   c->add_flag("--json", o->json, "Print one JSON object");
   Runner suite = add_bench_suite(b);

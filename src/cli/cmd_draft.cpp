@@ -21,7 +21,7 @@ Runner add_make_draft(CLI::App& app) {
   auto* c = app.add_subcommand("make-draft",
                                "Write a self-draft: some of a model's blocks plus embeddings, final norm and LM head");
   c->add_option("--from", o->from, "Source GGUF model")->required();
-  auto* l = c->add_option("--layers", o->layers, "Keep the first K blocks")->check(int_range(1, 65536));
+  auto* l = c->add_option("--layers", o->layers, "Keep the first K blocks")->transform(int_range(1, 65536));
   auto* b = c->add_option("--blocks", o->blocks, "Keep these blocks, e.g. 0-11,24-29 (ascending, 0-based)");
   l->excludes(b);
   b->excludes(l);

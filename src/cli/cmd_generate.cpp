@@ -275,14 +275,14 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--prompt,-p", o->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
   c->add_option("--prompt-tokens", o->prompt_tokens, "Prompt as comma-separated token ids (instead of --prompt)");
   c->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user message");
-  c->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate")->check(int_range(1, 1 << 20));
+  c->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate")->transform(int_range(1, 1 << 20));
   c->add_option("--temperature", o->sampling.temperature, "0 = greedy");
   c->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass (0, 1]");
   c->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)");
   c->add_option("--seed", o->sampling.seed, "Random seed (default 0: the same command samples the same text)");
-  c->add_option("--ctx", o->ctx, "KV cache capacity (default: prompt + max tokens)")->check(int_range(1, 1 << 24));
+  c->add_option("--ctx", o->ctx, "KV cache capacity (default: prompt + max tokens)")->transform(int_range(1, 1 << 24));
   c->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per pass (bounds activation memory)")
-      ->check(int_range(1, 1 << 20));
+      ->transform(int_range(1, 1 << 20));
   c->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   c->add_option("--draft", o->draft, "Draft model (same vocabulary): enables speculative decoding");
   c->add_option("--tree", o->tree,

@@ -48,11 +48,12 @@ Runner add_plan_memory(CLI::App& app) {
   c->add_option("--model,-m", o->run.model, "Model: GGUF file or safetensors directory (default: SmolLM2-135M)");
   c->add_option("--draft", o->draft, "Draft model, kept resident on the device");
   add_budget_options(c, o->run);
-  c->add_option("--ctx", o->shape.ctx, "KV cache capacity in tokens (target and draft)")->check(int_range(1, 1 << 24));
+  c->add_option("--ctx", o->shape.ctx, "KV cache capacity in tokens (target and draft)")
+      ->transform(int_range(1, 1 << 24));
   c->add_option("--tokens", o->shape.max_tokens, "Most tokens in one pass (prompt chunk, tree size)")
-      ->check(int_range(1, 1 << 20));
+      ->transform(int_range(1, 1 << 20));
   c->add_option("--threads,-t", o->run.threads, "CPU threads for kernel workspace (default: all cores)")
-      ->check(int_range(0, 4096));
+      ->transform(int_range(0, 4096));
   c->add_option("--backend", o->backend, "cpu | cuda (CUDA adds pinned host staging slots)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   c->add_flag("--json", o->json, "JSON output");

@@ -62,14 +62,14 @@ Runner add_predict(CLI::App& app) {
   s->add_option("--acceptance", c->acceptance,
                 "Acceptance vector JSON {\"acceptance\": [p1, p2, ...]} (default: a power law over 16)");
   s->add_option("--device-mem", c->device_mem, "Device budget (default: the profile's device memory - reserved)");
-  s->add_option("--ctx", c->o.ctx, "KV cache capacity in tokens")->check(int_range(1, 1 << 24));
+  s->add_option("--ctx", c->o.ctx, "KV cache capacity in tokens")->transform(int_range(1, 1 << 24));
   auto* past = s->add_option("--past", c->o.n_past,
                              "Tokens already in the KV cache when attention is costed (default 256, at most --ctx)")
-                   ->check(int_range(0, 1 << 24));
+                   ->transform(int_range(0, 1 << 24));
   s->add_option("--max-budget", c->o.max_budget, "Largest tree budget n considered (root included)")
-      ->check(int_range(1, 4096));
+      ->transform(int_range(1, 4096));
   s->add_option("--max-depth", c->o.max_depth, "Largest tree depth d considered (levels, root included)")
-      ->check(int_range(1, 128));
+      ->transform(int_range(1, 128));
   s->add_flag("--json", c->json, "JSON output");
   return [c, past] {
     c->past_given = past->count() > 0;

@@ -177,10 +177,10 @@ Runner add_profile_hardware(CLI::App& app) {
   c->add_option("--out", o->out, "Profile JSON to write")->required();
   c->add_option("--sizes", o->sizes, "Tree sizes n for target passes, increasing (default 1..1024)");
   c->add_option("--widths", o->widths, "Level widths w for draft passes, increasing (default 1..64)");
-  c->add_option("--repeats", o->repeats, "Timed passes per point (the median is kept)")->check(int_range(1, 1000));
-  c->add_option("--warmup", o->warmup, "Untimed passes first")->check(int_range(0, 100));
+  c->add_option("--repeats", o->repeats, "Timed passes per point (the median is kept)")->transform(int_range(1, 1000));
+  c->add_option("--warmup", o->warmup, "Untimed passes first")->transform(int_range(0, 100));
   c->add_option("--prefix", o->prefix, "Committed context tokens before the timed passes")
-      ->check(int_range(0, 1 << 16));
+      ->transform(int_range(0, 1 << 16));
   c->add_flag("--quiet,-q", o->quiet, "No per-point lines");
   add_run_options(c, o->run);
   return [o] { return run_hardware(*o); };

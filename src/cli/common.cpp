@@ -103,6 +103,7 @@ CLI::Validator int_range(long long lo, long long hi) {
         const long long v = std::strtoll(s.c_str(), &end, 10);
         if (s.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
           return "expected an integer from " + range + ", got '" + s + "'";
+        s = std::to_string(v);  // as read here ("010" is 10; CLI11 alone would read it as octal)
         return {};
       },
       "INT in " + range);
@@ -110,7 +111,7 @@ CLI::Validator int_range(long long lo, long long hi) {
 
 void add_run_options(CLI::App* app, RunOptions& o) {
   app->add_option("--model,-m", o.model, "Model: GGUF file or safetensors directory (default: SmolLM2-135M)");
-  app->add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->check(int_range(0, 4096));
+  app->add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->transform(int_range(0, 4096));
   app->add_option("--backend", o.backend,
                   "Kernels: cpu (default) or cuda (built with REDWOOD_CUDA and a GPU present); "
                   "weights and KV cache then live in VRAM, streamed layers go through pinned staging");
@@ -124,7 +125,7 @@ void add_budget_options(CLI::App* app, RunOptions& o) {
                   "Device memory budget, e.g. 2GiB, 512MiB (CPU backend: the RAM working set; default: no limit); "
                   "SIZE+draft: SIZE for the target, the resident draft's costs on top");
   app->add_option("--host-mem", o.host_mem, "Host (pinned RAM) budget for staged layers, e.g. 4GiB (default: none)");
-  app->add_option("--ring", o.ring, "Layer slots in the streaming ring (>= 2)")->check(int_range(2, 1024));
+  app->add_option("--ring", o.ring, "Layer slots in the streaming ring (>= 2)")->transform(int_range(2, 1024));
 }
 
 offload::Budgets budgets_from(const RunOptions& o) {
@@ -145,7 +146,7 @@ void check_output_path(const std::string& path) {
   struct stat sb {};
   if (::stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) throw Error(path + ": is a directory");
   const std::string tmp = path + ".tmp." + std::to_string(getpid());  // as write_file_atomic makes it
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(path + ": cannot create: " + strerror(errno));
   ::close(fd);
   ::unlink(tmp.c_str());

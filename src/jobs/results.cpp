@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -78,9 +79,11 @@ ResumeState prepare_output(const std::string& path, const json& settings) {
     ++line_no;
     const bool complete = nl != std::string::npos;
     const std::string_view line(data.data() + pos, (complete ? nl : data.size()) - pos);
-    // A torn tail: a line this job was writing, or the zeros a crash can leave where its bytes never landed.
-    if (!complete && (line.substr(0, kLineStart.size()) == kLineStart.substr(0, line.size()) ||
-                      line.find_first_not_of('\0') == std::string_view::npos))
+    // A torn tail: the start of a line this job was writing (a kill), or a last
+    // line with the zeros a crash leaves where bytes not yet fsync'ed never landed.
+    const bool last = !complete || nl + 1 == data.size();
+    if ((!complete && line.substr(0, kLineStart.size()) == kLineStart.substr(0, line.size())) ||
+        (last && line.find('\0') != std::string_view::npos))
       break;  // dropped below
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !is_result_line(j))
@@ -122,29 +125,56 @@ void fsync_parent_dir(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// Whether fd is still the file `path` names (not unlinked or replaced since it was opened).
+bool names_fd(const std::string& path, int fd) {
+  struct stat a {
+  }, b{};
+  return ::fstat(fd, &a) == 0 && a.st_nlink > 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino;
+}
+
+}  // namespace
+
 OutputLock::OutputLock(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd_ < 0 && errno == ENOENT) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    created_ = fd_ >= 0;
-    if (fd_ < 0 && errno == EEXIST) fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // another run just made it
-  }
-  if (fd_ < 0) throw Error(sys_error(path + ": cannot open for writing"));
-  struct stat sb {};
-  if (::fstat(fd_, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    ::close(fd_);
+  // The lock-file loop: open (or create), lock, and check that the path still
+  // names the locked file; a run that released and removed an empty file it
+  // had created between our open and our lock makes us start again. Only the
+  // holder of the lock ever removes the file.
+  for (int attempt = 0;; ++attempt) {
+    created_ = false;
+    fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd_ < 0 && errno == ENOENT) {
+      fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      created_ = fd_ >= 0;
+      if (fd_ < 0 && errno == EEXIST) continue;  // another run just made it: open that one
+    }
+    if (fd_ < 0) throw Error(sys_error(path + ": cannot open for writing"));
+    struct stat sb {};
+    if (::fstat(fd_, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+      ::close(fd_);
+      fd_ = -1;
+      throw Error(path + ": not a regular file");
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      if (e == ENOSYS || e == EOPNOTSUPP || e == ENOLCK) {  // a file system without flock: go on unlocked
+        std::fprintf(stderr, "redwood: %s: cannot lock the output here (%s); do not run this job twice at once\n",
+                     path.c_str(), std::strerror(e));
+        break;
+      }
+      ::close(fd_);  // never removed here: whoever holds the lock owns the file
+      fd_ = -1;
+      throw Error(path + ": " +
+                  (e == EWOULDBLOCK
+                       ? "another redwood run is writing this file; wait for it, or choose another output path"
+                       : std::string("cannot lock it: ") + std::strerror(e)));
+    }
+    if (names_fd(path, fd_)) break;
+    ::close(fd_);  // locked a file that is gone: start again
     fd_ = -1;
-    throw Error(path + ": not a regular file");
-  }
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const bool busy = errno == EWOULDBLOCK;
-    const std::string why = busy
-                                ? "another redwood run is writing this file; wait for it, or choose another output path"
-                                : std::string("cannot lock it: ") + std::strerror(errno);
-    if (created_) (void)::unlink(path.c_str());
-    ::close(fd_);
-    fd_ = -1;
-    throw Error(path + ": " + why);
+    if (attempt == 100) throw Error(path + ": the file keeps being replaced while locking it");
   }
   if (created_) fsync_parent_dir(path);  // make the new file's name durable too
 }
@@ -152,8 +182,9 @@ OutputLock::OutputLock(const std::string& path) : path_(path) {
 OutputLock::~OutputLock() {
   if (fd_ < 0) return;
   struct stat sb {};
-  if (created_ && ::fstat(fd_, &sb) == 0 && sb.st_size == 0) (void)::unlink(path_.c_str());  // nothing was written
-  ::close(fd_);                                                                              // releases the lock
+  if (created_ && ::fstat(fd_, &sb) == 0 && sb.st_size == 0 && names_fd(path_, fd_))
+    (void)::unlink(path_.c_str());  // nothing was written (removed while still locked)
+  ::close(fd_);                     // releases the lock
 }
 
 ResultWriter::ResultWriter(const std::string& path, int fsync_every) : path_(path), every_(std::max(1, fsync_every)) {

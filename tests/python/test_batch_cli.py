@@ -21,6 +21,7 @@ Prints "N passed, M failed" and exits non-zero on any failure.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -145,17 +146,17 @@ def main() -> int:
     check("a file that is not this job's output: refused, untouched", p.returncode == 1 and
           "not a result line of redwood batch" in p.stderr and open(notes).read() == "important notes\n",
           p.stderr[-500:])
+    # A run holds an exclusive flock(2) on its output for its whole life: hold one here as that run.
     out = os.path.join(tmp, "twice.jsonl")
     job = write(os.path.join(tmp, "twice.toml"), job_text(args.model, out))
-    first = subprocess.Popen([rw, "batch", job, "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and first.poll() is None and not (os.path.exists(out) and os.path.getsize(out) > 0):
-        time.sleep(0.05)
-    p = subprocess.run([rw, "batch", job, "-q"], capture_output=True, text=True, timeout=300)
-    first.communicate(timeout=900)
-    check("a second run of a running job: refused", first.returncode == 0 and p.returncode == 1 and
-          "another redwood run is writing this file" in p.stderr, p.stderr[-500:])
-    check("...and the first run's output is whole", sorted(json.dumps(r["id"]) for r in lines_of(out)) == sorted(ref))
+    with open(out, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        p = subprocess.run([rw, "batch", job, "-q"], capture_output=True, text=True, timeout=300)
+    check("a second run of a running job: refused, nothing written", p.returncode == 1 and
+          "another redwood run is writing this file" in p.stderr and os.path.getsize(out) == 0, p.stderr[-500:])
+    p = subprocess.run([rw, "batch", job, "-q"], capture_output=True, text=True, timeout=900)
+    check("...and once released, the job runs", p.returncode == 0 and
+          sorted(json.dumps(r["id"]) for r in lines_of(out)) == sorted(ref), p.stderr[-500:])
 
     # ---- SIGINT / SIGTERM ----
     for sig, code, name in [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")]:
