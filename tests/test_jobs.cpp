@@ -182,7 +182,14 @@ TEST_F(JobFiles, CheckJobFindsMissingFilesAndDefaultsTheSummary) {
   j.draft.clear();
   check_job(j);
   EXPECT_EQ(j.summary, path("sub/out.jsonl") + ".summary.json");
+  EXPECT_FALSE(fs::exists(path("sub")));  // validation leaves nothing behind; the run makes it
+  create_output_dirs(j);
   EXPECT_TRUE(fs::is_directory(path("sub")));
+  JobConfig u = j;
+  u.output = model + "/x/out.jsonl";  // under a file
+  u.summary.clear();
+  EXPECT_EQ(error_of([&] { check_job(u); }), "job.toml:7: output.path: cannot create directory '" + model + "/x' ('" +
+                                                 model + "' is not a writable directory)");
   // --output pointing at the prompt file is refused; overrides replace the job's paths.
   JobOverrides o;
   o.output = prompts;

@@ -162,6 +162,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   for (const auto& b : pf.bad) std::fprintf(hooks.log, "redwood: skipped %s\n", b.c_str());
 
   // ---- resume: what the output already holds (this run alone writes it) ----
+  jobs::create_output_dirs(job);
   const jobs::OutputLock lock(job.output);
   const nlohmann::json settings = output_settings(job);
   const jobs::ResumeState rs = jobs::prepare_output(job.output, settings);

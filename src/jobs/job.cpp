@@ -1,6 +1,7 @@
 #include "src/jobs/job.h"
 
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -175,13 +176,30 @@ void check_job(JobConfig& job) {
   if (job.summary == job.output) throw Error(job.where("output.summary") + ": must differ from output.path");
   if (fs::exists(job.output, ec) && !fs::is_regular_file(job.output, ec))
     throw Error(job.where("output.path") + ": '" + job.output + "' exists and is not a regular file");
+  // The output folders are made when the job runs (create_output_dirs), so a
+  // job that fails validation leaves nothing behind; here the nearest existing
+  // folder must be one this process can write into.
+  for (const std::string* p : {&job.output, &job.summary}) {
+    fs::path dir = fs::path(*p).parent_path();
+    if (dir.empty()) dir = ".";
+    fs::path at = dir;
+    while (!at.empty() && !fs::exists(at, ec)) at = at.parent_path();
+    if (at.empty()) at = ".";
+    if (!fs::is_directory(at, ec) || ::access(at.c_str(), W_OK | X_OK) != 0)
+      throw Error(job.where(p == &job.output ? "output.path" : "output.summary") + ": cannot create directory '" +
+                  dir.string() + "' ('" + at.string() + "' is not a writable directory)");
+  }
+}
+
+void create_output_dirs(const JobConfig& job) {
   for (const std::string* p : {&job.output, &job.summary}) {
     const fs::path dir = fs::path(*p).parent_path();
     if (dir.empty()) continue;
+    std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec || !fs::is_directory(dir))
       throw Error(job.where(p == &job.output ? "output.path" : "output.summary") + ": cannot create directory '" +
-                  dir.string() + "'");
+                  dir.string() + "'" + (ec ? ": " + ec.message() : ""));
   }
 }
 

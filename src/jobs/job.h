@@ -87,4 +87,8 @@ void apply_overrides(JobConfig& job, const JobOverrides& o);
 // (<output>.summary.json). Throws redwood::Error with file:line: key.
 void check_job(JobConfig& job);
 
+// Makes the folders of output.path and output.summary (after check_job, when
+// the job runs).
+void create_output_dirs(const JobConfig& job);
+
 }  // namespace redwood::jobs
