@@ -1,14 +1,14 @@
 // redwood info | tokenize | logits: look inside models and passes.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::cli {
 
@@ -96,10 +96,7 @@ int run_tokenize(RunOptions& o, const std::string& text, const std::string& json
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   auto enc = [&](const std::string& s) { return nlohmann::json(m.tokenizer->encode(s, !raw, !raw)).dump(); };
   if (!jsonl.empty()) {
-    if (!std::filesystem::is_regular_file(jsonl))
-      throw Error(jsonl + (std::filesystem::exists(jsonl) ? ": not a regular file" : ": no such file"));
-    std::ifstream in(jsonl);
-    if (!in) throw Error(jsonl + ": cannot open");
+    std::istringstream in(read_text_file(jsonl, "the JSONL file", uint64_t{1} << 34));
     std::string line;
     int lineno = 0;
     std::string out;

@@ -18,6 +18,10 @@
 namespace redwood::cli {
 
 namespace {
+// The temp file write_file_atomic writes and renames (check_output_path tries it).
+std::string atomic_tmp_path(const std::string& path) {
+  return path + ".tmp." + std::to_string(getpid());
+}
 bool exists(const std::string& p) {
   struct stat st {};
   return stat(p.c_str(), &st) == 0;
@@ -145,7 +149,7 @@ void apply_run_options(RunOptions& o) {
 void check_output_path(const std::string& path) {
   struct stat sb {};
   if (::stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) throw Error(path + ": is a directory");
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());  // as write_file_atomic makes it
+  const std::string tmp = atomic_tmp_path(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(path + ": cannot create: " + strerror(errno));
   ::close(fd);
@@ -199,7 +203,7 @@ std::vector<int32_t> parse_int_list(const std::string& s, const char* what) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const std::string tmp = atomic_tmp_path(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(path + ": cannot create: " + strerror(errno));
   size_t done = 0;

@@ -152,6 +152,15 @@ void apply_overrides(JobConfig& job, const JobOverrides& o) {
   if (o.threads >= 0) job.threads = o.threads;
 }
 
+namespace {
+
+// The folders of output.path and output.summary, with their keys (for messages).
+std::vector<std::pair<std::string, fs::path>> output_dirs(const JobConfig& job) {
+  return {{"output.path", fs::path(job.output).parent_path()}, {"output.summary", fs::path(job.summary).parent_path()}};
+}
+
+}  // namespace
+
 void check_job(JobConfig& job) {
   auto readable = [&](const std::string& key, const std::string& path, const char* what) {
     std::error_code ec;
@@ -179,27 +188,25 @@ void check_job(JobConfig& job) {
   // The output folders are made when the job runs (create_output_dirs), so a
   // job that fails validation leaves nothing behind; here the nearest existing
   // folder must be one this process can write into.
-  for (const std::string* p : {&job.output, &job.summary}) {
-    fs::path dir = fs::path(*p).parent_path();
-    if (dir.empty()) dir = ".";
+  for (const auto& [key, d] : output_dirs(job)) {
+    const fs::path dir = d.empty() ? fs::path(".") : d;
     fs::path at = dir;
     while (!at.empty() && !fs::exists(at, ec)) at = at.parent_path();
     if (at.empty()) at = ".";
     if (!fs::is_directory(at, ec) || ::access(at.c_str(), W_OK | X_OK) != 0)
-      throw Error(job.where(p == &job.output ? "output.path" : "output.summary") + ": cannot create directory '" +
-                  dir.string() + "' ('" + at.string() + "' is not a writable directory)");
+      throw Error(job.where(key) + ": cannot create directory '" + dir.string() + "' ('" + at.string() +
+                  "' is not a writable directory)");
   }
 }
 
 void create_output_dirs(const JobConfig& job) {
-  for (const std::string* p : {&job.output, &job.summary}) {
-    const fs::path dir = fs::path(*p).parent_path();
+  for (const auto& [key, dir] : output_dirs(job)) {
     if (dir.empty()) continue;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec || !fs::is_directory(dir))
-      throw Error(job.where(p == &job.output ? "output.path" : "output.summary") + ": cannot create directory '" +
-                  dir.string() + "'" + (ec ? ": " + ec.message() : ""));
+      throw Error(job.where(key) + ": cannot create directory '" + dir.string() + "'" +
+                  (ec ? ": " + ec.message() : ""));
   }
 }
 

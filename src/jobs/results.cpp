@@ -12,25 +12,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::jobs {
 
 using nlohmann::json;
 
 namespace {
-
-std::string read_all(const std::string& path, bool& exists) {
-  std::ifstream in(path, std::ios::binary);
-  exists = static_cast<bool>(in);
-  if (!in) return {};
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(path + ": read error");
-  return ss.str();
-}
 
 std::string sys_error(const std::string& what) {
   return what + ": " + std::strerror(errno);
@@ -67,9 +57,8 @@ std::string settings_diff(const json& was, const json& now) {
 
 ResumeState prepare_output(const std::string& path, const json& settings) {
   ResumeState st;
-  bool exists = false;
-  const std::string data = read_all(path, exists);
-  if (!exists) return st;
+  if (!std::filesystem::exists(path)) return st;
+  const std::string data = read_text_file(path, "the output file", UINT64_MAX);
   // What every line this job writes starts with (the writer's ordered "id" key).
   static constexpr std::string_view kLineStart = "{\"id\":";
   size_t pos = 0, good_end = 0;
