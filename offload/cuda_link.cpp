@@ -17,7 +17,10 @@ namespace redwood::offload {
 namespace {
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not seen again by the next, unrelated check
+    throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+  }
 }
 
 class CudaLink final : public SlotLink {

@@ -235,10 +235,13 @@ TEST_F(Cuda, RowAndElementOpsMatchCpu) {
 }
 
 TEST_F(Cuda, OverlappingCopiesMoveLikeMemmove) {
-  std::vector<int32_t> base(1000);
+  // Moves of up to 400 elements from 400 to 400 + shift: the buffer holds
+  // the farthest one (ends at 1100).
+  std::vector<int32_t> base(1200);
   std::iota(base.begin(), base.end(), 0);
   for (int shift : {-300, -7, -1, 1, 7, 300})
     for (size_t len : {1u, 5u, 400u}) {
+      ASSERT_LE(400 + shift + len, base.size());
       auto d = up(base);
       std::vector<int32_t> want = base;
       const size_t src = 400, dst = static_cast<size_t>(400 + shift);

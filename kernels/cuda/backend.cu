@@ -18,6 +18,9 @@
 namespace redwood::cuda {
 
 void fail(const char* what, const char* call, const char* file, int line) {
+  // Clear the thread's last error: a caller that catches this must not see it
+  // again as the "result" of its next, unrelated launch check.
+  (void)cudaGetLastError();
   std::string msg = "CUDA: ";
   msg.append(call).append(" failed: ").append(what).append(" (").append(file).append(":");
   msg.append(std::to_string(line)).append(")");

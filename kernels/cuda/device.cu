@@ -10,7 +10,10 @@ namespace redwood::cuda {
 
 namespace {
 void check(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) throw Error(std::string(call) + " failed: " + cudaGetErrorString(e));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not seen again by the next, unrelated check
+    throw Error(std::string(call) + " failed: " + cudaGetErrorString(e));
+  }
 }
 #define RD_CUDA(call) check((call), #call)
 }  // namespace
