@@ -5,11 +5,17 @@
 #include <cstring>
 
 #include "kernels/common/hd.h"
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
 
 namespace redwood::math {
 
 // IEEE half -> float, bit-exact for normals, subnormals, inf and NaN.
 RD_HD float f16_to_f32(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));  // the hardware conversion: the same exact value
+#else
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -34,6 +40,7 @@ RD_HD float f16_to_f32(uint16_t h) {
   float f;
   memcpy(&f, &bits, 4);
   return f;
+#endif
 }
 
 // float -> IEEE half, round to nearest even.

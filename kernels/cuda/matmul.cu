@@ -1,6 +1,8 @@
 // CUDA matmuls: y[t][r] = sum_c W[r][c] x[t][c].
 // - n <= gemv_max_n: a dequantizing GEMV, one warp per output row, all n tokens
-//   at once (weights read once per pass: the memory-bound decode/draft case).
+//   at once (weights read once per pass: the memory-bound decode/draft case);
+//   each lane takes eight consecutive weights per step (wide loads for the
+//   float types, one block lookup for quantized ones).
 // - larger n (tree and prefill passes): W dequantized in row chunks to fp16
 //   (bf16 for BF16 weights; F16 used in place) and x converted likewise (fp16
 //   activations scaled per token by a power of two so they cannot overflow),
@@ -10,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "kernels/common/math.h"
@@ -25,14 +28,32 @@ constexpr int kWarpsPerBlock = 4;
 template <DType T>
 struct Row;  // element access within one weight row
 
+// at(row, c): element c. chunk8(row, c0, v): elements [c0, c0 + 8), c0 a
+// multiple of 8. For the float types chunk8 is one or two 16-byte loads (the
+// caller checks that rows are 16-byte aligned); for quantized types the eight
+// share one block, looked up once.
 template <>
 struct Row<DType::F32> {
   __device__ static float at(const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; }
+  __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {
+    const float4* p = reinterpret_cast<const float4*>(row) + (c0 >> 2);
+    const float4 a = __ldg(p), b = __ldg(p + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
 };
 template <>
 struct Row<DType::F16> {
   __device__ static float at(const uint8_t* row, int64_t c) {
     return math::f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+  }
+  __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(row) + (c0 >> 3));
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = math::f16_to_f32(static_cast<uint16_t>(w[i] & 0xffffu));
+      v[2 * i + 1] = math::f16_to_f32(static_cast<uint16_t>(w[i] >> 16));
+    }
   }
 };
 template <>
@@ -40,17 +61,75 @@ struct Row<DType::BF16> {
   __device__ static float at(const uint8_t* row, int64_t c) {
     return math::bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
   }
+  __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(row) + (c0 >> 3));
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
 };
+
+// Block types: at() and chunk8() through the per-element math::dequant_*.
+#define RD_BLOCK_ROW(TYPE, BLOCK, ELEMS, FN)                                                              \
+  template <>                                                                                             \
+  struct Row<DType::TYPE> {                                                                               \
+    __device__ static float at(const uint8_t* row, int64_t c) {                                           \
+      return math::FN(reinterpret_cast<const math::BLOCK*>(row)[c / ELEMS], static_cast<int>(c % ELEMS)); \
+    }                                                                                                     \
+    __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {                             \
+      const math::BLOCK& b = reinterpret_cast<const math::BLOCK*>(row)[c0 / ELEMS];                       \
+      const int j0 = static_cast<int>(c0 % ELEMS);                                                        \
+      _Pragma("unroll") for (int i = 0; i < 8; ++i) v[i] = math::FN(b, j0 + i);                           \
+    }                                                                                                     \
+  };
+
+// Eight bytes at a 2-aligned address (quantized blocks are only 2-aligned).
+__device__ inline uint2 load8_a2(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const unsigned short*>(p);
+  return make_uint2(static_cast<uint32_t>(__ldg(h)) | static_cast<uint32_t>(__ldg(h + 1)) << 16,
+                    static_cast<uint32_t>(__ldg(h + 2)) | static_cast<uint32_t>(__ldg(h + 3)) << 16);
+}
+
+// Q8_0, Q4_0 and Q4_1 (the common decode types): chunk8 reads the eight codes
+// as four 16-bit loads and unpacks them in registers. Each value is the same
+// float expression as math::dequant_* (scale * code [+ min]).
 template <>
 struct Row<DType::Q8_0> {
   __device__ static float at(const uint8_t* row, int64_t c) {
     return math::dequant_q8_0(reinterpret_cast<const math::BlockQ8_0*>(row)[c / 32], static_cast<int>(c % 32));
   }
+  __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {
+    const math::BlockQ8_0& b = reinterpret_cast<const math::BlockQ8_0*>(row)[c0 / 32];
+    const uint2 q = load8_a2(reinterpret_cast<const uint8_t*>(b.qs) + c0 % 32);
+    const float d = math::f16_to_f32(b.d);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[i] = d * static_cast<float>(static_cast<int8_t>(q.x >> (8 * i)));
+      v[4 + i] = d * static_cast<float>(static_cast<int8_t>(q.y >> (8 * i)));
+    }
+  }
 };
+// 4-bit blocks: code j < 16 is the low nibble of qs[j], j >= 16 the high
+// nibble of qs[j - 16]; eight consecutive codes are one nibble of eight bytes.
 template <>
 struct Row<DType::Q4_0> {
   __device__ static float at(const uint8_t* row, int64_t c) {
     return math::dequant_q4_0(reinterpret_cast<const math::BlockQ4_0*>(row)[c / 32], static_cast<int>(c % 32));
+  }
+  __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {
+    const math::BlockQ4_0& b = reinterpret_cast<const math::BlockQ4_0*>(row)[c0 / 32];
+    const int j0 = static_cast<int>(c0 % 32);
+    const uint2 q = load8_a2(b.qs + (j0 & 15));
+    const int sh = j0 & 16 ? 4 : 0;
+    const float d = math::f16_to_f32(b.d);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[i] = d * static_cast<float>(static_cast<int>((q.x >> (8 * i + sh)) & 0xfu) - 8);
+      v[4 + i] = d * static_cast<float>(static_cast<int>((q.y >> (8 * i + sh)) & 0xfu) - 8);
+    }
   }
 };
 template <>
@@ -58,15 +137,19 @@ struct Row<DType::Q4_1> {
   __device__ static float at(const uint8_t* row, int64_t c) {
     return math::dequant_q4_1(reinterpret_cast<const math::BlockQ4_1*>(row)[c / 32], static_cast<int>(c % 32));
   }
+  __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {
+    const math::BlockQ4_1& b = reinterpret_cast<const math::BlockQ4_1*>(row)[c0 / 32];
+    const int j0 = static_cast<int>(c0 % 32);
+    const uint2 q = load8_a2(b.qs + (j0 & 15));
+    const int sh = j0 & 16 ? 4 : 0;
+    const float d = math::f16_to_f32(b.d), m = math::f16_to_f32(b.m);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[i] = d * static_cast<float>((q.x >> (8 * i + sh)) & 0xfu) + m;
+      v[4 + i] = d * static_cast<float>((q.y >> (8 * i + sh)) & 0xfu) + m;
+    }
+  }
 };
-
-#define RD_BLOCK_ROW(TYPE, BLOCK, ELEMS, FN)                                                              \
-  template <>                                                                                             \
-  struct Row<DType::TYPE> {                                                                               \
-    __device__ static float at(const uint8_t* row, int64_t c) {                                           \
-      return math::FN(reinterpret_cast<const math::BLOCK*>(row)[c / ELEMS], static_cast<int>(c % ELEMS)); \
-    }                                                                                                     \
-  };
 RD_BLOCK_ROW(Q5_0, BlockQ5_0, 32, dequant_q5_0)
 RD_BLOCK_ROW(Q5_1, BlockQ5_1, 32, dequant_q5_1)
 RD_BLOCK_ROW(Q2_K, BlockQ2_K, 256, dequant_q2_k)
@@ -103,21 +186,71 @@ __global__ void gemv_kernel(const uint8_t* w, int64_t rows, int64_t cols, uint64
   }
 }
 
+// The same with eight consecutive elements per lane and step (cols % 8 == 0,
+// x 16-byte aligned; for F32/F16/BF16 the rows too): a warp reads 256
+// contiguous weights per step as wide loads, x as float4 pairs, and the
+// unrolled steps keep several loads in flight (a warp-per-row loop of single
+// elements waits on memory latency, not bandwidth).
+template <DType T, int N>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock)
+    gemv8_kernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, uint64_t row_bytes,
+                 const float* __restrict__ x, float* __restrict__ y) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
+  float acc[N];
+#pragma unroll
+  for (int t = 0; t < N; ++t) acc[t] = 0.0f;
+  const int64_t chunks = cols >> 3;
+#pragma unroll 4
+  for (int64_t ch = lane; ch < chunks; ch += 32) {
+    float wv[8];
+    Row<T>::chunk8(row, ch << 3, wv);
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(t) * cols) + (ch << 1);
+      const float4 a = __ldg(xp), b = __ldg(xp + 1);
+      float s = acc[t];
+      s = fmaf(wv[0], a.x, s);
+      s = fmaf(wv[1], a.y, s);
+      s = fmaf(wv[2], a.z, s);
+      s = fmaf(wv[3], a.w, s);
+      s = fmaf(wv[4], b.x, s);
+      s = fmaf(wv[5], b.y, s);
+      s = fmaf(wv[6], b.z, s);
+      acc[t] = fmaf(wv[7], b.w, s);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    float v = acc[t];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) y[static_cast<int64_t>(t) * rows + r] = v;
+  }
+}
+
 template <DType T>
 void launch_gemv_n(cudaStream_t st, const WeightView& w, const float* x, int n, float* y) {
   const uint64_t rb = *row_bytes(w.type, static_cast<uint64_t>(w.cols));
   const auto* base = static_cast<const uint8_t*>(w.data);
   const unsigned grid = grid_for(static_cast<size_t>(w.rows), kWarpsPerBlock);
   const unsigned threads = 32 * kWarpsPerBlock;
+  const bool float_type = T == DType::F32 || T == DType::F16 || T == DType::BF16;
+  const bool wide = w.cols % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                    (!float_type || (reinterpret_cast<uintptr_t>(base) % 16 == 0 && rb % 16 == 0));
   // Tokens in groups of up to 8: each group reads the weights once more.
   for (int t0 = 0; t0 < n; t0 += kMaxGemvN) {
     const int m = std::min(kMaxGemvN, n - t0);
     const float* xs = x + static_cast<int64_t>(t0) * w.cols;
     float* ys = y + static_cast<int64_t>(t0) * w.rows;
     switch (m) {
-#define RD_GEMV_CASE(K)                                                            \
-  case K:                                                                          \
-    gemv_kernel<T, K><<<grid, threads, 0, st>>>(base, w.rows, w.cols, rb, xs, ys); \
+#define RD_GEMV_CASE(K)                                                               \
+  case K:                                                                             \
+    if (wide)                                                                         \
+      gemv8_kernel<T, K><<<grid, threads, 0, st>>>(base, w.rows, w.cols, rb, xs, ys); \
+    else                                                                              \
+      gemv_kernel<T, K><<<grid, threads, 0, st>>>(base, w.rows, w.cols, rb, xs, ys);  \
     break;
       RD_GEMV_CASE(1)
       RD_GEMV_CASE(2)
