@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 
 #include "src/engine/sampler.h"
 #include "src/util/error.h"
@@ -28,6 +31,51 @@ TEST(Sampler, ProbsTemperatureTopKTopP) {
   EXPECT_EQ(p[3], 0.0f);
   probs({0.5f, 1.0f, 0, 0}, l, p);  // temperature 0.5 squares the odds
   EXPECT_NEAR(p[0] / p[1], (0.5 / 0.3) * (0.5 / 0.3), 1e-4);
+}
+
+// The kept set by a full sort (the definition): probability descending,
+// index ascending on ties; the first top_k, then the shortest prefix with
+// mass >= top_p.
+std::vector<float> probs_by_full_sort(const SamplingParams& p, const std::vector<float>& logits) {
+  std::vector<float> out;
+  probs({p.temperature, 1.0f, 0, 0}, logits, out);  // tempered softmax, nothing cut
+  const size_t V = out.size();
+  std::vector<int32_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(),
+            [&](int32_t a, int32_t b) { return out[a] > out[b] || (out[a] == out[b] && a < b); });
+  const size_t k = p.top_k > 0 && static_cast<size_t>(p.top_k) < V ? static_cast<size_t>(p.top_k) : V;
+  size_t keep = k;
+  double cum = 0;
+  for (size_t i = 0; i < k && p.top_p < 1.0f; ++i)
+    if ((cum += out[idx[i]]) >= p.top_p) {
+      keep = i + 1;
+      break;
+    }
+  std::vector<float> kept(V, 0.0f);
+  double ks = 0;
+  for (size_t i = 0; i < keep; ++i) ks += kept[idx[i]] = out[idx[i]];
+  for (size_t i = 0; i < V; ++i) out[i] = static_cast<float>(kept[i] / ks);
+  return out;
+}
+
+// probs() sorts only the kept prefix (nth_element, growing): bit-identical to
+// the full sort on peaked, flat and tied distributions, nuclei of 1 to V tokens.
+TEST(Sampler, TopPEqualsTheFullSortDefinition) {
+  std::mt19937 g(5);
+  for (size_t V : {1u, 3u, 64u, 65u, 1000u, 49152u})
+    for (float spread : {0.0f, 0.01f, 1.0f, 8.0f})
+      for (float top_p : {1e-6f, 0.3f, 0.9f, 0.999f, 0.9999999f})
+        for (int top_k : {0, 1, 50, 300}) {
+          std::normal_distribution<float> nd(0.0f, spread);
+          std::vector<float> logits(V);
+          for (auto& x : logits) x = std::round(nd(g) * 4) / 4;  // quarter steps: many exact ties
+          const SamplingParams sp{0.8f, top_p, top_k, 0};
+          std::vector<float> got;
+          probs(sp, logits, got);
+          ASSERT_EQ(got, probs_by_full_sort(sp, logits))
+              << "V " << V << " spread " << spread << " top_p " << top_p << " top_k " << top_k;
+        }
 }
 
 TEST(Sampler, SeededAndReproducibleAndMatchesLaw) {

@@ -36,22 +36,33 @@ void probs(const SamplingParams& p, std::span<const float> logits, std::vector<f
   for (auto& x : out) x = static_cast<float>(x / sum);
   const bool use_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < V;
   if (!use_k && p.top_p >= 1.0f) return;
-  // Sort indices by probability (descending, index ascending on ties).
+  // Order: probability descending, index ascending on ties (a total order).
+  // Kept: the first k of it (top-k), then the shortest prefix of those with
+  // mass >= top_p. Only the kept prefix needs sorting: the top m are found
+  // with nth_element (O(V)) and sorted, m growing x4 until the prefix is
+  // inside them. That is the full sort's prefix exactly, so the same tokens
+  // and sums, at O(V) instead of O(V log V) per call (a 49k vocabulary: the
+  // draft's per-node probabilities at T > 0 with top-p were 14x slower).
   std::vector<int32_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
   const size_t k = use_k ? static_cast<size_t>(p.top_k) : V;
   auto cmp = [&](int32_t a, int32_t b) { return out[a] > out[b] || (out[a] == out[b] && a < b); };
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), cmp);
   size_t keep = k;
   if (p.top_p < 1.0f) {
-    double cum = 0;
-    for (size_t i = 0; i < k; ++i) {
-      cum += out[idx[i]];
-      if (cum >= p.top_p) {
-        keep = i + 1;
+    for (size_t m = std::min<size_t>(k, 64);; m = std::min(k, 4 * m)) {
+      if (m < V) std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(m), idx.end(), cmp);
+      std::sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(m), cmp);
+      double cum = 0;
+      size_t found = 0;
+      for (size_t i = 0; i < m && !found; ++i)
+        if ((cum += out[idx[i]]) >= p.top_p) found = i + 1;
+      if (found || m == k) {
+        keep = found ? found : k;
         break;
       }
     }
+  } else {
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), cmp);
   }
   std::vector<float> kept(V, 0.0f);
   double ks = 0;
