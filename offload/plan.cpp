@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cuda/workspace.h"
 #include "offload/layer_layout.h"
 #include "offload/size.h"
 #include "src/engine/weights.h"
@@ -106,6 +108,37 @@ uint64_t workspace_bytes(const ModelDesc& m, const RunShape& s) {
   return static_cast<uint64_t>(std::max(s.threads, 1)) * per_thread + per_call;
 }
 
+// Kernel workspace on the CUDA backend (kernels/cuda/workspace.h), per backend
+// instance (the target and the draft each have one): the cuBLAS workspace and,
+// for passes of more than kGemvMaxN tokens, the matmul scratch. That scratch
+// only grows and keeps outgrown buffers, so it is counted as the sum of its
+// distinct sizes, the most its growth can hold: weights dequantized in chunks
+// of at most kGemmScratchElems (fp16; fp32 in exact mode; F16/BF16 used in
+// place, F32 never converted) and the activations in 16 bits plus a scale per
+// token (not in exact mode).
+uint64_t cuda_workspace_bytes(const ModelDesc& m, const RunShape& s) {
+  uint64_t b = cuda::kBlasWorkspaceBytes;
+  if (s.max_tokens <= cuda::kGemvMaxN) return b;
+  const bool exact = cuda::exact_gemm_requested();
+  const uint64_t n = static_cast<uint64_t>(s.max_tokens);
+  std::set<uint64_t> weight_sizes, act_sizes;
+  auto add = [&](const TensorExtent& t) {
+    if (t.type == DType::F32 || t.cols <= 0) return;
+    const uint64_t rows = static_cast<uint64_t>(t.rows), cols = static_cast<uint64_t>(t.cols);
+    if (exact || (t.type != DType::F16 && t.type != DType::BF16)) {
+      const uint64_t chunk = std::max<uint64_t>(1, std::min<uint64_t>(rows, cuda::kGemmScratchElems / cols));
+      weight_sizes.insert(chunk * cols * (exact ? 4 : 2));
+    }
+    if (!exact) act_sizes.insert((n * cols * 2 + 255) / 256 * 256 + n * kF32);
+  };
+  for (const LayerDesc& L : m.layers)
+    for (const TensorExtent* t : layer_matrices(L)) add(*t);
+  add(m.hp.tied_lm_head ? m.tok_embd : m.lm_head);
+  for (uint64_t x : weight_sizes) b += x;
+  for (uint64_t x : act_sizes) b += x;
+  return b;
+}
+
 std::string model_label(const ModelDesc& m) {
   return m.name.empty() ? m.path : m.name;
 }
@@ -202,7 +235,8 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.items.push_back({"KV cache (target, " + ctx + ")", Tier::kDevice, kv_bytes(target.hp, shape.ctx)});
   p.items.push_back(
       {"activations + logits (target, " + toks + ")", Tier::kDevice, activation_bytes(target.hp, shape.max_tokens)});
-  uint64_t workspace = workspace_bytes(target, shape);
+  const bool cuda = budgets.backend == BackendKind::kCuda;
+  uint64_t workspace = cuda ? cuda_workspace_bytes(target, shape) : workspace_bytes(target, shape);
   uint64_t device_budget = budgets.device;
   if (draft) {
     const uint64_t target_workspace = workspace;
@@ -211,12 +245,18 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
     p.items.push_back({"draft weights (all resident)", Tier::kDevice, weights});
     p.items.push_back({"KV cache (draft, " + ctx + ")", Tier::kDevice, kv});
     p.items.push_back({"activations + logits (draft, " + toks + ")", Tier::kDevice, act});
-    workspace = std::max(workspace, workspace_bytes(*draft, shape));  // the models run one after the other
+    // CPU: the models run one after the other on one thread pool; CUDA: the
+    // draft has its own backend instance, with its own workspace.
+    workspace =
+        cuda ? workspace + cuda_workspace_bytes(*draft, shape) : std::max(workspace, workspace_bytes(*draft, shape));
     if (budgets.draft_on_top && device_budget != 0)
       device_budget += weights + kv + act + (workspace - target_workspace);
   }
   p.device_budget = device_budget;
-  p.items.push_back({"kernel workspace (" + std::to_string(shape.threads) + " threads)", Tier::kDevice, workspace});
+  p.items.push_back({cuda ? std::string(draft ? "kernel workspace (cuBLAS + matmul scratch, target and draft)"
+                                              : "kernel workspace (cuBLAS + matmul scratch)")
+                          : "kernel workspace (" + std::to_string(shape.threads) + " threads)",
+                     Tier::kDevice, workspace});
   for (const PlanItem& it : p.items) p.fixed_bytes += it.bytes;
 
   const int n = static_cast<int>(target.layers.size());
@@ -235,10 +275,9 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   if (device_budget != 0 && device_budget < p.device_min)
     throw Error("device budget " + format_size(device_budget) +
                 (budgets.draft_on_top && draft ? " (" + format_size(budgets.device) + " + the draft's)" : "") +
-                " is too small for " + p.model +
-                (draft ? " with draft " + p.draft : "") + " (" + ctx + ", " + toks + " per pass): at least " +
-                format_size(p.device_min) + " (" + std::to_string(p.device_min) + " bytes) is needed (" +
-                describe(cheapest, p.fixed_bytes, n) + ")");
+                " is too small for " + p.model + (draft ? " with draft " + p.draft : "") + " (" + ctx + ", " + toks +
+                " per pass): at least " + format_size(p.device_min) + " (" + std::to_string(p.device_min) +
+                " bytes) is needed (" + describe(cheapest, p.fixed_bytes, n) + ")");
   const Config* chosen = &configs[n];
   if (device_budget != 0)
     while (chosen->device > device_budget) --chosen;  // stops at the cheapest at the latest

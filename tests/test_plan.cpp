@@ -1,9 +1,11 @@
 // Sizes on the command line and the placement planner (offload/plan.h).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "kernels/cuda/workspace.h"
 #include "offload/layer_layout.h"
 #include "offload/plan.h"
 #include "offload/size.h"
@@ -261,7 +263,9 @@ TEST(Plan, HostTier) {
 
 TEST(Plan, CudaStagesStorageReadsInHost) {
   const ModelDesc m = synthetic(8);
-  const uint64_t min = plan_memory(m, nullptr, Budgets{}, RunShape{}).device_min;
+  Budgets cuda;
+  cuda.backend = BackendKind::kCuda;
+  const uint64_t min = plan_memory(m, nullptr, cuda, RunShape{}).device_min;
   const uint64_t slot = layout_layer(m.layers[0]).slot_bytes;
   Budgets b = device_budget(min);
   b.backend = BackendKind::kCuda;
@@ -277,6 +281,42 @@ TEST(Plan, CudaStagesStorageReadsInHost) {
   const MemoryPlan q = plan_memory(m, nullptr, b, RunShape{});
   EXPECT_EQ(q.count(Tier::kHost), 8);
   EXPECT_EQ(q.host_used, 8 * slot);
+}
+
+// The CUDA backend's own device memory (kernels/cuda/workspace.h): the cuBLAS
+// workspace per backend, and for passes over kGemvMaxN tokens the matmul
+// scratch, as the sum of its distinct sizes (it only grows and keeps
+// outgrown buffers). Worked by hand for the synthetic shapes.
+TEST(Plan, CudaWorkspaceIsCublasPlusMatmulScratch) {
+  ModelDesc m = synthetic(2);  // F16: used in place; dim 512, ffn 1536, vocab 4096, kv 128
+  Budgets cuda;
+  cuda.backend = BackendKind::kCuda;
+  const uint64_t blas = cuda::kBlasWorkspaceBytes;
+  RunShape decode;
+  decode.max_tokens = cuda::kGemvMaxN;  // GEMV only: no scratch
+  EXPECT_EQ(item_bytes(plan_memory(m, nullptr, cuda, decode), "kernel workspace"), blas);
+  // n = 64, fp16: activations only, for 512 and 1536 columns (16 bits + a float per token).
+  const uint64_t act512 = 64 * 512 * 2 + 64 * 4, act1536 = 64 * 1536 * 2 + 64 * 4;
+  EXPECT_EQ(item_bytes(plan_memory(m, nullptr, cuda, RunShape{}), "kernel workspace"), blas + act512 + act1536);
+  // Exact mode: fp32 weight chunks, one per distinct size (wq 512x512, wk/wv 128x512,
+  // gate/up/down 1536x512 = 512x1536, head 4096x512), no 16-bit activations.
+  setenv("REDWOOD_CUDA_GEMM", "fp32", 1);
+  const uint64_t exact = item_bytes(plan_memory(m, nullptr, cuda, RunShape{}), "kernel workspace");
+  unsetenv("REDWOOD_CUDA_GEMM");
+  EXPECT_EQ(exact, blas + 4 * (512 * 512 + 128 * 512 + 1536 * 512 + 4096 * 512));
+  // Quantized weights: fp16 chunks of at most kGemmScratchElems (a 100000-row head: 65536 rows).
+  ModelDesc q = synthetic(1, 512, 1536, 100000);
+  for (TensorExtent* t : {&q.tok_embd, &q.lm_head, &q.layers[0].wq, &q.layers[0].wk, &q.layers[0].wv, &q.layers[0].wo,
+                          &q.layers[0].w_gate, &q.layers[0].w_up, &q.layers[0].w_down})
+    t->type = DType::Q4_0;
+  const uint64_t head_chunk = cuda::kGemmScratchElems / 512 * 512 * 2;
+  EXPECT_EQ(item_bytes(plan_memory(q, nullptr, cuda, RunShape{}), "kernel workspace"),
+            blas + 2 * (512 * 512 + 128 * 512 + 1536 * 512) + head_chunk + act512 + act1536);
+  // A draft has its own backend: its workspace adds (on the CPU the larger one counts).
+  const uint64_t alone = item_bytes(plan_memory(m, nullptr, cuda, RunShape{}), "kernel workspace");
+  EXPECT_EQ(item_bytes(plan_memory(m, &m, cuda, RunShape{}), "kernel workspace"), 2 * alone);
+  EXPECT_EQ(item_bytes(plan_memory(m, &m, Budgets{}, RunShape{}), "kernel workspace"),
+            item_bytes(plan_memory(m, nullptr, Budgets{}, RunShape{}), "kernel workspace"));
 }
 
 TEST(Plan, DraftIsAccounted) {

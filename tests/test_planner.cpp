@@ -456,7 +456,9 @@ TEST(CostModel, StreamedPassIsThePipeline) {
   } catch (const Error&) {
   }
   offload::Budgets b2 = b;
-  b2.device = offload::plan_memory(m, nullptr, offload::Budgets{}, offload::RunShape{}).device_min;
+  offload::Budgets cuda;
+  cuda.backend = offload::BackendKind::kCuda;
+  b2.device = offload::plan_memory(m, nullptr, cuda, offload::RunShape{}).device_min;
   p = offload::plan_memory(m, nullptr, b2, offload::RunShape{});
   ASSERT_EQ(p.count(offload::Tier::kDevice), 0);
   ASSERT_EQ(p.count(offload::Tier::kStorage), 4);

@@ -322,7 +322,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  static constexpr size_t kBlasWorkspace = size_t{32} << 20;
+  static constexpr size_t kBlasWorkspace = kBlasWorkspaceBytes;
   int device_;
   cudaStream_t stream_ = nullptr;
   MatmulContext mm_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/workspace.h"
 
 namespace redwood::cuda {
 
@@ -44,7 +45,7 @@ struct MatmulContext {
   cublasHandle_t blas = nullptr;
   cudaStream_t stream = nullptr;
   Scratch weights, acts;
-  int gemv_max_n = 8;  // n <= this: dequantizing GEMV kernel; above: cuBLAS on tensor cores
+  int gemv_max_n = kGemvMaxN;  // n <= this: dequantizing GEMV kernel; above: cuBLAS on tensor cores
   // cuBLAS in fp32 throughout (weights dequantized to fp32, no tensor cores):
   // tree passes then round like the fp32 GEMV, which keeps greedy decoding
   // token-identical between plain and speculative runs up to summation order.

@@ -17,12 +17,13 @@
 
 #include "kernels/common/math.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/workspace.h"
 #include "src/util/error.h"
 
 namespace redwood::cuda {
 namespace {
 
-constexpr int kMaxGemvN = 8;
+constexpr int kMaxGemvN = kGemvMaxN;
 constexpr int kWarpsPerBlock = 4;
 
 template <DType T>
@@ -397,7 +398,7 @@ __global__ void embed_kernel(const uint8_t* e, int64_t rows, int64_t cols, uint6
 
 constexpr unsigned kThreads = 256;
 // Rows of W dequantized per cuBLAS call: bounds the fp16 scratch to 64 MiB.
-constexpr size_t kScratchElems = size_t{32} << 20;
+constexpr size_t kScratchElems = kGemmScratchElems;
 
 }  // namespace
 
