@@ -49,18 +49,20 @@ void probs(const SamplingParams& p, std::span<const float> logits, std::vector<f
   auto cmp = [&](int32_t a, int32_t b) { return out[a] > out[b] || (out[a] == out[b] && a < b); };
   size_t keep = k;
   if (p.top_p < 1.0f) {
-    for (size_t m = std::min<size_t>(k, 64);; m = std::min(k, 4 * m)) {
-      if (m < V) std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(m), idx.end(), cmp);
-      std::sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(m), cmp);
-      double cum = 0;
-      size_t found = 0;
-      for (size_t i = 0; i < m && !found; ++i)
+    // Round r: [0, done) is already the sorted top `done`; select the next
+    // m - done among the rest, sort just those, and go on summing.
+    double cum = 0;
+    size_t done = 0, found = 0;
+    for (size_t m = std::min<size_t>(k, 64); !found; m = std::min(k, 4 * m)) {
+      const auto first = idx.begin() + static_cast<std::ptrdiff_t>(done);
+      if (m < V) std::nth_element(first, idx.begin() + static_cast<std::ptrdiff_t>(m), idx.end(), cmp);
+      std::sort(first, idx.begin() + static_cast<std::ptrdiff_t>(m), cmp);
+      for (size_t i = done; i < m && !found; ++i)
         if ((cum += out[idx[i]]) >= p.top_p) found = i + 1;
-      if (found || m == k) {
-        keep = found ? found : k;
-        break;
-      }
+      done = m;
+      if (m == k && !found) found = k;
     }
+    keep = found;
   } else {
     std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), cmp);
   }
