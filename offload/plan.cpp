@@ -110,18 +110,21 @@ uint64_t workspace_bytes(const ModelDesc& m, const RunShape& s) {
 
 // Kernel workspace on the CUDA backend (kernels/cuda/workspace.h), per backend
 // instance (the target and the draft each have one): the cuBLAS workspace and,
-// for passes of more than kGemvMaxN tokens, the matmul scratch. That scratch
-// only grows and keeps outgrown buffers, so it is counted as the sum of its
-// distinct sizes, the most its growth can hold: weights dequantized in chunks
-// of at most kGemmScratchElems (fp16; fp32 in exact mode; F16/BF16 used in
-// place, F32 never converted) and the activations in 16 bits plus a scale per
-// token (not in exact mode).
+// for passes of more than kGemvMaxN tokens, the matmul scratch, which only
+// grows and keeps outgrown buffers:
+//  - weights dequantized in chunks of at most kGemmScratchElems (fp16; fp32
+//    in exact mode; F16/BF16 used in place, F32 never converted): sizes that
+//    do not depend on n, so the sum of the distinct ones bounds what it holds;
+//  - activations in 16 bits plus a scale per token (not in exact mode), for
+//    any n up to max_tokens: that scratch grows geometrically, so it holds
+//    less than 4x its largest request.
 uint64_t cuda_workspace_bytes(const ModelDesc& m, const RunShape& s) {
   uint64_t b = cuda::kBlasWorkspaceBytes;
   if (s.max_tokens <= cuda::kGemvMaxN) return b;
   const bool exact = cuda::exact_gemm_requested();
   const uint64_t n = static_cast<uint64_t>(s.max_tokens);
-  std::set<uint64_t> weight_sizes, act_sizes;
+  std::set<uint64_t> weight_sizes;
+  uint64_t act_max = 0;
   auto add = [&](const TensorExtent& t) {
     if (t.type == DType::F32 || t.cols <= 0) return;
     const uint64_t rows = static_cast<uint64_t>(t.rows), cols = static_cast<uint64_t>(t.cols);
@@ -129,14 +132,13 @@ uint64_t cuda_workspace_bytes(const ModelDesc& m, const RunShape& s) {
       const uint64_t chunk = std::max<uint64_t>(1, std::min<uint64_t>(rows, cuda::kGemmScratchElems / cols));
       weight_sizes.insert(chunk * cols * (exact ? 4 : 2));
     }
-    if (!exact) act_sizes.insert((n * cols * 2 + 255) / 256 * 256 + n * kF32);
+    if (!exact) act_max = std::max(act_max, (n * cols * 2 + 255) / 256 * 256 + n * kF32);
   };
   for (const LayerDesc& L : m.layers)
     for (const TensorExtent* t : layer_matrices(L)) add(*t);
   add(m.hp.tied_lm_head ? m.tok_embd : m.lm_head);
   for (uint64_t x : weight_sizes) b += x;
-  for (uint64_t x : act_sizes) b += x;
-  return b;
+  return b + 4 * act_max;
 }
 
 std::string model_label(const ModelDesc& m) {

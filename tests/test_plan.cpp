@@ -288,6 +288,10 @@ TEST(Plan, CudaStagesStorageReadsInHost) {
 // scratch, as the sum of its distinct sizes (it only grows and keeps
 // outgrown buffers). Worked by hand for the synthetic shapes.
 TEST(Plan, CudaWorkspaceIsCublasPlusMatmulScratch) {
+  // The planner reads REDWOOD_CUDA_GEMM as the backend does: start from fp16.
+  const char* env = std::getenv("REDWOOD_CUDA_GEMM");
+  const std::string saved = env ? env : "";
+  unsetenv("REDWOOD_CUDA_GEMM");
   ModelDesc m = synthetic(2);  // F16: used in place; dim 512, ffn 1536, vocab 4096, kv 128
   Budgets cuda;
   cuda.backend = BackendKind::kCuda;
@@ -295,9 +299,10 @@ TEST(Plan, CudaWorkspaceIsCublasPlusMatmulScratch) {
   RunShape decode;
   decode.max_tokens = cuda::kGemvMaxN;  // GEMV only: no scratch
   EXPECT_EQ(item_bytes(plan_memory(m, nullptr, cuda, decode), "kernel workspace"), blas);
-  // n = 64, fp16: activations only, for 512 and 1536 columns (16 bits + a float per token).
-  const uint64_t act512 = 64 * 512 * 2 + 64 * 4, act1536 = 64 * 1536 * 2 + 64 * 4;
-  EXPECT_EQ(item_bytes(plan_memory(m, nullptr, cuda, RunShape{}), "kernel workspace"), blas + act512 + act1536);
+  // n = 64, fp16: activations only (16 bits + a float per token), geometric
+  // growth: 4x the largest request, 1536 columns.
+  const uint64_t acts = 4 * (64 * 1536 * 2 + 64 * 4);
+  EXPECT_EQ(item_bytes(plan_memory(m, nullptr, cuda, RunShape{}), "kernel workspace"), blas + acts);
   // Exact mode: fp32 weight chunks, one per distinct size (wq 512x512, wk/wv 128x512,
   // gate/up/down 1536x512 = 512x1536, head 4096x512), no 16-bit activations.
   setenv("REDWOOD_CUDA_GEMM", "fp32", 1);
@@ -311,12 +316,13 @@ TEST(Plan, CudaWorkspaceIsCublasPlusMatmulScratch) {
     t->type = DType::Q4_0;
   const uint64_t head_chunk = cuda::kGemmScratchElems / 512 * 512 * 2;
   EXPECT_EQ(item_bytes(plan_memory(q, nullptr, cuda, RunShape{}), "kernel workspace"),
-            blas + 2 * (512 * 512 + 128 * 512 + 1536 * 512) + head_chunk + act512 + act1536);
+            blas + 2 * (512 * 512 + 128 * 512 + 1536 * 512) + head_chunk + acts);
   // A draft has its own backend: its workspace adds (on the CPU the larger one counts).
   const uint64_t alone = item_bytes(plan_memory(m, nullptr, cuda, RunShape{}), "kernel workspace");
   EXPECT_EQ(item_bytes(plan_memory(m, &m, cuda, RunShape{}), "kernel workspace"), 2 * alone);
   EXPECT_EQ(item_bytes(plan_memory(m, &m, Budgets{}, RunShape{}), "kernel workspace"),
             item_bytes(plan_memory(m, nullptr, Budgets{}, RunShape{}), "kernel workspace"));
+  if (env) setenv("REDWOOD_CUDA_GEMM", saved.c_str(), 1);
 }
 
 TEST(Plan, DraftIsAccounted) {

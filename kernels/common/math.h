@@ -11,10 +11,12 @@
 
 namespace redwood::math {
 
-// IEEE half -> float, bit-exact for normals, subnormals, inf and NaN.
+// IEEE half -> float, bit-exact for normals, subnormals, inf and NaN (on the
+// device the hardware conversion: the same values; a NaN stays NaN, its
+// payload may differ).
 RD_HD float f16_to_f32(uint16_t h) {
 #if defined(__CUDA_ARCH__)
-  return __half2float(__ushort_as_half(h));  // the hardware conversion: the same exact value
+  return __half2float(__ushort_as_half(h));
 #else
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;

@@ -5,6 +5,7 @@
 //
 // Every op is asynchronous on the backend's stream; download() and
 // synchronize() are the only host waits. Memory is cudaMalloc'd VRAM.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -56,8 +57,9 @@ void* Scratch::get(size_t n, cudaStream_t st) {
   // still point at it. Scratch only grows, so this happens a few times.
   if (p) retired.push_back(p);
   p = nullptr;
-  RD_CUDA_CHECK(cudaMalloc(&p, n));
-  bytes = n;
+  const size_t want = geometric ? std::max(n, 2 * bytes) : n;
+  RD_CUDA_CHECK(cudaMalloc(&p, want));
+  bytes = want;
   return p;
 }
 
@@ -165,6 +167,7 @@ class CudaBackend final : public Backend {
     RD_CUDA_CHECK(cudaMalloc(&blas_workspace_, kBlasWorkspace));
     RD_CUDA_CHECK(cublasSetWorkspace(mm_.blas, blas_workspace_, kBlasWorkspace));
     mm_.stream = stream_;
+    mm_.acts.geometric = true;
     // REDWOOD_CUDA_GEMM: fp16 (default: tensor cores for n > 8) or fp32 (exact
     // mode, see MatmulContext::exact).
     if (const char* g = std::getenv("REDWOOD_CUDA_GEMM")) {

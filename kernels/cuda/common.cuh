@@ -31,10 +31,15 @@ inline unsigned grid_for(size_t n, unsigned threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
-// Grow-only device scratch (outgrown buffers are kept until free()).
+// Grow-only device scratch (outgrown buffers are kept until free(): recorded
+// passes may point at them). Geometric: each growth at least doubles, so the
+// buffers held stay under 4x the largest request however requests vary
+// (the activations' scratch, whose sizes follow n); otherwise exactly the
+// request (the weights' scratch, whose few sizes do not depend on n).
 struct Scratch {
   void* p = nullptr;
   size_t bytes = 0;
+  bool geometric = false;
   std::vector<void*> retired;
   void* get(size_t n, cudaStream_t st);
   void free();
