@@ -263,7 +263,9 @@ void cuda_section(nlohmann::json& J, bool quick, const std::vector<std::string>&
   const double copy_bw = 2.0 * cb / timed(5, [&] { be->copy(b.as(), a.as(), cb); });
   J["cuda"]["copy_bw_GBps"] = copy_bw / 1e9;
   std::printf("device (%s): copy %.1f GB/s (read + write)\n", be->name(), copy_bw / 1e9);
-  const int64_t rows = 8192, cols = 8192;  // 134 MB at F16: larger than any L2
+  // 134 MB at F16, 71 MB at Q8_0: larger than any L2; the 4-bit types (29-55 MB)
+  // can fit in an H100/H200 L2 (50-60 MB), so their figures may be partly L2.
+  const int64_t rows = 8192, cols = 8192;
   std::printf("\nGEMV n=1, %lld x %lld on the device (weight bytes per second / device copy bandwidth)\n",
               (long long)rows, (long long)cols);
   for (DType t : kGemvTypes) {
