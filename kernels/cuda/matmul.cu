@@ -162,6 +162,17 @@ RD_BLOCK_ROW(IQ4_NL, BlockIQ4_NL, 32, dequant_iq4_nl)
 RD_BLOCK_ROW(IQ4_XS, BlockIQ4_XS, 256, dequant_iq4_xs)
 #undef RD_BLOCK_ROW
 
+// Sums each token's per-lane partial over the warp; lane 0 writes y[t][r].
+template <int N>
+__device__ __forceinline__ void warp_sum_store(const float* acc, int lane, float* y, int64_t rows, int64_t r) {
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    float v = acc[t];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) y[static_cast<int64_t>(t) * rows + r] = v;
+  }
+}
+
 // One warp per row r; lanes stride over the columns (consecutive lanes read
 // consecutive elements, so quantized blocks are read by whole warps).
 template <DType T, int N>
@@ -179,12 +190,7 @@ __global__ void gemv_kernel(const uint8_t* w, int64_t rows, int64_t cols, uint64
 #pragma unroll
     for (int t = 0; t < N; ++t) acc[t] += wv * x[static_cast<int64_t>(t) * cols + c];
   }
-#pragma unroll
-  for (int t = 0; t < N; ++t) {
-    float v = acc[t];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) y[static_cast<int64_t>(t) * rows + r] = v;
-  }
+  warp_sum_store<N>(acc, lane, y, rows, r);
 }
 
 // The same with eight consecutive elements per lane and step (cols % 8 == 0,
@@ -223,12 +229,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
       acc[t] = fmaf(wv[7], b.w, s);
     }
   }
-#pragma unroll
-  for (int t = 0; t < N; ++t) {
-    float v = acc[t];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) y[static_cast<int64_t>(t) * rows + r] = v;
-  }
+  warp_sum_store<N>(acc, lane, y, rows, r);
 }
 
 template <DType T>
