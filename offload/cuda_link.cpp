@@ -6,22 +6,17 @@
 //   compute:     compute stream waits copied[k] -> kernels -> records released[k]
 #include <cuda_runtime.h>
 
-#include <string>
 #include <vector>
 
+#include "kernels/cuda/check.h"
 #include "offload/link.h"
-#include "src/util/error.h"
 
 namespace redwood::offload {
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();  // not seen again by the next, unrelated check
-    throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-  }
-}
+// Named by what the call is for ("cudaMalloc (ring slot)").
+using cuda::check;
 
 class CudaLink final : public SlotLink {
  public:

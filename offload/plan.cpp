@@ -238,7 +238,10 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.items.push_back(
       {"activations + logits (target, " + toks + ")", Tier::kDevice, activation_bytes(target.hp, shape.max_tokens)});
   const bool cuda = budgets.backend == BackendKind::kCuda;
-  uint64_t workspace = cuda ? cuda_workspace_bytes(target, shape) : workspace_bytes(target, shape);
+  auto workspace_of = [&](const ModelDesc& m) {
+    return cuda ? cuda_workspace_bytes(m, shape) : workspace_bytes(m, shape);
+  };
+  uint64_t workspace = workspace_of(target);
   uint64_t device_budget = budgets.device;
   if (draft) {
     const uint64_t target_workspace = workspace;
@@ -249,8 +252,7 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
     p.items.push_back({"activations + logits (draft, " + toks + ")", Tier::kDevice, act});
     // CPU: the models run one after the other on one thread pool; CUDA: the
     // draft has its own backend instance, with its own workspace.
-    workspace =
-        cuda ? workspace + cuda_workspace_bytes(*draft, shape) : std::max(workspace, workspace_bytes(*draft, shape));
+    workspace = cuda ? workspace + workspace_of(*draft) : std::max(workspace, workspace_of(*draft));
     if (budgets.draft_on_top && device_budget != 0)
       device_budget += weights + kv + act + (workspace - target_workspace);
   }

@@ -23,8 +23,8 @@ void fail(const char* what, const char* call, const char* file, int line) {
   // again as the "result" of its next, unrelated launch check.
   (void)cudaGetLastError();
   std::string msg = "CUDA: ";
-  msg.append(call).append(" failed: ").append(what).append(" (").append(file).append(":");
-  msg.append(std::to_string(line)).append(")");
+  msg.append(call).append(" failed: ").append(what);
+  if (file) msg.append(" (").append(file).append(":").append(std::to_string(line)).append(")");
   throw Error(msg);
 }
 

@@ -11,19 +11,15 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/workspace.h"
 
 namespace redwood::cuda {
 
-[[noreturn]] void fail(const char* what, const char* call, const char* file, int line);
-inline void check(cudaError_t e, const char* call, const char* file, int line) {
-  if (e != cudaSuccess) fail(cudaGetErrorString(e), call, file, line);
-}
 const char* cublas_status_name(cublasStatus_t s);
 inline void check(cublasStatus_t s, const char* call, const char* file, int line) {
   if (s != CUBLAS_STATUS_SUCCESS) fail(cublas_status_name(s), call, file, line);
 }
-#define RD_CUDA_CHECK(call) ::redwood::cuda::check((call), #call, __FILE__, __LINE__)
 // After a kernel launch: launch-configuration errors (not asynchronous faults).
 #define RD_CUDA_LAUNCHED(name) ::redwood::cuda::check(cudaGetLastError(), name, __FILE__, __LINE__)
 

@@ -3,20 +3,10 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/device.h"
-#include "src/util/error.h"
 
 namespace redwood::cuda {
-
-namespace {
-void check(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();  // not seen again by the next, unrelated check
-    throw Error(std::string(call) + " failed: " + cudaGetErrorString(e));
-  }
-}
-#define RD_CUDA(call) check((call), #call)
-}  // namespace
 
 int device_count() {
   int n = 0;
@@ -32,7 +22,7 @@ std::string describe_devices() {
   const int n = device_count();
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp p{};
-    RD_CUDA(cudaGetDeviceProperties(&p, i));
+    RD_CUDA_CHECK(cudaGetDeviceProperties(&p, i));
     out += std::to_string(i) + ": " + p.name + ", sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
            std::to_string(p.totalGlobalMem >> 20) + " MiB\n";
   }
@@ -46,18 +36,18 @@ double host_to_device_bandwidth(size_t bytes, int repeat) {
   cudaEvent_t a = nullptr, b = nullptr;
   double best = 0;
   try {
-    RD_CUDA(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
-    RD_CUDA(cudaMalloc(&dev, bytes));
-    RD_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    RD_CUDA(cudaEventCreate(&a));
-    RD_CUDA(cudaEventCreate(&b));
+    RD_CUDA_CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
+    RD_CUDA_CHECK(cudaMalloc(&dev, bytes));
+    RD_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    RD_CUDA_CHECK(cudaEventCreate(&a));
+    RD_CUDA_CHECK(cudaEventCreate(&b));
     for (int r = 0; r <= repeat; ++r) {  // the first copy warms up
-      RD_CUDA(cudaEventRecord(a, st));
-      RD_CUDA(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st));
-      RD_CUDA(cudaEventRecord(b, st));
-      RD_CUDA(cudaEventSynchronize(b));
+      RD_CUDA_CHECK(cudaEventRecord(a, st));
+      RD_CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st));
+      RD_CUDA_CHECK(cudaEventRecord(b, st));
+      RD_CUDA_CHECK(cudaEventSynchronize(b));
       float ms = 0;
-      RD_CUDA(cudaEventElapsedTime(&ms, a, b));
+      RD_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
       if (r > 0 && ms > 0) best = std::max(best, static_cast<double>(bytes) / (ms * 1e-3));
     }
   } catch (...) {
