@@ -277,11 +277,13 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
       *std::min_element(configs.begin(), configs.end(), [](auto& a, auto& b) { return a.device < b.device; });
   p.device_min = cheapest.device;
   if (device_budget != 0 && device_budget < p.device_min)
-    throw Error("device budget " + format_size(device_budget) +
-                (budgets.draft_on_top && draft ? " (" + format_size(budgets.device) + " + the draft's)" : "") +
-                " is too small for " + p.model + (draft ? " with draft " + p.draft : "") + " (" + ctx + ", " + toks +
-                " per pass): at least " + format_size(p.device_min) + " (" + std::to_string(p.device_min) +
-                " bytes) is needed (" + describe(cheapest, p.fixed_bytes, n) + ")");
+    throw BudgetError(
+        "device budget " + format_size(device_budget) +
+            (budgets.draft_on_top && draft ? " (" + format_size(budgets.device) + " + the draft's)" : "") +
+            " is too small for " + p.model + (draft ? " with draft " + p.draft : "") + " (" + ctx + ", " + toks +
+            " per pass): at least " + format_size(p.device_min) + " (" + std::to_string(p.device_min) +
+            " bytes) is needed (" + describe(cheapest, p.fixed_bytes, n) + ")",
+        "device", device_budget, p.device_min);
   const Config* chosen = &configs[n];
   if (device_budget != 0)
     while (chosen->device > device_budget) --chosen;  // stops at the cheapest at the latest
@@ -299,9 +301,10 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
     staging = static_cast<uint64_t>(p.ring_slots) * p.slot_bytes;
     // A host budget of 0 means no host tier for layers; the staging slots are still needed.
     if (budgets.host != 0 && budgets.host < staging)
-      throw Error("host budget " + format_size(budgets.host) + " is too small for CUDA staging: at least " +
-                  format_size(staging) + " (" + std::to_string(staging) + " bytes) is needed (" +
-                  std::to_string(p.ring_slots) + " pinned slots of " + format_size(p.slot_bytes) + ")");
+      throw BudgetError("host budget " + format_size(budgets.host) + " is too small for CUDA staging: at least " +
+                            format_size(staging) + " (" + std::to_string(staging) + " bytes) is needed (" +
+                            std::to_string(p.ring_slots) + " pinned slots of " + format_size(p.slot_bytes) + ")",
+                        "host", budgets.host, staging);
     host_left = budgets.host == 0 ? 0 : budgets.host - staging;
   }
   for (int i = 0; i < n; ++i) {
@@ -367,6 +370,7 @@ std::string plan_table(const MemoryPlan& p) {
 
 nlohmann::json plan_json(const MemoryPlan& p) {
   nlohmann::json j;
+  j["fits"] = true;
   j["model"] = p.model;
   j["draft"] = p.draft.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.draft);
   j["backend"] = p.backend == BackendKind::kCuda ? "cuda" : "cpu";

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "src/model/model_desc.h"
+#include "src/util/error.h"
 
 namespace redwood::offload {
 
@@ -78,10 +79,22 @@ struct MemoryPlan {
   int count(Tier t) const;
 };
 
-// Throws redwood::Error when the device budget is below the minimum, naming
+// A budget below what the run needs: the one-line message, plus which budget
+// ("device" or "host"), what was given and the least that would do, for
+// callers that report it in their own form (`plan-memory --json`).
+class BudgetError : public Error {
+ public:
+  BudgetError(const std::string& msg, const char* which, uint64_t given_bytes, uint64_t min_bytes)
+      : Error(msg), tier(which), given(given_bytes), minimum(min_bytes) {}
+  const char* tier;
+  uint64_t given, minimum;
+};
+
+// Throws BudgetError when the device budget is below the minimum, naming
 // the minimum ("device budget 100.0 MiB is too small for MODEL (ctx 2048, 64
 // tokens per pass): at least 143.2 MiB is needed (fixed ... + 2 ring slots of
-// ...)"), and when ring_slots < 2. draft may be null.
+// ...)") or the host budget below CUDA's pinned staging slots, and
+// redwood::Error when ring_slots < 2. draft may be null.
 MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Budgets& budgets, const RunShape& shape);
 
 // Human-readable table and JSON of a plan.

@@ -31,7 +31,19 @@ int run_plan_memory(const PlanOptions& o) {
   budgets.backend = o.backend == "cuda" ? offload::BackendKind::kCuda : offload::BackendKind::kCpu;
   offload::RunShape shape = o.shape;
   shape.threads = o.run.threads > 0 ? o.run.threads : cpu_threads();
-  const offload::MemoryPlan plan = offload::plan_memory(target, draft ? &*draft : nullptr, budgets, shape);
+  offload::MemoryPlan plan;
+  try {
+    plan = offload::plan_memory(target, draft ? &*draft : nullptr, budgets, shape);
+  } catch (const offload::BudgetError& e) {
+    // A script asking "does it fit?" gets its answer on stdout as well; the
+    // one-line error and exit code 1 stay as for every other failure.
+    if (o.json) {
+      const nlohmann::json j = {
+          {"fits", false}, {"error", e.what()}, {"budget", e.tier}, {"given_bytes", e.given}, {"min_bytes", e.minimum}};
+      std::puts(j.dump(2).c_str());
+    }
+    throw;
+  }
   if (o.json)
     std::puts(offload::plan_json(plan).dump(2).c_str());
   else

@@ -4,7 +4,8 @@
     python3 tests/python/test_offload_cli.py --redwood build/redwood --model models/SmolLM2-135M-Instruct.Q4_1.gguf
 
 Checks:
-    plan-memory : table and JSON; a budget below the minimum -> exit 1, one line naming "at least".
+    plan-memory : table and JSON; a budget below the minimum -> exit 1, one line naming "at least"
+                  (with --json also {"fits": false, ...} on stdout).
     generate    : a bare prompt the instruct model ends at once -> a note suggesting --chat;
                   greedy tokens with --device-mem (most layers streamed; ring 2 and 3; host tier;
                   --verify-io) equal the tokens without a budget; with --draft too.
@@ -52,6 +53,16 @@ def main() -> int:
     p = run(args, ["plan-memory"] + m + ["--device-mem", "4MiB"])
     check("plan-memory below minimum", p.returncode == 1 and "at least" in p.stderr
           and len(p.stderr.strip().splitlines()) == 1, p.stderr)
+    p = run(args, ["plan-memory"] + m + ["--device-mem", "4MiB", "--json"])
+    try:
+        verdict = json.loads(p.stdout)
+    except ValueError:
+        verdict = {}
+    check("plan-memory --json below minimum: exit 1 and a verdict on stdout",
+          p.returncode == 1 and verdict.get("fits") is False and verdict.get("budget") == "device"
+          and verdict.get("given_bytes") == 4 << 20 and verdict.get("min_bytes", 0) > 4 << 20
+          and "at least" in verdict.get("error", "") and len(p.stderr.strip().splitlines()) == 1,
+          p.stdout[:300] + p.stderr)
 
     # generate: budgets give the same greedy tokens
     prompts = ["1,4093,198,1780,314,260,3575,282,4649,47,2,198,1,520,9531,198",
