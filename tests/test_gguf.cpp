@@ -2,7 +2,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
+#include "src/model/fingerprint.h"
 #include "src/model/gguf.h"
 #include "src/model/gguf_writer.h"
 #include "src/model/model_desc.h"
@@ -34,6 +37,42 @@ TEST(Gguf, TinyModelRoundTrip) {
   EXPECT_EQ(m.layers[1].w_down.rows, 64);
   EXPECT_EQ(m.layers[1].w_down.cols, 96);
   EXPECT_EQ(m.tokenizer.kind, TokenizerKind::kSentencePiece);
+}
+
+// A model's fingerprint follows its content, not its path: a copy elsewhere
+// has the same, another seed (other weights, same shape) or another type does
+// not, and neither does one flipped byte at the start of one tensor's data.
+TEST(Gguf, FingerprintFollowsContentNotPath) {
+  const std::string a = ::testing::TempDir() + "fp_a.gguf", b = ::testing::TempDir() + "fp_b.gguf";
+  testutil::TinyShape s;
+  s.type = DType::Q4_0;
+  testutil::write_tiny_llama(a, s);
+  const ModelDesc ma = load_model_desc(a);
+  const std::string fa = model_fingerprint(ma);
+  EXPECT_EQ(fa.size(), 16u);
+  EXPECT_EQ(fa.find_first_not_of("0123456789abcdef"), std::string::npos) << fa;
+  std::filesystem::copy_file(a, b, std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(model_fingerprint(load_model_desc(b)), fa);
+
+  testutil::TinyShape other = s;
+  other.seed += 1;
+  testutil::write_tiny_llama(b, other);
+  EXPECT_NE(model_fingerprint(load_model_desc(b)), fa);
+  other = s;
+  other.type = DType::Q8_0;
+  testutil::write_tiny_llama(b, other);
+  EXPECT_NE(model_fingerprint(load_model_desc(b)), fa);
+
+  std::filesystem::copy_file(a, b, std::filesystem::copy_options::overwrite_existing);
+  const TensorExtent& w = ma.layers[1].w_up;
+  {
+    std::fstream f(b, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(w.offset + 3));
+    const char c = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(w.offset + 3));
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  EXPECT_NE(model_fingerprint(load_model_desc(b)), fa);
 }
 
 TEST(Gguf, RealModelMetadata) {

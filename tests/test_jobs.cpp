@@ -333,6 +333,29 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
               (void)prepare_output(o, {{"max_tokens", 6}, {"temperature", 0.9}, {"seed", 1}});
             }).find("seed (none) -> 1"),
             std::string::npos);
+  // A key this run records that an older line lacks (target_fingerprint) is not
+  // held against it: the line is checked on the keys it has, and counted.
+  write("s.jsonl", same + same);
+  nlohmann::json more = mine;
+  more["target_fingerprint"] = "0123456789abcdef";
+  EXPECT_NE(error_of([&] { (void)prepare_output(o, more); }).find("target_fingerprint (none) -> "),
+            std::string::npos);  // unless the caller names it as added later
+  const ResumeState p = prepare_output(o, more, {"target_fingerprint"});
+  EXPECT_EQ(p.lines, 2);
+  EXPECT_EQ(p.partly_checked, 2);
+  EXPECT_EQ(p.missing_keys, "target_fingerprint");
+  more["max_tokens"] = 7;  // ... but the keys it has still count
+  EXPECT_NE(error_of([&] { (void)prepare_output(o, more, {"target_fingerprint"}); }).find("max_tokens 6 -> 7)"),
+            std::string::npos);
+  // A line that records another fingerprint is refused.
+  nlohmann::json line = nlohmann::json::parse(same);
+  line["settings"]["target_fingerprint"] = "fedcba9876543210";
+  write("s.jsonl", line.dump() + "\n");
+  more["max_tokens"] = 6;
+  EXPECT_NE(error_of([&] {
+              (void)prepare_output(o, more, {"target_fingerprint"});
+            }).find("target_fingerprint \"fedcba9876543210\" -> \"0123456789abcdef\""),
+            std::string::npos);
 }
 
 TEST_F(JobFiles, OneRunAtATimeHoldsTheOutput) {

@@ -20,6 +20,7 @@
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
 #include "src/model/chat_template.h"
+#include "src/model/fingerprint.h"
 #include "src/spec/generation.h"
 #include "src/util/error.h"
 
@@ -61,12 +62,16 @@ double short_float(float v) {
 }
 
 // What shapes a line's text, stored in every line so that a resumed run never
-// mixes two configurations in one file (jobs::prepare_output). The draft and
-// tree are not here: they change the speed, not the distribution of the text.
-nlohmann::json output_settings(const jobs::JobConfig& job) {
+// mixes two configurations in one file (jobs::prepare_output). The target is
+// known by its file name (for the reader) and by its content's fingerprint (a
+// copy elsewhere resumes; another quantization or fine-tune under the same
+// name does not). The draft and tree are not here: they change the speed, not
+// the distribution of the text.
+nlohmann::json output_settings(const jobs::JobConfig& job, const ModelDesc& target) {
   std::filesystem::path t = std::filesystem::path(job.target).lexically_normal();
   if (t.filename().empty()) t = t.parent_path();  // a directory given as "dir/"
   return {{"target", t.filename().string()},
+          {"target_fingerprint", model_fingerprint(target)},
           {"max_tokens", job.max_tokens},
           {"temperature", short_float(job.sampling.temperature)},
           {"top_p", short_float(job.sampling.top_p)},
@@ -164,11 +169,14 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   // ---- resume: what the output already holds (this run alone writes it) ----
   jobs::create_output_dirs(job);
   const jobs::OutputLock lock(job.output);
-  const nlohmann::json settings = output_settings(job);
-  const jobs::ResumeState rs = jobs::prepare_output(job.output, settings);
+  const nlohmann::json settings = output_settings(job, m.desc);
+  const jobs::ResumeState rs = jobs::prepare_output(job.output, settings, {"target_fingerprint"});
   if (rs.torn_bytes > 0)  // even when quiet: the file was changed
     std::fprintf(hooks.log, "redwood: %s: dropped a torn last line (%lld bytes) left by an interrupted run\n",
                  job.output.c_str(), static_cast<long long>(rs.torn_bytes));
+  if (rs.partly_checked > 0)
+    std::fprintf(hooks.log, "redwood: %s: %lld lines from an older redwood do not record %s; checked on the rest\n",
+                 job.output.c_str(), static_cast<long long>(rs.partly_checked), rs.missing_keys.c_str());
   if (rs.unchecked > 0)
     std::fprintf(hooks.log,
                  "redwood: %s: %lld lines from an older redwood carry no settings; assuming they match this job's\n",

@@ -55,7 +55,7 @@ std::string settings_diff(const json& was, const json& now) {
 
 }  // namespace
 
-ResumeState prepare_output(const std::string& path, const json& settings) {
+ResumeState prepare_output(const std::string& path, const json& settings, const std::vector<std::string>& added_keys) {
   ResumeState st;
   if (!std::filesystem::exists(path)) return st;
   const std::string data = read_text_file(path, "the output file", UINT64_MAX);
@@ -63,6 +63,7 @@ ResumeState prepare_output(const std::string& path, const json& settings) {
   static constexpr std::string_view kLineStart = "{\"id\":";
   size_t pos = 0, good_end = 0;
   int64_t line_no = 0;
+  std::vector<std::string> missing_keys;
   while (pos < data.size()) {
     const size_t nl = data.find('\n', pos);
     ++line_no;
@@ -82,16 +83,30 @@ ResumeState prepare_output(const std::string& path, const json& settings) {
     if (!j.contains("settings")) {
       ++st.unchecked;
     } else if (!settings.is_null() && j["settings"] != settings) {
-      throw Error(path + ":" + std::to_string(line_no) + ": written with other settings (" +
-                  settings_diff(j["settings"], settings) +
-                  "); resuming would mix them in one file: choose another output path, or remove the file to start "
-                  "over");
+      // Keys this run records that an older redwood did not: compare the rest.
+      json now = settings;
+      if (j["settings"].is_object() && now.is_object()) {
+        bool missing = false;
+        for (const std::string& k : added_keys)
+          if (now.contains(k) && !j["settings"].contains(k)) {
+            now.erase(k);
+            missing = true;
+            if (std::find(missing_keys.begin(), missing_keys.end(), k) == missing_keys.end()) missing_keys.push_back(k);
+          }
+        st.partly_checked += missing ? 1 : 0;
+      }
+      if (j["settings"] != now)
+        throw Error(path + ":" + std::to_string(line_no) + ": written with other settings (" +
+                    settings_diff(j["settings"], now) +
+                    "); resuming would mix them in one file: choose another output path, or remove the file to start "
+                    "over");
     }
     st.done.insert(j["id"].dump());
     ++st.lines;
     pos = nl + 1;
     good_end = pos;
   }
+  for (const std::string& k : missing_keys) st.missing_keys += (st.missing_keys.empty() ? "" : ", ") + k;
   if (good_end < data.size()) {
     st.torn_bytes = static_cast<int64_t>(data.size() - good_end);
     if (::truncate(path.c_str(), static_cast<off_t>(good_end)) != 0)

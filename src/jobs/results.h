@@ -20,6 +20,10 @@ struct ResumeState {
   int64_t lines = 0;                     // complete result lines
   int64_t torn_bytes = 0;                // bytes of a torn last line that were dropped
   int64_t unchecked = 0;                 // result lines without "settings" (an older redwood's)
+  // Result lines whose settings lack some of prepare_output's added_keys (an
+  // older redwood's): checked on the keys they have.
+  int64_t partly_checked = 0;
+  std::string missing_keys;  // those keys, comma-separated
 };
 
 // Checks an existing output file and truncates a torn last line: the start of
@@ -27,8 +31,11 @@ struct ResumeState {
 // Any other line that is not a result line is an error (something other than
 // this job wrote the file: it is left as it is), and so is a result line whose
 // "settings" differ from `settings` (the error names the keys that differ).
+// `added_keys`: keys of `settings` that an older redwood did not record; a
+// line without one of them is checked on the rest (ResumeState::partly_checked).
 // A missing file is an empty state.
-ResumeState prepare_output(const std::string& path, const nlohmann::json& settings = nlohmann::json());
+ResumeState prepare_output(const std::string& path, const nlohmann::json& settings = nlohmann::json(),
+                           const std::vector<std::string>& added_keys = {});
 
 // An exclusive advisory lock (flock) on the output file, held for one run of a
 // job, so that two runs never append to one file: a second run fails at once

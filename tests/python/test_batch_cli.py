@@ -8,7 +8,8 @@ Checks:
                    resumed each time ends with exactly one valid line per id, identical
                    (greedy: id, text, tokens, finish reason) to an uninterrupted run.
     torn line    : half a line appended by hand is dropped on resume and regenerated.
-    never mix    : resuming with other settings, into a file that is not a job's output, or
+    never mix    : resuming with other settings (another model under the same file name among
+                   them; a copy of the same model elsewhere resumes), into a file that is not a job's output, or
                    while another run writes it -> exit 1, the file untouched.
     signals      : SIGINT and SIGTERM stop cleanly (exit 130 / 143, a message saying how
                    to resume, only whole lines written); resuming completes the job.
@@ -25,6 +26,7 @@ import fcntl
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,6 +138,28 @@ def main() -> int:
 
     # ---- never mix: other settings, a foreign file, two runs at once ----
     before = open(out).read()
+    # The target is known by content: a copy elsewhere resumes; another model
+    # under the same file name (here a 2-block self-draft) is refused.
+    base = os.path.basename(args.model)
+    for sub in ("copy", "impostor"):
+        os.makedirs(os.path.join(tmp, sub), exist_ok=True)
+    copy = os.path.join(tmp, "copy", base)
+    shutil.copyfile(args.model, copy)
+    p = subprocess.run([rw, "batch", write(os.path.join(tmp, "copy.toml"), job_text(copy, out))],
+                       capture_output=True, text=True, timeout=300)
+    check("the same model copied elsewhere resumes", p.returncode == 0 and "24 of 24 prompts already done" in p.stderr
+          and open(out).read() == before, p.stderr[-500:])
+    impostor = os.path.join(tmp, "impostor", base)
+    p = subprocess.run([rw, "make-draft", "--from", args.model, "--layers", "2", "--out", impostor],
+                       capture_output=True, text=True, timeout=300)
+    check("make-draft for the impostor", p.returncode == 0, p.stderr[-500:])
+    p = subprocess.run([rw, "batch", write(os.path.join(tmp, "impostor.toml"), job_text(impostor, out))],
+                       capture_output=True, text=True, timeout=300)
+    check("another model under the same file name: refused, file untouched", p.returncode == 1 and
+          "written with other settings (target_fingerprint" in p.stderr and open(out).read() == before,
+          p.stderr[-500:])
+    os.remove(copy)
+    os.remove(impostor)
     other = write(os.path.join(tmp, "other.toml"), job_text(args.model, out).replace("max_tokens = 24", "max_tokens = 12"))
     p = subprocess.run([rw, "batch", other], capture_output=True, text=True, timeout=300)
     check("resume with other settings: refused, file untouched", p.returncode == 1 and
