@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 
 #include "kernels/common/math.h"
 
@@ -75,6 +77,41 @@ TEST(Math, Iq4Levels) {
   n.qs[2] = 0x9e;  // element 2: level 89, element 18: level 13
   EXPECT_FLOAT_EQ(dequant_iq4_nl(n, 2), 0.25f * 89);
   EXPECT_FLOAT_EQ(dequant_iq4_nl(n, 18), 0.25f * 13);
+}
+
+// dequant8_* (eight elements, the sub-block's scale decoded once: the CUDA
+// GEMV's path) equals the per-element functions bit for bit, on random
+// super-blocks with finite scales, at every 8-aligned start.
+template <typename Block, typename One, typename Eight>
+void expect_eight_equal_one(One one, Eight eight, const char* name) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  for (int trial = 0; trial < 200; ++trial) {
+    Block b;
+    auto* raw = reinterpret_cast<uint8_t*>(&b);
+    for (size_t i = 0; i < sizeof b; ++i) raw[i] = static_cast<uint8_t>(byte(rng));
+    // finite fp16 scales wherever the block keeps them
+    if constexpr (requires { b.dmin; }) b.dmin = f32_to_f16(nd(rng));
+    b.d = f32_to_f16(nd(rng));
+    for (int e0 = 0; e0 < 256; e0 += 8) {
+      float v[8];
+      eight(b, e0, v);
+      for (int i = 0; i < 8; ++i) {
+        const float w = one(b, e0 + i);
+        ASSERT_EQ(std::memcmp(&v[i], &w, sizeof w), 0) << name << " element " << e0 + i << ": " << v[i] << " vs " << w;
+      }
+    }
+  }
+}
+
+TEST(Math, EightAtATimeEqualsPerElement) {
+  expect_eight_equal_one<BlockQ2_K>(dequant_q2_k, dequant8_q2_k, "Q2_K");
+  expect_eight_equal_one<BlockQ3_K>(dequant_q3_k, dequant8_q3_k, "Q3_K");
+  expect_eight_equal_one<BlockQ4_K>(dequant_q4_k, dequant8_q4_k, "Q4_K");
+  expect_eight_equal_one<BlockQ5_K>(dequant_q5_k, dequant8_q5_k, "Q5_K");
+  expect_eight_equal_one<BlockQ6_K>(dequant_q6_k, dequant8_q6_k, "Q6_K");
+  expect_eight_equal_one<BlockIQ4_XS>(dequant_iq4_xs, dequant8_iq4_xs, "IQ4_XS");
 }
 
 TEST(Math, RopeThetaAndRotation) {

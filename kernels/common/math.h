@@ -274,6 +274,61 @@ RD_HD float dequant_iq4_xs(const BlockIQ4_XS& b, int e) {
   return f16_to_f32(b.d) * (float)iq4xs_scale(b.scales_h, b.scales_l, j) * (float)iq4nl_level(q);
 }
 
+// Eight consecutive elements e0 .. e0 + 7 (e0 a multiple of 8) of a 256-element
+// super-block, as the per-element functions above give them, bit for bit: the
+// eight share one sub-block (32 or 16 elements), whose scale (and min) is
+// decoded once and rounded in the same order (d * scale first). The CUDA GEMV
+// reads the K and IQ4_XS types eight weights per lane this way.
+RD_HD void dequant8_q4_k(const BlockQ4_K& b, int e0, float* v) {
+  const int j = e0 >> 5, l0 = e0 & 31, sh = (j & 1) * 4;
+  int sc, mn;
+  kquant_scale_min(b.scales, j, sc, mn);
+  const float ds = f16_to_f32(b.d) * (float)sc, dm = -(f16_to_f32(b.dmin) * (float)mn);
+  const uint8_t* qs = b.qs + (j >> 1) * 32 + l0;
+  for (int i = 0; i < 8; ++i) v[i] = fmaf(ds, (float)((qs[i] >> sh) & 0xf), dm);
+}
+RD_HD void dequant8_q5_k(const BlockQ5_K& b, int e0, float* v) {
+  const int j = e0 >> 5, l0 = e0 & 31, sh = (j & 1) * 4;
+  int sc, mn;
+  kquant_scale_min(b.scales, j, sc, mn);
+  const float ds = f16_to_f32(b.d) * (float)sc, dm = -(f16_to_f32(b.dmin) * (float)mn);
+  const uint8_t* qs = b.qs + (j >> 1) * 32 + l0;
+  for (int i = 0; i < 8; ++i) v[i] = fmaf(ds, (float)(((qs[i] >> sh) & 0xf) | (((b.qh[l0 + i] >> j) & 1) << 4)), dm);
+}
+RD_HD void dequant8_q2_k(const BlockQ2_K& b, int e0, float* v) {
+  const int h = e0 >> 7, k = (e0 >> 5) & 3, l0 = e0 & 31;
+  const int sc = b.scales[8 * h + 2 * k + (l0 >> 4)];
+  const float ds = f16_to_f32(b.d) * (float)(sc & 0xf), dm = -(f16_to_f32(b.dmin) * (float)(sc >> 4));
+  const uint8_t* qs = b.qs + 32 * h + l0;
+  for (int i = 0; i < 8; ++i) v[i] = fmaf(ds, (float)((qs[i] >> (2 * k)) & 3), dm);
+}
+RD_HD void dequant8_q3_k(const BlockQ3_K& b, int e0, float* v) {
+  const int h = e0 >> 7, k = (e0 >> 5) & 3, l0 = e0 & 31;
+  const float ds = f16_to_f32(b.d) * (float)q3k_scale(b.scales, 8 * h + 2 * k + (l0 >> 4));
+  for (int i = 0; i < 8; ++i) {
+    const int l = l0 + i;
+    const int q = ((b.qs[32 * h + l] >> (2 * k)) & 3) - (((b.hmask[l] >> (4 * h + k)) & 1) ? 0 : 4);
+    v[i] = ds * (float)q;
+  }
+}
+RD_HD void dequant8_q6_k(const BlockQ6_K& b, int e0, float* v) {
+  const int h = e0 >> 7, k = (e0 >> 5) & 3, l0 = e0 & 31;
+  const float ds = f16_to_f32(b.d) * (float)b.scales[8 * h + 2 * k + (l0 >> 4)];
+  const uint8_t* ql = b.ql + 64 * h + (k & 1) * 32 + l0;
+  const uint8_t* qh = b.qh + 32 * h + l0;
+  for (int i = 0; i < 8; ++i) {
+    const int q = ((k & 2) ? ql[i] >> 4 : ql[i] & 0xf) | (((qh[i] >> (2 * k)) & 3) << 4);
+    v[i] = ds * (float)(q - 32);
+  }
+}
+RD_HD void dequant8_iq4_xs(const BlockIQ4_XS& b, int e0, float* v) {
+  const int j = e0 >> 5, l0 = e0 & 31;
+  const float ds = f16_to_f32(b.d) * (float)iq4xs_scale(b.scales_h, b.scales_l, j);
+  const uint8_t* qs = b.qs + 16 * j + (l0 & 15);
+  const int sh = l0 < 16 ? 0 : 4;
+  for (int i = 0; i < 8; ++i) v[i] = ds * (float)iq4nl_level((qs[i] >> sh) & 0xf);
+}
+
 // RoPE. Pair i (0..head_dim/2-1) turns by pos * inv_freq[i], with
 // inv_freq[i] = base^(-2i/head_dim) / factor[i] (factor 1 without scaling; a
 // constant for linear scaling; Llama 3's per-pair rope_freqs). The table is

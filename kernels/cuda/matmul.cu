@@ -153,14 +153,30 @@ struct Row<DType::Q4_1> {
 };
 RD_BLOCK_ROW(Q5_0, BlockQ5_0, 32, dequant_q5_0)
 RD_BLOCK_ROW(Q5_1, BlockQ5_1, 32, dequant_q5_1)
-RD_BLOCK_ROW(Q2_K, BlockQ2_K, 256, dequant_q2_k)
-RD_BLOCK_ROW(Q3_K, BlockQ3_K, 256, dequant_q3_k)
-RD_BLOCK_ROW(Q4_K, BlockQ4_K, 256, dequant_q4_k)
-RD_BLOCK_ROW(Q5_K, BlockQ5_K, 256, dequant_q5_k)
-RD_BLOCK_ROW(Q6_K, BlockQ6_K, 256, dequant_q6_k)
 RD_BLOCK_ROW(IQ4_NL, BlockIQ4_NL, 32, dequant_iq4_nl)
-RD_BLOCK_ROW(IQ4_XS, BlockIQ4_XS, 256, dequant_iq4_xs)
 #undef RD_BLOCK_ROW
+
+// 256-element super-blocks with per-sub-block scales (the K types, IQ4_XS):
+// chunk8 decodes the sub-block's scale once for its eight elements
+// (math::dequant8_*, equal to the per-element values bit for bit; CPU-tested),
+// where the per-element form unpacked the 6-bit scales eight times.
+#define RD_SUPER_ROW(TYPE, BLOCK, FN)                                                                           \
+  template <>                                                                                                   \
+  struct Row<DType::TYPE> {                                                                                     \
+    __device__ static float at(const uint8_t* row, int64_t c) {                                                 \
+      return math::dequant_##FN(reinterpret_cast<const math::BLOCK*>(row)[c / 256], static_cast<int>(c % 256)); \
+    }                                                                                                           \
+    __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {                                   \
+      math::dequant8_##FN(reinterpret_cast<const math::BLOCK*>(row)[c0 / 256], static_cast<int>(c0 % 256), v);  \
+    }                                                                                                           \
+  };
+RD_SUPER_ROW(Q2_K, BlockQ2_K, q2_k)
+RD_SUPER_ROW(Q3_K, BlockQ3_K, q3_k)
+RD_SUPER_ROW(Q4_K, BlockQ4_K, q4_k)
+RD_SUPER_ROW(Q5_K, BlockQ5_K, q5_k)
+RD_SUPER_ROW(Q6_K, BlockQ6_K, q6_k)
+RD_SUPER_ROW(IQ4_XS, BlockIQ4_XS, iq4_xs)
+#undef RD_SUPER_ROW
 
 // Sums each token's per-lane partial over the warp; lane 0 writes y[t][r].
 template <int N>
