@@ -2,7 +2,9 @@
 //   copy_bw   STREAM-style copy, all threads (bytes read + written per second)
 //   fma_peak  independent FMA chains (512-bit where built) on all threads, best of 3 (FLOP/s)
 //   gemv      n = 1 matmul over a matrix much larger than the caches: weight bytes
-//             read per second, as a fraction of copy_bw (goal >= 0.8)
+//             read per second, as a fraction of copy_bw (goal >= 0.8); also in
+//             adjacent pairs with single copies, beside the read-only sum's
+//             ratio (the ceiling for any GEMV)
 //   gemm      n >= 64 matmul: FLOP/s as a fraction of fma_peak (goal >= 0.5)
 //   model     decode and 64-token prefill tokens/s on given GGUF models
 // With --cuda (a GPU and the CUDA backend), the same on the device instead,
@@ -71,59 +73,86 @@ double median_time(int reps, F&& f) {
 // switches to such stores only above a size threshold, and below it the
 // stores' read-for-ownership traffic made a 256 MiB copy run at 24 GB/s
 // against 38-41 GB/s at 512 MiB on the 2026-11-24 Zen 3 VM.
-double copy_bandwidth(size_t bytes) {
-  const size_t n = bytes / sizeof(float);
-  AlignedBuffer abuf(n * sizeof(float)), bbuf(n * sizeof(float));
-  float* const a = reinterpret_cast<float*>(abuf.data());
-  float* const b = reinterpret_cast<float*>(bbuf.data());
-  std::fill_n(a, n, 1.0f);
-  std::fill_n(b, n, 0.0f);
-  const int threads = cpu_threads();
-  const double t = median_time(5, [&] {
+//
+// Preallocated buffers for one timed copy or read-only pass at a time (the
+// paired GEMV table interleaves single passes with GEMVs).
+class BandwidthProbe {
+ public:
+  explicit BandwidthProbe(size_t bytes)
+      : n_(bytes / sizeof(float) / 64 * 64), abuf_(n_ * sizeof(float)), bbuf_(n_ * sizeof(float)) {
+    std::fill_n(a(), n_, 1.0f);
+    std::fill_n(b(), n_, 0.0f);
+  }
+  size_t bytes() const { return n_ * sizeof(float); }
+  // Seconds for one copy of the buffer (read + write), all threads.
+  double copy_once() {
+    const int threads = cpu_threads();
+    float* const src = a();
+    float* const dst = b();
+    const auto t0 = Clock::now();
     tbb::parallel_for(0, threads, [&](int k) {
-      const size_t lo = n * k / threads / 8 * 8, hi = k + 1 == threads ? n : n * (k + 1) / threads / 8 * 8;
+      const size_t lo = n_ * k / threads / 8 * 8, hi = k + 1 == threads ? n_ : n_ * (k + 1) / threads / 8 * 8;
 #if defined(__AVX2__)
-      for (size_t i = lo; i < hi; i += 8) _mm256_stream_ps(b + i, _mm256_load_ps(a + i));
+      for (size_t i = lo; i < hi; i += 8) _mm256_stream_ps(dst + i, _mm256_load_ps(src + i));
       _mm_sfence();
 #else
-      memcpy(b + lo, a + lo, (hi - lo) * sizeof(float));
+      memcpy(dst + lo, src + lo, (hi - lo) * sizeof(float));
 #endif
     });
-  });
-  return 2.0 * bytes / t;  // STREAM counts read + write
-}
-
-// Read-only bandwidth: a parallel sum over a large array (what a GEMV does).
-double read_bandwidth(size_t bytes) {
-  const size_t n = bytes / sizeof(float);
-  AlignedBuffer abuf(n * sizeof(float));
-  float* const a = reinterpret_cast<float*>(abuf.data());
-  std::fill_n(a, n, 1.0f);
-  const int threads = cpu_threads();
-  std::vector<float> sink(threads);
-  const double t = median_time(5, [&] {
+    return secs(t0, Clock::now());
+  }
+  // Seconds for one parallel sum over the buffer (what a GEMV does).
+  double read_once() {
+    const int threads = cpu_threads();
+    const float* const src = a();
+    std::vector<float> sink(threads);
+    const auto t0 = Clock::now();
     tbb::parallel_for(0, threads, [&](int k) {
-      const size_t lo = n * k / threads, hi = n * (k + 1) / threads;
+      const size_t lo = n_ * k / threads, hi = n_ * (k + 1) / threads;
 #if defined(__AVX2__)
       __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
       size_t i = lo;
       for (; i + 32 <= hi; i += 32) {
-        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(&a[i]));
-        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(&a[i + 8]));
-        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(&a[i + 16]));
-        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(&a[i + 24]));
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(&src[i]));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(&src[i + 8]));
+        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(&src[i + 16]));
+        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(&src[i + 24]));
       }
       float tmp[8];
       _mm256_storeu_ps(tmp, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
       sink[k] = tmp[0] + tmp[7];
 #else
       float s = 0;
-      for (size_t i = lo; i < hi; ++i) s += a[i];
+      for (size_t i = lo; i < hi; ++i) s += src[i];
       sink[k] = s;
 #endif
     });
-  });
-  return bytes / t;
+    const double t = secs(t0, Clock::now());
+    volatile float keep = sink[0];
+    (void)keep;
+    return t;
+  }
+
+ private:
+  float* a() {
+    return reinterpret_cast<float*>(abuf_.data());
+  }
+  float* b() {
+    return reinterpret_cast<float*>(bbuf_.data());
+  }
+  size_t n_;
+  AlignedBuffer abuf_, bbuf_;
+};
+
+double copy_bandwidth(size_t bytes) {
+  BandwidthProbe p(bytes);
+  return 2.0 * static_cast<double>(p.bytes()) / median_time(5, [&] { p.copy_once(); });  // STREAM counts read + write
+}
+
+// Read-only bandwidth: a parallel sum over a large array (what a GEMV does).
+double read_bandwidth(size_t bytes) {
+  BandwidthProbe p(bytes);
+  return static_cast<double>(p.bytes()) / median_time(5, [&] { p.read_once(); });
 }
 
 // Independent FMA chains on every thread, each thread its own std::thread (a
@@ -399,6 +428,43 @@ static int run(int argc, char** argv) {
                                                {"read_bw_here_GBps", rbw_here / 1e9},
                                                {"ms", tt * 1e3}};
     }
+    // The same ratios with the copy and the GEMV in adjacent pairs: copy,
+    // three GEMVs, copy, 40 times over; each pair's ratio is the GEMVs' rate
+    // to the mean of the two copies around them (milliseconds apart). The
+    // bandwidth of a VM can swing between states within seconds (the Zen 4
+    // VM of 2026-11-26: copy 35-72 GB/s), which the table above only
+    // averages out over seconds. "read-only" is the parallel sum as the
+    // pass: the ceiling for any GEMV.
+    if (!quick) {
+      std::printf(
+          "\nGEMV n=1 against the copy in adjacent pairs (copy, 3 passes, copy; 40 pairs): median ratio (quartiles)\n");
+      BandwidthProbe probe(256ull << 20);
+      auto paired = [&](const std::string& name, double bytes, auto&& pass) {
+        std::vector<double> ratio;
+        probe.copy_once();
+        pass();
+        for (int i = 0; i < 40; ++i) {
+          const double c0 = probe.copy_once();
+          const auto t0 = Clock::now();
+          for (int k = 0; k < 3; ++k) pass();
+          const double tp = secs(t0, Clock::now());
+          const double copy_rate = 2.0 * static_cast<double>(probe.bytes()) / (0.5 * (c0 + probe.copy_once()));
+          ratio.push_back(3.0 * bytes / tp / copy_rate);
+        }
+        std::sort(ratio.begin(), ratio.end());
+        const double med = ratio[20], q1 = ratio[10], q3 = ratio[29];
+        std::printf("  %-10s ratio %.2f (%.2f-%.2f)\n", name.c_str(), med, q1, q3);
+        J["gemv_paired"][name] = {{"median", med}, {"q1", q1}, {"q3", q3}};
+      };
+      paired("read-only", static_cast<double>(probe.bytes()), [&] { probe.read_once(); });
+      for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+        Mat m = random_matrix(t, rows, cols);
+        std::vector<float> x(m.view.cols, 0.5f), y(m.view.rows);
+        paired(std::string(dtype_name(t)), static_cast<double>(m.size),
+               [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
+      }
+    }
+
     // The same GEMV on one thread over a matrix that stays in the L2 cache:
     // the kernel's own speed with memory out of the way. Where one thread's
     // in-cache time per block, times the blocks each thread takes, is near the
