@@ -452,7 +452,7 @@ static int run(int argc, char** argv) {
           ratio.push_back(3.0 * bytes / tp / copy_rate);
         }
         std::sort(ratio.begin(), ratio.end());
-        const double med = ratio[20], q1 = ratio[10], q3 = ratio[29];
+        const double med = 0.5 * (ratio[19] + ratio[20]), q1 = ratio[10], q3 = ratio[29];
         std::printf("  %-10s ratio %.2f (%.2f-%.2f)\n", name.c_str(), med, q1, q3);
         J["gemv_paired"][name] = {{"median", med}, {"q1", q1}, {"q3", q3}};
       };

@@ -85,8 +85,8 @@ struct MemoryPlan {
 class BudgetError : public Error {
  public:
   BudgetError(const std::string& msg, const char* which, uint64_t given_bytes, uint64_t min_bytes)
-      : Error(msg), tier(which), given(given_bytes), minimum(min_bytes) {}
-  const char* tier;
+      : Error(msg), budget(which), given(given_bytes), minimum(min_bytes) {}
+  const char* budget;  // "device" or "host"
   uint64_t given, minimum;
 };
 

@@ -344,6 +344,17 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
   EXPECT_EQ(p.lines, 2);
   EXPECT_EQ(p.partly_checked, 2);
   EXPECT_EQ(p.missing_keys, "target_fingerprint");
+  // A line that records the same fingerprint is checked in full; a file of
+  // old and new lines resumes, counting only the old ones.
+  nlohmann::json same_fp = nlohmann::json::parse(same);
+  same_fp["settings"]["target_fingerprint"] = "0123456789abcdef";
+  write("s.jsonl", same + same_fp.dump() + "\n");
+  const ResumeState mixed = prepare_output(o, more, {"target_fingerprint"});
+  EXPECT_EQ(mixed.lines, 2);
+  EXPECT_EQ(mixed.partly_checked, 1);
+  write("s.jsonl", same_fp.dump() + "\n");
+  EXPECT_EQ(prepare_output(o, more, {"target_fingerprint"}).partly_checked, 0);
+  write("s.jsonl", same + same);
   more["max_tokens"] = 7;  // ... but the keys it has still count
   EXPECT_NE(error_of([&] { (void)prepare_output(o, more, {"target_fingerprint"}); }).find("max_tokens 6 -> 7)"),
             std::string::npos);

@@ -207,6 +207,14 @@ TEST(Plan, BelowMinimumIsAnErrorNamingTheMinimum) {
   EXPECT_NE(e.find("too small for synthetic"), std::string::npos) << e;
   EXPECT_NE(e.find("2 ring slots of"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos);
+  try {
+    plan_memory(m, nullptr, device_budget(min - 1), RunShape{});
+    ADD_FAILURE() << "no BudgetError";
+  } catch (const BudgetError& b) {
+    EXPECT_STREQ(b.budget, "device");
+    EXPECT_EQ(b.given, min - 1);
+    EXPECT_EQ(b.minimum, min);
+  }
 }
 
 TEST(Plan, GreedyKeepsWholeLayersSpreadEvenly) {
@@ -276,6 +284,14 @@ TEST(Plan, CudaStagesStorageReadsInHost) {
   EXPECT_EQ(p.host_used, 3 * slot);
   b.host = 2 * slot - 1;
   EXPECT_NE(plan_error(m, nullptr, b).find("at least " + format_size(2 * slot)), std::string::npos);
+  try {  // the numbers `plan-memory --json` reports
+    plan_memory(m, nullptr, b, RunShape{});
+    ADD_FAILURE() << "no BudgetError";
+  } catch (const BudgetError& e) {
+    EXPECT_STREQ(e.budget, "host");
+    EXPECT_EQ(e.given, 2 * slot - 1);
+    EXPECT_EQ(e.minimum, 2 * slot);
+  }
   // Everything host-staged: nothing read from storage, no staging.
   b.host = 8 * slot;
   const MemoryPlan q = plan_memory(m, nullptr, b, RunShape{});

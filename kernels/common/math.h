@@ -279,21 +279,25 @@ RD_HD float dequant_iq4_xs(const BlockIQ4_XS& b, int e) {
 // eight share one sub-block (32 or 16 elements), whose scale (and min) is
 // decoded once and rounded in the same order (d * scale first). The CUDA GEMV
 // reads the K and IQ4_XS types eight weights per lane this way.
-RD_HD void dequant8_q4_k(const BlockQ4_K& b, int e0, float* v) {
+// Q4_K and Q5_K (Q5_K: the fifth bits from qh).
+template <typename Block, bool kFifthBit>
+RD_HD void dequant8_k4(const Block& b, int e0, float* v) {
   const int j = e0 >> 5, l0 = e0 & 31, sh = (j & 1) * 4;
   int sc, mn;
   kquant_scale_min(b.scales, j, sc, mn);
   const float ds = f16_to_f32(b.d) * (float)sc, dm = -(f16_to_f32(b.dmin) * (float)mn);
   const uint8_t* qs = b.qs + (j >> 1) * 32 + l0;
-  for (int i = 0; i < 8; ++i) v[i] = fmaf(ds, (float)((qs[i] >> sh) & 0xf), dm);
+  for (int i = 0; i < 8; ++i) {
+    int q = (qs[i] >> sh) & 0xf;
+    if constexpr (kFifthBit) q |= ((b.qh[l0 + i] >> j) & 1) << 4;
+    v[i] = fmaf(ds, (float)q, dm);
+  }
+}
+RD_HD void dequant8_q4_k(const BlockQ4_K& b, int e0, float* v) {
+  dequant8_k4<BlockQ4_K, false>(b, e0, v);
 }
 RD_HD void dequant8_q5_k(const BlockQ5_K& b, int e0, float* v) {
-  const int j = e0 >> 5, l0 = e0 & 31, sh = (j & 1) * 4;
-  int sc, mn;
-  kquant_scale_min(b.scales, j, sc, mn);
-  const float ds = f16_to_f32(b.d) * (float)sc, dm = -(f16_to_f32(b.dmin) * (float)mn);
-  const uint8_t* qs = b.qs + (j >> 1) * 32 + l0;
-  for (int i = 0; i < 8; ++i) v[i] = fmaf(ds, (float)(((qs[i] >> sh) & 0xf) | (((b.qh[l0 + i] >> j) & 1) << 4)), dm);
+  dequant8_k4<BlockQ5_K, true>(b, e0, v);
 }
 RD_HD void dequant8_q2_k(const BlockQ2_K& b, int e0, float* v) {
   const int h = e0 >> 7, k = (e0 >> 5) & 3, l0 = e0 & 31;

@@ -291,9 +291,9 @@ void row_dots512(const uint8_t* p, size_t row_bytes, int64_t cols, const float* 
     // Software prefetch per 64-byte line of 16-bit weights, in the row's
     // stream: 512 bytes ahead into L1 and 3 KiB ahead into L2, as intdot's
     // quantized GEMV does. On Zen 4 (2026-11-26, interleaved A/B rounds in one
-    // process), against 1 KiB into L1 alone: an 8192^2 F16/BF16 GEMV 13-34%
-    // faster, the 1.88B model's stream of 183 matrices 1.22-1.68x (512 bytes
-    // beat 1 KiB by 5-8% once the L2 prefetch was there).
+    // process), against 1 KiB into L1 alone: an 8192^2 F16 GEMV 1.18-1.21x
+    // faster, the 1.88B model's stream of 183 F16/BF16 matrices 1.22-1.68x
+    // (docs/PERFORMANCE.md, "F16/BF16 GEMV prefetching into L2").
     const RowStreamAhead<R> pf(512, row_bytes), pf_l2(3072, row_bytes);
     int64_t c = 0;
     for (; c + 32 <= cols; c += 32) {

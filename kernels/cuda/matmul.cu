@@ -8,7 +8,9 @@
 //   activations scaled per token by a power of two so they cannot overflow),
 //   then cublasGemmEx on tensor cores with fp32 accumulation and fp32 output.
 //   F32 weights use cublasGemmEx in fp32.
-// Dequantization is math::dequant_* (kernels/common/math.h), shared with the CPU.
+// Dequantization is math::dequant_* and, eight elements at a time for the
+// K types and IQ4_XS, math::dequant8_* (kernels/common/math.h), shared with
+// the CPU, whose tests check them.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -73,18 +75,21 @@ struct Row<DType::BF16> {
   }
 };
 
-// Block types: at() and chunk8() through the per-element math::dequant_*.
-#define RD_BLOCK_ROW(TYPE, BLOCK, ELEMS, FN)                                                              \
-  template <>                                                                                             \
-  struct Row<DType::TYPE> {                                                                               \
-    __device__ static float at(const uint8_t* row, int64_t c) {                                           \
-      return math::FN(reinterpret_cast<const math::BLOCK*>(row)[c / ELEMS], static_cast<int>(c % ELEMS)); \
-    }                                                                                                     \
-    __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {                             \
-      const math::BLOCK& b = reinterpret_cast<const math::BLOCK*>(row)[c0 / ELEMS];                       \
-      const int j0 = static_cast<int>(c0 % ELEMS);                                                        \
-      _Pragma("unroll") for (int i = 0; i < 8; ++i) v[i] = math::FN(b, j0 + i);                           \
-    }                                                                                                     \
+// Block types: at() through the per-element math::dequant_*, chunk8() through
+// it too (RD_BLOCK_ROW) or through math::dequant8_* (RD_SUPER_ROW below).
+#define RD_BLOCK_AT(BLOCK, ELEMS, FN)                                                                   \
+  __device__ static float at(const uint8_t* row, int64_t c) {                                           \
+    return math::FN(reinterpret_cast<const math::BLOCK*>(row)[c / ELEMS], static_cast<int>(c % ELEMS)); \
+  }
+#define RD_BLOCK_ROW(TYPE, BLOCK, ELEMS, FN)                                        \
+  template <>                                                                       \
+  struct Row<DType::TYPE> {                                                         \
+    RD_BLOCK_AT(BLOCK, ELEMS, FN)                                                   \
+    __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {       \
+      const math::BLOCK& b = reinterpret_cast<const math::BLOCK*>(row)[c0 / ELEMS]; \
+      const int j0 = static_cast<int>(c0 % ELEMS);                                  \
+      _Pragma("unroll") for (int i = 0; i < 8; ++i) v[i] = math::FN(b, j0 + i);     \
+    }                                                                               \
   };
 
 // Eight bytes at a 2-aligned address (quantized blocks are only 2-aligned).
@@ -99,9 +104,7 @@ __device__ inline uint2 load8_a2(const uint8_t* p) {
 // float expression as math::dequant_* (scale * code [+ min]).
 template <>
 struct Row<DType::Q8_0> {
-  __device__ static float at(const uint8_t* row, int64_t c) {
-    return math::dequant_q8_0(reinterpret_cast<const math::BlockQ8_0*>(row)[c / 32], static_cast<int>(c % 32));
-  }
+  RD_BLOCK_AT(BlockQ8_0, 32, dequant_q8_0)
   __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {
     const math::BlockQ8_0& b = reinterpret_cast<const math::BlockQ8_0*>(row)[c0 / 32];
     const uint2 q = load8_a2(reinterpret_cast<const uint8_t*>(b.qs) + c0 % 32);
@@ -117,9 +120,7 @@ struct Row<DType::Q8_0> {
 // nibble of qs[j - 16]; eight consecutive codes are one nibble of eight bytes.
 template <>
 struct Row<DType::Q4_0> {
-  __device__ static float at(const uint8_t* row, int64_t c) {
-    return math::dequant_q4_0(reinterpret_cast<const math::BlockQ4_0*>(row)[c / 32], static_cast<int>(c % 32));
-  }
+  RD_BLOCK_AT(BlockQ4_0, 32, dequant_q4_0)
   __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {
     const math::BlockQ4_0& b = reinterpret_cast<const math::BlockQ4_0*>(row)[c0 / 32];
     const int j0 = static_cast<int>(c0 % 32);
@@ -135,9 +136,7 @@ struct Row<DType::Q4_0> {
 };
 template <>
 struct Row<DType::Q4_1> {
-  __device__ static float at(const uint8_t* row, int64_t c) {
-    return math::dequant_q4_1(reinterpret_cast<const math::BlockQ4_1*>(row)[c / 32], static_cast<int>(c % 32));
-  }
+  RD_BLOCK_AT(BlockQ4_1, 32, dequant_q4_1)
   __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {
     const math::BlockQ4_1& b = reinterpret_cast<const math::BlockQ4_1*>(row)[c0 / 32];
     const int j0 = static_cast<int>(c0 % 32);
@@ -160,15 +159,13 @@ RD_BLOCK_ROW(IQ4_NL, BlockIQ4_NL, 32, dequant_iq4_nl)
 // chunk8 decodes the sub-block's scale once for its eight elements
 // (math::dequant8_*, equal to the per-element values bit for bit; CPU-tested),
 // where the per-element form unpacked the 6-bit scales eight times.
-#define RD_SUPER_ROW(TYPE, BLOCK, FN)                                                                           \
-  template <>                                                                                                   \
-  struct Row<DType::TYPE> {                                                                                     \
-    __device__ static float at(const uint8_t* row, int64_t c) {                                                 \
-      return math::dequant_##FN(reinterpret_cast<const math::BLOCK*>(row)[c / 256], static_cast<int>(c % 256)); \
-    }                                                                                                           \
-    __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {                                   \
-      math::dequant8_##FN(reinterpret_cast<const math::BLOCK*>(row)[c0 / 256], static_cast<int>(c0 % 256), v);  \
-    }                                                                                                           \
+#define RD_SUPER_ROW(TYPE, BLOCK, FN)                                                                          \
+  template <>                                                                                                  \
+  struct Row<DType::TYPE> {                                                                                    \
+    RD_BLOCK_AT(BLOCK, 256, dequant_##FN)                                                                      \
+    __device__ static void chunk8(const uint8_t* row, int64_t c0, float* v) {                                  \
+      math::dequant8_##FN(reinterpret_cast<const math::BLOCK*>(row)[c0 / 256], static_cast<int>(c0 % 256), v); \
+    }                                                                                                          \
   };
 RD_SUPER_ROW(Q2_K, BlockQ2_K, q2_k)
 RD_SUPER_ROW(Q3_K, BlockQ3_K, q3_k)
@@ -177,6 +174,7 @@ RD_SUPER_ROW(Q5_K, BlockQ5_K, q5_k)
 RD_SUPER_ROW(Q6_K, BlockQ6_K, q6_k)
 RD_SUPER_ROW(IQ4_XS, BlockIQ4_XS, iq4_xs)
 #undef RD_SUPER_ROW
+#undef RD_BLOCK_AT
 
 // Sums each token's per-lane partial over the warp; lane 0 writes y[t][r].
 template <int N>

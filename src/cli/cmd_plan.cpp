@@ -38,8 +38,11 @@ int run_plan_memory(const PlanOptions& o) {
     // A script asking "does it fit?" gets its answer on stdout as well; the
     // one-line error and exit code 1 stay as for every other failure.
     if (o.json) {
-      const nlohmann::json j = {
-          {"fits", false}, {"error", e.what()}, {"budget", e.tier}, {"given_bytes", e.given}, {"min_bytes", e.minimum}};
+      const nlohmann::json j = {{"fits", false},
+                                {"error", e.what()},
+                                {"budget", e.budget},
+                                {"given_bytes", e.given},
+                                {"min_bytes", e.minimum}};
       std::puts(j.dump(2).c_str());
     }
     throw;

@@ -6,8 +6,10 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "src/util/error.h"
@@ -17,10 +19,16 @@ namespace redwood {
 
 namespace {
 
-// The bytes that go into the hash, gathered in order (a few hundred KiB).
-struct Digest {
-  std::string buf;
-  void bytes(const void* p, size_t n) { buf.append(static_cast<const char*>(p), n); }
+// Hashed first; bumped whenever what is hashed changes.
+constexpr uint32_t kFingerprintVersion = 1;
+
+// What has been hashed so far, fed as it comes (XXH3-64, streaming).
+class Digest {
+ public:
+  Digest() : st_(XXH3_createState(), &XXH3_freeState) {
+    if (!st_ || XXH3_64bits_reset(st_.get()) != XXH_OK) throw Error("XXH3: out of memory");
+  }
+  void bytes(const void* p, size_t n) { XXH3_64bits_update(st_.get(), p, n); }
   template <typename T>
   void value(const T& v) {
     bytes(&v, sizeof v);
@@ -29,6 +37,10 @@ struct Digest {
     value(static_cast<uint64_t>(s.size()));
     bytes(s.data(), s.size());
   }
+  uint64_t digest() const { return XXH3_64bits_digest(st_.get()); }
+
+ private:
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> st_;
 };
 
 class Files {
@@ -37,8 +49,9 @@ class Files {
     for (const std::string& p : paths) {
       const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) {
+        const int err = errno;
         close_all();
-        throw Error(p + ": cannot open the model file: " + std::strerror(errno));
+        throw Error(p + ": cannot open the model file: " + std::strerror(err));
       }
       fds_.push_back(fd);
     }
@@ -68,6 +81,7 @@ class Files {
 
 std::string model_fingerprint(const ModelDesc& m) {
   Digest f;
+  f.value(kFingerprintVersion);
   const Files files(m.files);
   f.value(static_cast<uint64_t>(files.count()));
   for (int i = 0; i < files.count(); ++i) f.value(files.size(i));
@@ -101,7 +115,7 @@ std::string model_fingerprint(const ModelDesc& m) {
     f.bytes(head, n);
   }
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(f.buf.data(), f.buf.size())));
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.digest()));
   return hex;
 }
 

@@ -44,7 +44,8 @@ def main() -> int:
     p = run(args, ["plan-memory"] + m + ["--device-mem", "64MiB", "--ctx", "256", "--tokens", "16", "--json"])
     ok = p.returncode == 0
     plan = json.loads(p.stdout) if ok else {}
-    check("plan-memory json", ok and "layers" in plan and plan.get("device_used", 1 << 60) <= 64 << 20,
+    check("plan-memory json", ok and plan.get("fits") is True and "layers" in plan
+          and plan.get("device_used", 1 << 60) <= 64 << 20,
           p.stderr + p.stdout[:300])
     tiers = [layer["tier"] for layer in plan.get("layers", [])]
     check("plan-memory streams some layers at 64MiB", "storage" in tiers and "device" in tiers, str(tiers))
