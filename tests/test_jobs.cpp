@@ -207,6 +207,25 @@ TEST_F(JobFiles, CheckJobFindsMissingFilesAndDefaultsTheSummary) {
   EXPECT_EQ(error_of([&] { check_job(k); }).rfind("job.toml: input.prompts: missing", 0), 0u);
 }
 
+// A model may be a Hugging Face directory (config.json + *.safetensors), as
+// Llama-2-70b-hf ships; a directory without config.json is named as such.
+TEST_F(JobFiles, CheckJobTakesAHuggingFaceDirectoryAsAModel) {
+  const std::string prompts = write("p.jsonl", "{\"id\": 1, \"prompt\": \"hi\"}\n");
+  const std::string hf = path("hf");
+  fs::create_directories(hf);
+  JobConfig j = parse_job_text("[model]\ntarget = \"" + hf + "\"\n[input]\nprompts = \"" + prompts +
+                                   "\"\n[output]\npath = \"" + path("out.jsonl") + "\"\n",
+                               "job.toml");
+  EXPECT_EQ(error_of([&] { check_job(j); }),
+            "job.toml:2: model.target: '" + hf +
+                "' is a directory without config.json (a model is a GGUF file or a Hugging Face safetensors "
+                "directory)");
+  write("hf/config.json", "{}");
+  check_job(j);
+  j.draft = hf + "/";
+  check_job(j);
+}
+
 TEST(Prompts, LinesParseOrSayWhatIsWrong) {
   const PromptItem a = parse_prompt_line(R"({"id": "a", "prompt": "hello", "extra": [1]})");
   EXPECT_EQ(a.key, "\"a\"");
@@ -465,6 +484,9 @@ TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
        "s.toml:6: matrix.budgets: values must be in [2, 8192], got 1"},
       {"[[model]]\ntarget = \"/no/such\"\n[matrix]\nprompts = [\"" + p + "\"]\n",
        "s.toml:1: model.target: no such file '/no/such'"},
+      {"[[model]]\ntarget = \"" + path("") + "\"\n[matrix]\nprompts = [\"" + p + "\"]\n",
+       "s.toml:1: model.target: '" + path("") +
+           "' is a directory without config.json (a model is a GGUF file or a Hugging Face safetensors directory)"},
       {"[[model]]\ntarget = \"" + t + "\"\n[matrix]\nprompts = [\"" + p + "\"]\nsizes = [1]\n",
        "s.toml:5: unknown key 'matrix.sizes'"},
   };

@@ -161,6 +161,16 @@ std::vector<std::pair<std::string, fs::path>> output_dirs(const JobConfig& job) 
 
 }  // namespace
 
+std::string model_path_problem(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return "";
+  if (!fs::is_directory(path, ec)) return "no such file '" + path + "'";
+  if (!fs::is_regular_file(fs::path(path) / "config.json", ec))
+    return "'" + path + "' is a directory without config.json (a model is a GGUF file or a Hugging Face safetensors " +
+           "directory)";
+  return "";
+}
+
 void check_job(JobConfig& job) {
   auto readable = [&](const std::string& key, const std::string& path, const char* what) {
     std::error_code ec;
@@ -170,8 +180,14 @@ void check_job(JobConfig& job) {
     std::ifstream f(path, std::ios::binary);
     if (!f) throw Error(job.where(key) + ": cannot open '" + path + "'");
   };
-  readable("model.target", job.target, "the target model");
-  if (!job.draft.empty()) readable("model.draft", job.draft, "the draft model");
+  auto model = [&](const std::string& key, const std::string& path, const char* what) {
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) return readable(key, path, what);
+    const std::string problem = model_path_problem(path);
+    if (!problem.empty()) throw Error(job.where(key) + ": " + problem);
+  };
+  model("model.target", job.target, "the target model");
+  if (!job.draft.empty()) model("model.draft", job.draft, "the draft model");
   if (!job.acceptance.empty()) readable("speculation.acceptance", job.acceptance, "an acceptance vector JSON");
   if (job.prompts.empty())
     throw Error(job.file +

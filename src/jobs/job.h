@@ -74,6 +74,13 @@ JobConfig parse_job_text(std::string_view text, const std::string& name);
 // Reads the file and parses it.
 JobConfig parse_job_file(const std::string& path);
 
+// Where a job or suite names a model: "" when `path` can be one (a regular
+// file, taken for GGUF, or a directory with config.json, Hugging Face
+// safetensors), else what is wrong, naming the path ("no such file 'P'",
+// "'P' is a directory without config.json (...)"); the loader checks the rest
+// before any weight is read.
+std::string model_path_problem(const std::string& path);
+
 // Command-line overrides, applied before check_job.
 struct JobOverrides {
   std::string prompts, output;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "offload/plan.h"
+#include "src/jobs/job.h"
 #include "src/jobs/toml_section.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
@@ -67,14 +68,20 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
     m.str("draft", sm.draft);
     const int line = static_cast<int>(n.source().begin.line);
     if (sm.target.empty()) throw Error(name + ":" + std::to_string(line) + ": model.target: missing");
-    if (sm.name.empty()) sm.name = std::filesystem::path(sm.target).stem().string();
+    if (sm.name.empty()) {
+      std::filesystem::path t = std::filesystem::path(sm.target).lexically_normal();
+      if (t.filename().empty()) t = t.parent_path();  // a directory given as "dir/"
+      sm.name = t.stem().string();
+    }
     for (const auto& o : s.models)
       if (o.name == sm.name)
         throw Error(name + ":" + std::to_string(line) + ": model.name: '" + sm.name + "' is used twice");
-    for (const std::string* p : {&sm.target, &sm.draft})
-      if (!p->empty() && !std::filesystem::is_regular_file(*p))
-        throw Error(name + ":" + std::to_string(line) + ": model." + (p == &sm.target ? "target" : "draft") +
-                    ": no such file '" + *p + "'");
+    for (const std::string* p : {&sm.target, &sm.draft}) {
+      const std::string problem = p->empty() ? "" : model_path_problem(*p);
+      if (!problem.empty())
+        throw Error(name + ":" + std::to_string(line) + ": model." + (p == &sm.target ? "target" : "draft") + ": " +
+                    problem);
+    }
     s.models.push_back(std::move(sm));
   }
 
