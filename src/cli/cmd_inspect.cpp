@@ -7,6 +7,7 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/model/fingerprint.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
@@ -62,6 +63,7 @@ int run_info(const std::string& path, bool json) {
     if (!hp.rope_freq_factors.empty()) j["rope_freq_factors"] = hp.rope_freq_factors;
     j["tied_lm_head"] = hp.tied_lm_head;
     j["total_bytes"] = m.total_bytes();
+    j["fingerprint"] = model_fingerprint(m);
     j["max_layer_bytes"] = max_layer;
     j["tokenizer"] = m.tokenizer.kind == TokenizerKind::kByteLevelBpe ? "byte-level BPE" : "SentencePiece BPE";
     for (auto& [t, e] : types) j["tensor_types"][t] = {{"count", e.first}, {"bytes", e.second}};
@@ -89,6 +91,7 @@ int run_info(const std::string& path, bool json) {
               m.tokenizer.tokens.size());
   std::printf("  weights       %s (largest layer %s)\n", human(m.total_bytes()).c_str(), human(max_layer).c_str());
   for (auto& [t, e] : types) std::printf("    %-6s %4d tensors  %s\n", t.c_str(), e.first, human(e.second).c_str());
+  std::printf("  fingerprint   %s (what batch jobs compare on resume)\n", model_fingerprint(m).c_str());
   return 0;
 }
 

@@ -155,9 +155,12 @@ def main() -> int:
     check("make-draft for the impostor", p.returncode == 0, p.stderr[-500:])
     p = subprocess.run([rw, "batch", write(os.path.join(tmp, "impostor.toml"), job_text(impostor, out))],
                        capture_output=True, text=True, timeout=300)
-    check("another model under the same file name: refused, file untouched", p.returncode == 1 and
-          "written with other settings (target_fingerprint" in p.stderr and open(out).read() == before,
-          p.stderr[-500:])
+    fps = [json.loads(subprocess.run([rw, "info", path, "--json"], capture_output=True, text=True,
+                                     check=True).stdout)["fingerprint"] for path in (args.model, impostor)]
+    check("another model under the same file name: refused, file untouched; `info` shows both fingerprints",
+          p.returncode == 1 and open(out).read() == before and
+          f'written with other settings (target_fingerprint "{fps[0]}" -> "{fps[1]}")' in p.stderr,
+          p.stderr[-500:] + str(fps))
     os.remove(copy)
     os.remove(impostor)
     other = write(os.path.join(tmp, "other.toml"), job_text(args.model, out).replace("max_tokens = 24", "max_tokens = 12"))
