@@ -144,14 +144,12 @@ class BandwidthProbe {
   AlignedBuffer abuf_, bbuf_;
 };
 
-double copy_bandwidth(size_t bytes) {
-  BandwidthProbe p(bytes);
+double copy_bandwidth(BandwidthProbe& p) {
   return 2.0 * static_cast<double>(p.bytes()) / median_time(5, [&] { p.copy_once(); });  // STREAM counts read + write
 }
 
 // Read-only bandwidth: a parallel sum over a large array (what a GEMV does).
-double read_bandwidth(size_t bytes) {
-  BandwidthProbe p(bytes);
+double read_bandwidth(BandwidthProbe& p) {
   return static_cast<double>(p.bytes()) / median_time(5, [&] { p.read_once(); });
 }
 
@@ -383,8 +381,12 @@ static int run(int argc, char** argv) {
   }
   J["threads"] = cpu_threads();
   if (!models_only) {  // the kernel tables
-    const double bw = copy_bandwidth(quick ? (64ull << 20) : (512ull << 20));
-    const double rbw = read_bandwidth(quick ? (64ull << 20) : (512ull << 20));
+    double bw, rbw;
+    {
+      BandwidthProbe top(quick ? (64ull << 20) : (512ull << 20));
+      bw = copy_bandwidth(top);
+      rbw = read_bandwidth(top);
+    }
     const double peak = fma_peak();
     J["read_bw_GBps"] = rbw / 1e9;
     J["copy_bw_GBps"] = bw / 1e9;
@@ -406,12 +408,13 @@ static int run(int argc, char** argv) {
     struct GemvRun {
       double seconds, bw_here, rbw_here;  // median time; copy and read-only bandwidth around it (B/s)
     };
+    BandwidthProbe around(bw_bytes);  // allocated once for every measurement below
     auto gemv_run = [&](const Mat& m, int reps) {
       std::vector<float> x(m.view.cols, 0.5f), y(m.view.rows);
-      const double bw_before = copy_bandwidth(bw_bytes), rbw_before = read_bandwidth(bw_bytes);
+      const double bw_before = copy_bandwidth(around), rbw_before = read_bandwidth(around);
       const double tt = median_time(reps, [&] { cpu::matmul(m.view, x.data(), 1, y.data()); });
-      const double rbw_after = read_bandwidth(bw_bytes);
-      return GemvRun{tt, 0.5 * (bw_before + copy_bandwidth(bw_bytes)), 0.5 * (rbw_before + rbw_after)};
+      const double rbw_after = read_bandwidth(around);
+      return GemvRun{tt, 0.5 * (bw_before + copy_bandwidth(around)), 0.5 * (rbw_before + rbw_after)};
     };
     for (DType t : kGemvTypes) {
       Mat m = random_matrix(t, rows, cols);
@@ -438,7 +441,7 @@ static int run(int argc, char** argv) {
     if (!quick) {
       std::printf(
           "\nGEMV n=1 against the copy in adjacent pairs (copy, 3 passes, copy; 40 pairs): median ratio (quartiles)\n");
-      BandwidthProbe probe(256ull << 20);
+      BandwidthProbe& probe = around;
       auto paired = [&](const std::string& name, double bytes, auto&& pass) {
         std::vector<double> ratio;
         probe.copy_once();

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 
 #include "kernels/cpu/threads.h"
@@ -68,9 +67,7 @@ double short_float(float v) {
 // name does not). The draft and tree are not here: they change the speed, not
 // the distribution of the text.
 nlohmann::json output_settings(const jobs::JobConfig& job, const ModelDesc& target) {
-  std::filesystem::path t = std::filesystem::path(job.target).lexically_normal();
-  if (t.filename().empty()) t = t.parent_path();  // a directory given as "dir/"
-  return {{"target", t.filename().string()},
+  return {{"target", jobs::model_file_name(job.target)},
           {"target_fingerprint", model_fingerprint(target)},
           {"max_tokens", job.max_tokens},
           {"temperature", short_float(job.sampling.temperature)},

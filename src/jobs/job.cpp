@@ -171,6 +171,12 @@ std::string model_path_problem(const std::string& path) {
   return "";
 }
 
+std::string model_file_name(const std::string& path) {
+  fs::path t = fs::path(path).lexically_normal();
+  if (t.filename().empty()) t = t.parent_path();  // a directory given as "dir/"
+  return t.filename().string();
+}
+
 void check_job(JobConfig& job) {
   auto readable = [&](const std::string& key, const std::string& path, const char* what) {
     std::error_code ec;

@@ -80,6 +80,8 @@ JobConfig parse_job_file(const std::string& path);
 // "'P' is a directory without config.json (...)"); the loader checks the rest
 // before any weight is read.
 std::string model_path_problem(const std::string& path);
+// A model path's last component: "m/x.gguf" -> "x.gguf", "m/hf/" -> "hf".
+std::string model_file_name(const std::string& path);
 
 // Command-line overrides, applied before check_job.
 struct JobOverrides {

@@ -68,11 +68,7 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
     m.str("draft", sm.draft);
     const int line = static_cast<int>(n.source().begin.line);
     if (sm.target.empty()) throw Error(name + ":" + std::to_string(line) + ": model.target: missing");
-    if (sm.name.empty()) {
-      std::filesystem::path t = std::filesystem::path(sm.target).lexically_normal();
-      if (t.filename().empty()) t = t.parent_path();  // a directory given as "dir/"
-      sm.name = t.stem().string();
-    }
+    if (sm.name.empty()) sm.name = std::filesystem::path(model_file_name(sm.target)).stem().string();
     for (const auto& o : s.models)
       if (o.name == sm.name)
         throw Error(name + ":" + std::to_string(line) + ": model.name: '" + sm.name + "' is used twice");
