@@ -1,13 +1,18 @@
 // redwood make-draft: a self-draft GGUF from some blocks of a model (the first
 // K, or any ascending list: skipping middle blocks keeps more of the model's
 // behaviour than truncating its last ones).
+// redwood quantize: the model's weight matrices in another type (a draft made
+// by requantizing the target).
 #include <algorithm>
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/model/gguf_writer.h"
 #include "src/model/model_desc.h"
+#include "src/model/quantize.h"
 #include "src/util/error.h"
 
 namespace redwood::cli {
@@ -39,6 +44,36 @@ Runner add_make_draft(CLI::App& app) {
     const ModelDesc d = load_model_desc(o->out);  // the result must load
     std::printf("wrote %s: %d of the blocks, %.1f MiB\n", o->out.c_str(), d.hp.n_layers,
                 static_cast<double>(d.total_bytes()) / (1 << 20));
+    return 0;
+  };
+}
+
+Runner add_quantize(CLI::App& app) {
+  struct O {
+    std::string from, out, type;
+  };
+  auto o = std::make_shared<O>();
+  auto* c = app.add_subcommand("quantize",
+                               "Write a copy of a GGUF model with its weight matrices in another type "
+                               "(e.g. a lower-bit draft of a target)");
+  c->add_option("--from", o->from, "Source GGUF model")->required();
+  c->add_option("--type", o->type, "Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q3_K, F16, BF16 or F32")->required();
+  c->add_option("--out,-o", o->out, "Output GGUF path")->required();
+  return [o] {
+    std::optional<DType> type;
+    for (const auto& i : kDTypes)
+      if (i.name == o->type && can_quantize_to(i.type)) type = i.type;
+    if (!type)
+      throw Error("quantize: --type '" + o->type + "' is not one of Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q3_K, F16, BF16, F32");
+    const bool tty = ::isatty(2) != 0;
+    const QuantizeStats st = quantize_model(o->from, *type, o->out, [tty](size_t done, size_t total) {
+      if (tty) std::fprintf(stderr, "\rquantize: %zu/%zu tensors%s", done, total, done == total ? "\n" : "");
+    });
+    const ModelDesc d = load_model_desc(o->out);  // the result must load
+    std::printf("wrote %s: %d tensors as %s (%d of them as Q4_0: rows not a multiple of 256), %d kept, %.1f -> "
+                "%.1f MiB\n",
+                o->out.c_str(), st.converted, o->type.c_str(), st.fallback, st.kept,
+                static_cast<double>(st.bytes_in) / (1 << 20), static_cast<double>(d.total_bytes()) / (1 << 20));
     return 0;
   };
 }

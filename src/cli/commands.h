@@ -11,6 +11,7 @@ Runner add_info(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_make_draft(CLI::App& app);
+Runner add_quantize(CLI::App& app);
 Runner add_plan_memory(CLI::App& app);
 Runner add_predict(CLI::App& app);  // `plan`
 Runner add_bench(CLI::App& app);

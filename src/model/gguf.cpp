@@ -365,6 +365,12 @@ std::optional<DType> dtype_from_ggml(uint32_t t) {
   }
 }
 
+uint32_t ggml_from_dtype(DType t) {
+  for (uint32_t id = 0; id < 64; ++id)
+    if (dtype_from_ggml(id) == t) return id;
+  throw Error("no ggml type id for " + std::string(dtype_name(t)));
+}
+
 std::string_view ggml_type_name(uint32_t t) {
   static const char* names[] = {"F32",     "F16",    "Q4_0",   "Q4_1",   "Q4_2",  "Q4_3",    "Q5_0",
                                 "Q5_1",    "Q8_0",   "Q8_1",   "Q2_K",   "Q3_K",  "Q4_K",    "Q5_K",

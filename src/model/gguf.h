@@ -23,6 +23,7 @@ const char* gguf_type_name(GgufType t);
 
 // ggml's numeric tensor type ids as stored in GGUF.
 std::optional<DType> dtype_from_ggml(uint32_t ggml_type);
+uint32_t ggml_from_dtype(DType t);  // the inverse
 std::string_view ggml_type_name(uint32_t ggml_type);  // "Q4_K", "IQ2_XXS", ... or "unknown"
 
 struct GgufValue {

@@ -64,20 +64,27 @@ void write_all(int fd, const std::string& path, const char* p, size_t n) {
 
 }  // namespace
 
-void write_gguf_subset(const GgufFile& src, const std::string& out_path,
-                       const std::map<std::string, GgufValue>& overrides, const std::vector<std::string>& tensor_names,
-                       const std::vector<std::string>& out_names) {
-  if (!out_names.empty() && out_names.size() != tensor_names.size())
-    throw Error("write_gguf_subset: " + std::to_string(out_names.size()) + " output names for " +
-                std::to_string(tensor_names.size()) + " tensors");
+GgufOutTensor copy_of(const GgufTensorInfo& t, const std::string& name) {
+  GgufOutTensor o;
+  o.name = name;
+  o.src_name = t.name;
+  o.ggml_type = t.ggml_type;
+  o.n_dims = t.n_dims;
+  for (int d = 0; d < 4; ++d) o.ne[d] = t.ne[d];
+  o.bytes = t.bytes;
+  return o;
+}
+
+void write_gguf(const GgufFile& src, const std::string& out_path, const std::map<std::string, GgufValue>& overrides,
+                const std::vector<GgufOutTensor>& ts, const std::function<void(size_t, size_t)>& progress) {
   std::map<std::string, GgufValue> kv = src.metadata();
   for (const auto& [k, v] : overrides) kv[k] = v;
   const uint64_t align = src.alignment();
-  std::vector<const GgufTensorInfo*> ts;
-  for (const auto& n : tensor_names) {
-    const auto* t = src.find_tensor(n);
-    if (!t) throw Error(src.path() + ": missing tensor '" + n + "'");
-    ts.push_back(t);
+  std::vector<const GgufTensorInfo*> from(ts.size(), nullptr);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].fill) continue;
+    from[i] = src.find_tensor(ts[i].src_name);
+    if (!from[i]) throw Error(src.path() + ": missing tensor '" + ts[i].src_name + "'");
   }
   Out o;
   o.buf = "GGUF";
@@ -89,14 +96,13 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
     put_value(o, v, true);
   }
   uint64_t off = 0;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const auto* t = ts[i];
-    o.str(out_names.empty() ? t->name : out_names[i]);
-    o.pod<uint32_t>(t->n_dims);
-    for (uint32_t d = 0; d < t->n_dims; ++d) o.pod<uint64_t>(t->ne[d]);
-    o.pod<uint32_t>(t->ggml_type);
+  for (const auto& t : ts) {
+    o.str(t.name);
+    o.pod<uint32_t>(t.n_dims);
+    for (uint32_t d = 0; d < t.n_dims; ++d) o.pod<uint64_t>(t.ne[d]);
+    o.pod<uint32_t>(t.ggml_type);
     o.pod<uint64_t>(off);
-    off = (off + t->bytes + align - 1) / align * align;
+    off = (off + t.bytes + align - 1) / align * align;
   }
   o.buf.append((align - o.buf.size() % align) % align, '\0');
 
@@ -108,16 +114,28 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
     if (in < 0) throw Error(src.path() + ": cannot open: " + strerror(errno));
     write_all(fd, out_path, o.buf.data(), o.buf.size());
     std::vector<char> chunk(8 << 20);
-    for (const auto* t : ts) {
-      uint64_t done = 0;
-      while (done < t->bytes) {
-        const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), t->bytes - done));
-        read_exact(in, src.path(), chunk.data(), want, t->offset + done);
-        write_all(fd, out_path, chunk.data(), want);
-        done += want;
+    std::vector<uint8_t> made;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const auto& t = ts[i];
+      if (t.fill) {
+        made.assign(t.bytes, 0);
+        t.fill(made.data());
+        write_all(fd, out_path, reinterpret_cast<const char*>(made.data()), made.size());
+      } else {
+        if (from[i]->bytes != t.bytes)
+          throw Error("write_gguf: tensor '" + t.name + "' copies " + std::to_string(from[i]->bytes) +
+                      " bytes but declares " + std::to_string(t.bytes));
+        uint64_t done = 0;
+        while (done < t.bytes) {
+          const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), t.bytes - done));
+          read_exact(in, src.path(), chunk.data(), want, from[i]->offset + done);
+          write_all(fd, out_path, chunk.data(), want);
+          done += want;
+        }
       }
-      const uint64_t pad = (align - t->bytes % align) % align;
+      const uint64_t pad = (align - t.bytes % align) % align;
       if (pad) write_all(fd, out_path, std::string(pad, '\0').data(), pad);
+      if (progress) progress(i + 1, ts.size());
     }
     if (::fsync(fd) != 0) throw Error(out_path + ": fsync failed: " + strerror(errno));
   } catch (...) {
@@ -131,6 +149,21 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
     ::unlink(tmp.c_str());
     throw Error(out_path + ": cannot write: " + strerror(errno));
   }
+}
+
+void write_gguf_subset(const GgufFile& src, const std::string& out_path,
+                       const std::map<std::string, GgufValue>& overrides, const std::vector<std::string>& tensor_names,
+                       const std::vector<std::string>& out_names) {
+  if (!out_names.empty() && out_names.size() != tensor_names.size())
+    throw Error("write_gguf_subset: " + std::to_string(out_names.size()) + " output names for " +
+                std::to_string(tensor_names.size()) + " tensors");
+  std::vector<GgufOutTensor> ts;
+  for (size_t i = 0; i < tensor_names.size(); ++i) {
+    const auto* t = src.find_tensor(tensor_names[i]);
+    if (!t) throw Error(src.path() + ": missing tensor '" + tensor_names[i] + "'");
+    ts.push_back(copy_of(*t, out_names.empty() ? t->name : out_names[i]));
+  }
+  write_gguf(src, out_path, overrides, ts);
 }
 
 void make_self_draft(const std::string& from, const std::vector<int>& blocks, const std::string& out_path) {

@@ -1,7 +1,10 @@
 // Writes GGUF v3 files derived from an existing one: its metadata (with
-// overrides) and a subset of its tensors, whose bytes are copied by extent.
-// Used by `redwood make-draft`. Output is atomic: temp file, fsync, rename.
+// overrides) and a list of tensors, each copied by extent from the source or
+// produced by a function (requantized weights). Used by `redwood make-draft`
+// and `redwood quantize`. Output is atomic: temp file, fsync, rename.
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -9,6 +12,24 @@
 #include "src/model/gguf.h"
 
 namespace redwood {
+
+// One tensor of the output. With `fill` empty, its bytes are those of the
+// source tensor `src_name`; otherwise `fill(dst)` writes exactly `bytes` bytes
+// (ggml_type and ne describe them).
+struct GgufOutTensor {
+  std::string name, src_name;
+  uint32_t ggml_type = 0;
+  uint32_t n_dims = 0;
+  uint64_t ne[4] = {1, 1, 1, 1};
+  uint64_t bytes = 0;
+  std::function<void(uint8_t* dst)> fill;
+};
+// `progress(done, total)` (optional) after each tensor.
+void write_gguf(const GgufFile& src, const std::string& out_path, const std::map<std::string, GgufValue>& overrides,
+                const std::vector<GgufOutTensor>& tensors,
+                const std::function<void(size_t, size_t)>& progress = {});
+// The output tensor that copies `t` under `name`.
+GgufOutTensor copy_of(const GgufTensorInfo& t, const std::string& name);
 
 // `tensor_names` are read from `src`; `out_names`, when not empty (same length),
 // are the names they get in the output (make-draft renumbers kept blocks).
