@@ -1257,7 +1257,8 @@ constexpr int kMaxLines = kMaxR * (kKc * 4 / 64 + 1);
 // each other, and the 64-token F16 GEMM ran at 0.78 of the FMA peak instead
 // of 0.85.
 template <int R, int NV>
-void micro(const float* w, int64_t kc, const float* xt, float* ct, const char* const* pf, int npf, int every) {
+void micro(const float* w, int64_t kc, const float* xt, int xs, float* ct, const char* const* pf, int npf,
+           int every) {
   __m512 acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_loadu_ps(ct + r * kTok + v * 16);
@@ -1268,7 +1269,7 @@ void micro(const float* w, int64_t kc, const float* xt, float* ct, const char* c
       countdown = every;
     }
     __m512 xv[NV];
-    for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_ps(xt + k * kTok + v * 16);
+    for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_ps(xt + k * xs + v * 16);
     for (int r = 0; r < R; ++r) {
       const __m512 b = _mm512_set1_ps(w[r * kKc + k]);
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(b, xv[v], acc[r][v]);
@@ -1290,7 +1291,7 @@ void micro(const float* w, int64_t kc, const float* xt, float* ct, const char* c
 // with: after_rows rows, row_bytes apart, after_bytes each.
 template <int R, int NV>
 void run_rows(const WeightView& w, int64_t r0, int64_t nr, int64_t k0, int64_t kc, const uint8_t* after,
-              int64_t after_rows, int64_t after_bytes, float* strip, const float* xt, float* ct) {
+              int64_t after_rows, int64_t after_bytes, float* strip, const float* xt, int xs, float* ct) {
   const size_t rb = *row_bytes(w.type, w.cols);
   const int64_t per_block = dtype_info(w.type).block_elems, bb = dtype_info(w.type).block_bytes;
   const uint8_t* base = row_ptr(w, r0) + k0 / per_block * bb;
@@ -1311,33 +1312,37 @@ void run_rows(const WeightView& w, int64_t r0, int64_t nr, int64_t k0, int64_t k
       for (uintptr_t line = start & ~uintptr_t{63}; line < end && nl < kMaxLines; line += 64)
         lines[nl++] = reinterpret_cast<const char*>(line);
     }
-    micro<R, NV>(strip, kc, xt, ct + r * kTok, lines, nl, nl ? std::max<int>(1, static_cast<int>(kc) / nl) : 0);
+    micro<R, NV>(strip, kc, xt, xs, ct + r * kTok, lines, nl, nl ? std::max<int>(1, static_cast<int>(kc) / nl) : 0);
   }
 }
 
 void gemm(const WeightView& w, const float* x, int n, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
   const int n_panels = (n + kTok - 1) / kTok;
-  // xt[p][k][64]: panel p holds tokens 64p .. 64p+63 (zero beyond n). Kept per
+  // Floats per k in a panel: 64, or for a single panel of fewer tokens the
+  // tokens rounded up to 16 (a 16-token pass's panel chunk is then 16 KiB and
+  // stays in L1, instead of 64 KiB of which a quarter is read).
+  const int xs = n_panels == 1 ? (n + 15) / 16 * 16 : kTok;
+  // xt[p][k][xs]: panel p holds tokens 64p .. 64p+63 (zero beyond n). Kept per
   // calling thread, so a forward pass does not reallocate it for every matmul.
   // (A lambda naming a thread_local sees the running thread's copy: the tasks
   // below get the panels through a plain pointer.) matmul is never called from
   // inside a oneTBB task, so a thread cannot re-enter this with its buffer in use.
   thread_local std::vector<float> xt_buffer;
-  if (xt_buffer.size() < static_cast<size_t>(n_panels) * cols * kTok)
-    xt_buffer.resize(static_cast<size_t>(n_panels) * cols * kTok);
+  if (xt_buffer.size() < static_cast<size_t>(n_panels) * cols * xs)
+    xt_buffer.resize(static_cast<size_t>(n_panels) * cols * xs);
   float* const xt = xt_buffer.data();
   // The transposition runs on every thread, by ranges of columns (serial, it
   // was 7% of a 1024-token pass over 8192-column rows).
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, cols, 64), [&](const tbb::blocked_range<int64_t>& cr) {
     for (int t = 0; t < n; ++t) {
-      float* dst = xt + static_cast<size_t>(t / kTok) * cols * kTok + t % kTok;
+      float* dst = xt + static_cast<size_t>(t / kTok) * cols * xs + t % kTok;
       const float* src = x + static_cast<size_t>(t) * cols;
-      for (int64_t c = cr.begin(); c < cr.end(); ++c) dst[c * kTok] = src[c];
+      for (int64_t c = cr.begin(); c < cr.end(); ++c) dst[c * xs] = src[c];
     }
-    for (int t = n; t < n_panels * kTok; ++t) {
-      float* dst = xt + static_cast<size_t>(t / kTok) * cols * kTok + t % kTok;
-      for (int64_t c = cr.begin(); c < cr.end(); ++c) dst[c * kTok] = 0.0f;
+    for (int t = n; t < (n_panels - 1) * kTok + xs; ++t) {
+      float* dst = xt + static_cast<size_t>(t / kTok) * cols * xs + t % kTok;
+      for (int64_t c = cr.begin(); c < cr.end(); ++c) dst[c * xs] = 0.0f;
     }
   });
   const int64_t per_block = dtype_info(w.type).block_elems, bb = static_cast<int64_t>(dtype_info(w.type).block_bytes);
@@ -1359,7 +1364,7 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
                           const int64_t kc = std::min(kKc, cols - k0);
                           for (int p = 0; p < n_panels; ++p) {
                             const int nv = (std::min(kTok, n - p * kTok) + 15) / 16;
-                            const float* xp = xt + (static_cast<size_t>(p) * cols + k0) * kTok;
+                            const float* xp = xt + (static_cast<size_t>(p) * cols + k0) * xs;
                             float* cp = sc.ct.data() + static_cast<size_t>(p) * kRb * kTok;
                             // What the next call reads first: this chunk again (the next
                             // panel), the block's next chunk, or the next block's first.
@@ -1379,16 +1384,16 @@ void gemm(const WeightView& w, const float* x, int n, float* y) {
                             float* st = sc.strip.data();
                             switch (nv) {
                               case 1:
-                                run_rows<12, 1>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, cp);
+                                run_rows<12, 1>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, xs, cp);
                                 break;
                               case 2:
-                                run_rows<10, 2>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, cp);
+                                run_rows<10, 2>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, xs, cp);
                                 break;
                               case 3:
-                                run_rows<6, 3>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, cp);
+                                run_rows<6, 3>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, xs, cp);
                                 break;
                               default:
-                                run_rows<6, 4>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, cp);
+                                run_rows<6, 4>(w, r0, nr, k0, kc, after, after_rows, after_bytes, st, xp, xs, cp);
                                 break;
                             }
                           }
