@@ -83,6 +83,7 @@ nlohmann::json output_settings(const jobs::JobConfig& job, const ModelDesc& targ
 JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   // ---- everything that can be wrong is found before the weights load ----
   jobs::PromptFile pf = jobs::read_prompts(job.prompts, job.skip_bad_lines);
+  reset_peak_rss();
   LoadedModel m = load_model(job.target, /*with_weights=*/false);
   std::optional<LoadedModel> d;
   std::optional<spec::DraftSetup> ds;
@@ -229,6 +230,8 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     req.max_tokens = job.max_tokens;
     req.prefill_chunk = job.prefill_chunk;
     req.stop = job.stop;
+    const double stall_before = m.streamed ? m.streamed->totals().stall_seconds : 0.0;
+    const int passes_before = m.streamed ? m.streamed->passes() : 0;
     const spec::Generation g = spec::generate(*m.transformer, *m.tokenizer, req, ds ? &*ds : nullptr, {}, [&] {
       refresh(false);
       return hooks.cancelled && hooks.cancelled();
@@ -240,7 +243,12 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     nlohmann::ordered_json metrics = {{"prompt_tokens", tokens[i].size()},
                                       {"prefill_seconds", g.prefill_seconds},
                                       {"seconds", g.decode_seconds},
-                                      {"s_per_token", g.s_per_token()}};
+                                      {"s_per_token", g.s_per_token()},
+                                      {"peak_rss_bytes", peak_rss()}};  // since the job started
+    if (m.streamed) {  // this prompt's target passes (prefill included) and their wait for streamed layers
+      metrics["streamed_passes"] = m.streamed->passes() - passes_before;
+      metrics["stall_seconds"] = m.streamed->totals().stall_seconds - stall_before;
+    }
     if (g.spec) {
       metrics["target_passes"] = g.spec->target_passes;
       metrics["mean_accepted"] =
@@ -283,7 +291,9 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   std::vector<double> spt;
   std::map<std::string, int64_t> reasons;
   int64_t n_done = 0, n_tokens = 0, all_passes = 0, all_emitted = 0;
-  double decode_s = 0, draft_s = 0, verify_s = 0, all_nodes = 0;
+  double decode_s = 0, draft_s = 0, verify_s = 0, all_nodes = 0, stall_s = 0;
+  int64_t streamed_passes = 0;
+  uint64_t rss = 0;
   for (const json& r : jobs::read_results(job.output)) {
     if (!wanted.count(r["id"].dump())) continue;
     ++n_done;
@@ -295,6 +305,9 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     decode_s += mt.value("seconds", 0.0);
     draft_s += mt.value("draft_seconds", 0.0);
     verify_s += mt.value("verify_seconds", 0.0);
+    stall_s += mt.value("stall_seconds", 0.0);
+    streamed_passes += mt.value("streamed_passes", int64_t{0});
+    rss = std::max<uint64_t>(rss, mt.value("peak_rss_bytes", uint64_t{0}));
     if (mt.contains("target_passes") && mt["target_passes"].is_number_integer()) {
       all_passes += mt["target_passes"].get<int64_t>();
       // emitted = accepted + bonus per step, as in the line's mean_accepted
@@ -327,6 +340,9 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
             {"mean_tree_nodes", all_passes ? json(all_nodes / static_cast<double>(all_passes)) : json(nullptr)},
             {"draft_seconds", draft_s},
             {"verify_seconds", verify_s},
+            {"streamed_passes", streamed_passes},
+            {"stall_seconds", stall_s},
+            {"peak_rss_bytes", rss},
             {"finish_reasons", reasons},
             {"config",
              {{"target", job.target},

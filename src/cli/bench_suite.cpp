@@ -44,6 +44,8 @@ struct Row {
   jobs::SuiteCell cell;
   json summary;
   double s_per_token = 0, tokens_per_pass = 0, tree_nodes = 0, draft_share = 0;
+  double stall_per_pass = 0;  // target passes' wait for streamed layers (prefill passes included)
+  uint64_t peak_rss = 0;      // the cell's peak resident set
   int64_t tokens = 0, prompts = 0;
 };
 
@@ -187,7 +189,7 @@ int run_suite(SuiteOptions& o) {
     jobs::JobConfig j = jobs::cell_job(s, c, o.out, prompt_file.at(c.prompts));
     if (o.threads >= 0) j.threads = o.threads;
     jobs::check_job(j);
-    if (!c.tree.empty()) {
+    if (!c.tree.empty() && j.tree != "auto") {  // (auto: the job checks its caps; the choice is made at run time)
       try {
         (void)spec::make_spec_config(spec::TreeOptions{j.tree, j.budget, j.depth, j.threshold, j.delta, j.width,
                                                        j.verify, j.acceptance, j.is_alphabet},
@@ -225,6 +227,9 @@ int run_suite(SuiteOptions& o) {
     row.tree_nodes = r.summary["mean_tree_nodes"].is_number() ? r.summary["mean_tree_nodes"].get<double>() : 1.0;
     const double dsec = r.summary["draft_seconds"].get<double>(), vsec = r.summary["verify_seconds"].get<double>();
     row.draft_share = dsec + vsec > 0 ? dsec / (dsec + vsec) : 0.0;
+    if (const int64_t sp = r.summary.value("streamed_passes", int64_t{0}); sp > 0)
+      row.stall_per_pass = r.summary.value("stall_seconds", 0.0) / static_cast<double>(sp);
+    row.peak_rss = r.summary.value("peak_rss_bytes", uint64_t{0});
     std::fprintf(stderr, "%.4f s/token, %.2f tokens/pass\n", row.s_per_token, row.tokens_per_pass);
     rows.push_back(std::move(row));
   }
@@ -235,11 +240,11 @@ int run_suite(SuiteOptions& o) {
     if (r.cell.tree.empty()) base_spt[r.cell.group()] = r.s_per_token;
   std::string csv =
       "model,device_mem,tree,budget,temperature,prompts,n_prompts,tokens,s_per_token,s_per_token_p50,s_per_token_p90,"
-      "tokens_per_pass,tree_nodes,target_passes,draft_share,speedup_vs_ar\n";
+      "tokens_per_pass,tree_nodes,target_passes,draft_share,stall_s_per_pass,peak_rss_mib,speedup_vs_ar\n";
   std::string md =
-      "| model | device mem | tree | budget | T | prompts | s/token | tokens/pass | tree nodes | draft share | vs AR "
-      "|\n"
-      "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|\n";
+      "| model | device mem | tree | budget | T | prompts | s/token | tokens/pass | tree nodes | draft share | stall "
+      "s/pass | peak RSS MiB | vs AR |\n"
+      "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
   json all = json::array();
   for (const Row& r : rows) {
     const double b = base_spt.count(r.cell.group()) ? base_spt[r.cell.group()] : 0.0;
@@ -253,11 +258,13 @@ int run_suite(SuiteOptions& o) {
            num(r.summary["s_per_token"]["p50"].get<double>()) + "," +
            num(r.summary["s_per_token"]["p90"].get<double>()) + "," + num(r.tokens_per_pass) + "," + num(r.tree_nodes) +
            "," + std::to_string(r.summary["target_passes"].get<int64_t>()) + "," + num(r.draft_share) + "," +
+           num(r.stall_per_pass) + "," + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.1f") + "," +
            num(speedup) + "\n";
     md += "| " + r.cell.model + " | " + mem + " | " + tree + " | " +
           (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " + num(r.cell.temperature) +
           " | " + ps + " | " + num(r.s_per_token, "%.4f") + " | " + num(r.tokens_per_pass, "%.2f") + " | " +
-          num(r.tree_nodes, "%.1f") + " | " + num(r.draft_share, "%.2f") + " | " + num(speedup, "%.2f") + " |\n";
+          num(r.tree_nodes, "%.1f") + " | " + num(r.draft_share, "%.2f") + " | " + num(r.stall_per_pass, "%.3f") +
+          " | " + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.0f") + " | " + num(speedup, "%.2f") + " |\n";
     all.push_back({{"model", r.cell.model},
                    {"device_mem", r.cell.device_mem},
                    {"tree", r.cell.tree},
@@ -268,6 +275,8 @@ int run_suite(SuiteOptions& o) {
                    {"tokens_per_pass", r.tokens_per_pass},
                    {"tree_nodes", r.tree_nodes},
                    {"draft_share", r.draft_share},
+                   {"stall_s_per_pass", r.stall_per_pass},
+                   {"peak_rss_bytes", r.peak_rss},
                    {"speedup_vs_ar", speedup},
                    {"summary", r.summary}});
   }

@@ -43,18 +43,6 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Peak resident set (VmHWM) in bytes; reset_peak_rss() restarts it (Linux >= 4.0).
-uint64_t peak_rss() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
-}
-void reset_peak_rss() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
-
 // One round of storage_bandwidth (below).
 double storage_bandwidth_once(const ModelDesc& d, const offload::MemoryPlan& plan, const offload::ReaderOptions& ro,
                               uint64_t min_bytes) {

@@ -1,5 +1,6 @@
 #include "src/cli/common.h"
 
+#include <fstream>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "kernels/cpu/threads.h"
@@ -82,6 +84,17 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
                offload::format_size(p.slot_bytes).c_str(), offload::format_size(p.device_used).c_str(),
                p.device_budget ? offload::format_size(p.device_budget).c_str() : "unlimited");
   m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
+}
+
+uint64_t peak_rss() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+void reset_peak_rss() {
+  std::ofstream("/proc/self/clear_refs") << "5";
 }
 
 nlohmann::json offload_stats(const LoadedModel& m) {

@@ -69,6 +69,9 @@ offload::Budgets budgets_from(const RunOptions& o);
 void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape& shape,
                   const ModelDesc* draft = nullptr);
 // What streaming cost so far (JSON), and the --trace file written (atomically).
+// Peak resident set (VmHWM) in bytes; reset_peak_rss() restarts it (Linux >= 4.0).
+uint64_t peak_rss();
+void reset_peak_rss();
 nlohmann::json offload_stats(const LoadedModel& m);
 void finish_run(const LoadedModel& m, const RunOptions& run);
 

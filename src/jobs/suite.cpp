@@ -32,6 +32,13 @@ std::string fmt_temp(double t) {
 
 }  // namespace
 
+std::string acceptance_for(const SuiteModel& m, double temperature) {
+  std::string a = m.acceptance;
+  for (size_t at = a.find("{T}"); at != std::string::npos; at = a.find("{T}", at))
+    a.replace(at, 3, fmt_temp(temperature));
+  return a;
+}
+
 SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   SuiteConfig s;
   s.file = name;
@@ -61,11 +68,12 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   for (const toml::node& n : *ma) {
     if (!n.is_table()) top.wrong_type("model", n, "an array of tables [[model]]");
     const Section m(s.file, s.lines, n.as_table(), "model");
-    m.only({"name", "target", "draft"});
+    m.only({"name", "target", "draft", "acceptance"});
     SuiteModel sm;
     m.str("name", sm.name);
     m.str("target", sm.target);
     m.str("draft", sm.draft);
+    m.str("acceptance", sm.acceptance);
     const int line = static_cast<int>(n.source().begin.line);
     if (sm.target.empty()) throw Error(name + ":" + std::to_string(line) + ": model.target: missing");
     if (sm.name.empty()) sm.name = std::filesystem::path(model_file_name(sm.target)).stem().string();
@@ -78,6 +86,9 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
         throw Error(name + ":" + std::to_string(line) + ": model." + (p == &sm.target ? "target" : "draft") + ": " +
                     problem);
     }
+
+    if (!sm.acceptance.empty() && sm.draft.empty())
+      throw Error(name + ":" + std::to_string(line) + ": model.acceptance: the model has no draft");
     s.models.push_back(std::move(sm));
   }
 
@@ -133,6 +144,11 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
                   "' (policy or policy/verifier; verifiers: greedy, specinfer, sequoia, target-sample, spectr, "
                   "multidraft-is)");
   }
+  for (const auto& m : s.models)
+    for (double t : s.temperatures)
+      if (const std::string a = acceptance_for(m, t); !a.empty() && !std::filesystem::is_regular_file(a))
+        throw Error(s.file + ":" + std::to_string(s.lines["model.acceptance"]) + ": model.acceptance: no such file '" +
+                    a + "'");
   bool any_draft = false;
   for (const auto& m : s.models) any_draft |= !m.draft.empty();
   if (!s.trees.empty() && !any_draft)
@@ -208,7 +224,11 @@ JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& 
   for (const auto& m : s.models)
     if (m.name == c.model) {
       j.target = m.target;
-      if (!c.tree.empty()) j.draft = m.draft;
+      if (!c.tree.empty()) {
+        j.draft = m.draft;
+        const std::string policy = c.tree.substr(0, c.tree.find('/'));
+        if (policy == "sequoia" || policy == "auto") j.acceptance = acceptance_for(m, c.temperature);
+      }
     }
   j.device_mem = c.device_mem;
   j.ctx = s.ctx;

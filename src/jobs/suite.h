@@ -6,6 +6,7 @@
 //   name = "smoke"
 //   [suite]   max_tokens = 32  ctx = 1024  seed = 1  top_p = 1.0  limit = 4  chat = true  prefill_chunk = 64
 //   [[model]] name = "smollm2"  target = "models/x.gguf"  draft = "models/d.gguf"
+//             acceptance = "acc-T{T}.json"  # optional: the draft's profile per temperature, for sequoia and auto
 //   [matrix]  device_mem = ["", "360MiB", "80MiB+draft"]   # "" = no budget; +draft: the draft on top
 //             trees = ["chain", "sequoia", "kary:4/spectr"]  # policy[/verifier], see tree_for_budget
 //                                           # (at temperature 0 the verifier is greedy: one cell per policy)
@@ -23,7 +24,11 @@ namespace redwood::jobs {
 
 struct SuiteModel {
   std::string name, target, draft;
+  std::string acceptance;  // optional profile (profile-acceptance), given to sequoia and auto cells;
+                           // "{T}" stands for the cell's temperature ("acc-T{T}.json" -> acc-T0.6.json)
 };
+// The model's acceptance profile for a temperature ("" when it has none).
+std::string acceptance_for(const SuiteModel& m, double temperature);
 
 struct SuiteConfig {
   std::string file, name;
