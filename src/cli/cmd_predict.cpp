@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "offload/size.h"
@@ -20,7 +21,7 @@ namespace redwood::cli {
 namespace {
 
 struct PredictCli {
-  std::string model_config, draft_config, hardware, acceptance, device_mem;
+  std::string model_config, draft_config, draft_type, hardware, acceptance, device_mem;
   planner::PredictOptions o;
   bool json = false;
   bool past_given = false;
@@ -29,7 +30,20 @@ struct PredictCli {
 int run_predict(const PredictCli& c) {
   const planner::HardwareProfile hw = planner::load_hardware(c.hardware);
   const ModelDesc target = planner::model_desc_from_config(planner::load_model_config(c.model_config));
-  const ModelDesc draft = planner::model_desc_from_config(planner::load_model_config(c.draft_config));
+  // A requantized copy of a model as the draft: its config (the target's unless --draft-config
+  // says otherwise) with every matrix, embedding and LM head stored as --draft-type.
+  if (c.draft_config.empty() && c.draft_type.empty())
+    throw Error("give --draft-config, or --draft-type for a requantized copy of the target as the draft");
+  planner::ModelConfig dc = planner::load_model_config(c.draft_config.empty() ? c.model_config : c.draft_config);
+  if (!c.draft_type.empty()) {
+    std::optional<DType> t;
+    for (const auto& i : kDTypes)
+      if (i.name == c.draft_type) t = i.type;
+    if (!t) throw Error("--draft-type '" + c.draft_type + "' is not a weight type (F16, Q8_0, Q4_0, Q3_K, Q2_K, ...)");
+    dc.dtype = dc.embedding_dtype = *t;
+    dc.name += " (" + c.draft_type + ")";
+  }
+  const ModelDesc draft = planner::model_desc_from_config(dc);
   planner::PredictOptions o = c.o;
   // The default --past (256) follows a smaller --ctx; a --past given beyond it is an error (predict()).
   if (!c.past_given) o.n_past = std::min(o.n_past, o.ctx);
@@ -57,7 +71,10 @@ Runner add_predict(CLI::App& app) {
       "plan",
       "Predict the memory plan, pass times, best Sequoia tree and s/token on a hardware profile (runs nothing)");
   s->add_option("--model-config", c->model_config, "Target model config (configs/models/*.toml)")->required();
-  s->add_option("--draft-config", c->draft_config, "Draft model config (configs/models/*.toml)")->required();
+  s->add_option("--draft-config", c->draft_config, "Draft model config (configs/models/*.toml)");
+  s->add_option("--draft-type", c->draft_type,
+                "The draft stored as this type (Q2_K, Q3_K, Q4_0, ...); without --draft-config, a requantized "
+                "copy of the target");
   s->add_option("--hardware", c->hardware, "Hardware profile (configs/hardware/*.toml)")->required();
   s->add_option("--acceptance", c->acceptance,
                 "Acceptance vector JSON {\"acceptance\": [p1, p2, ...]} (default: a power law over 16)");
