@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# llama.cpp in the regime bench's memory limit (issue 31): the same stand-in target, the same
+# Q3_K draft, the same eval prompts (chat template applied the same way) and token counts, run
+# by llama.cpp's plain generation (llama-completion) and its speculative example
+# (llama-speculative-simple), each inside a memory cgroup whose limit covers the page cache
+# (cgroup v1 memory.limit_in_bytes, or v2 memory.max), with the page cache dropped before each
+# run. llama.cpp mmaps the model, so a model larger than the limit is re-read from storage
+# through page faults on every pass: plain offloading by the kernel.
+#   bench/llamacpp_regime.sh [LIMIT_MIB]     (default: Redwood's peak RSS in out/regime/suite)
+# Needs root (cgroups, drop_caches). llama.cpp is built from the llama-cpp-python sdist on
+# PyPI into build/llamacpp/ (as bench/llamacpp_reference.sh does). Prints a markdown table.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+DIR="$ROOT/build/llamacpp"
+BIN="$DIR/src/build/bin"
+OUT=out/regime
+TARGET=models/regime-target.gguf
+DRAFT=models/regime-draft-Q3_K.gguf
+N_PROMPTS="${N_PROMPTS:-4}"
+N_TOKENS="${N_TOKENS:-32}"
+DRAFT_MAX="${DRAFT_MAX:-8}"
+THREADS="$(nproc)"
+# OpenMP threads that sleep while they wait: on this 2-vCPU VM spinning ones made llama.cpp
+# 6x slower (SmolLM2 decode: 117 ms/token spinning, 18.8 passive, 16.6 with one thread).
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+
+if [[ ! -x $BIN/llama-completion || ! -x $BIN/llama-speculative-simple ]]; then
+  if [[ ! -d $DIR/src ]]; then
+    mkdir -p "$DIR"
+    python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$DIR"
+    rm -rf "$DIR/unpack" && mkdir -p "$DIR/unpack"
+    tar xzf "$DIR/llama_cpp_python-$VERSION.tar.gz" -C "$DIR/unpack"
+    mv "$DIR/unpack/llama_cpp_python-$VERSION/vendor/llama.cpp" "$DIR/src"
+    rm -rf "$DIR/unpack"
+  fi
+  # -march=native, except that where the CPU reports AMX the ISA is named without it: in
+  # a VM that has not enabled AMX's tile state, ggml's AMX kernels die of SIGILL.
+  ISA=(-DGGML_NATIVE=ON)
+  if grep -qw amx_tile /proc/cpuinfo; then
+    ISA=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON
+      -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+      -DGGML_AMX_BF16=OFF)
+  fi
+  echo "llamacpp_regime: building llama-completion and llama-speculative-simple (CPU)" >&2
+  cmake -S "$DIR/src" -B "$DIR/src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF >/dev/null
+  cmake --build "$DIR/src/build" --target llama-completion llama-speculative-simple -j "$THREADS" >/dev/null
+fi
+
+LIMIT_MIB="${1:-}"
+if [[ -z $LIMIT_MIB ]]; then  # Redwood's largest peak RSS over the suite's cells
+  LIMIT_MIB=$(python3 -c "
+import json; j = json.load(open('$OUT/suite/results.json'))
+print(int(max(c['peak_rss_bytes'] for c in j['cells']) / 2**20) + 1)")
+fi
+
+# The memory cgroup (v1 if mounted, else v2).
+if [[ -d /sys/fs/cgroup/memory ]]; then
+  CG=/sys/fs/cgroup/memory/redwood-llamacpp
+  mkdir -p "$CG"
+  echo $((LIMIT_MIB << 20)) >"$CG/memory.limit_in_bytes"
+  PEAK="$CG/memory.max_usage_in_bytes"
+else
+  CG=/sys/fs/cgroup/redwood-llamacpp
+  mkdir -p "$CG"
+  echo $((LIMIT_MIB << 20)) >"$CG/memory.max"
+  PEAK="$CG/memory.peak"
+fi
+
+# The eval prompts with SmolLM2's chat template, as `redwood` applies it with chat = true.
+mapfile -t PROMPTS < <(python3 - "$OUT/prompts-eval.jsonl" "$N_PROMPTS" <<'PY'
+import json, sys
+for line in open(sys.argv[1]).readlines()[: int(sys.argv[2])]:
+    p = json.loads(line)["prompt"]
+    text = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            f"<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n")
+    print(json.dumps(text))
+PY
+)
+
+run_in_cgroup() {  # command... ; the page cache dropped first
+  sync
+  echo 3 >/proc/sys/vm/drop_caches
+  [[ -f "$CG/memory.max_usage_in_bytes" ]] && echo 0 >"$CG/memory.max_usage_in_bytes" || true
+  bash -c 'echo $$ > '"$CG"'/cgroup.procs && exec "$@"' _ "$@"
+}
+
+plain_s=0 plain_n=0 spec_s=0 spec_n=0 drafted=0 accepted=0 peak_plain=0 peak_spec=0
+for p in "${PROMPTS[@]}"; do
+  text=$(python3 -c "import json,sys; print(json.loads(sys.argv[1]), end='')" "$p")
+  log=$(run_in_cgroup "$BIN/llama-completion" -m "$TARGET" -p "$text" -n "$N_TOKENS" -t "$THREADS" --temp 0 \
+    -c 320 -no-cnv --no-warmup --ignore-eos --no-display-prompt 2>&1 </dev/null || true)
+  peak_plain=$(($(cat "$PEAK") > peak_plain ? $(cat "$PEAK") : peak_plain))
+  # "eval time =  X ms /  N runs"
+  read -r ms runs < <(echo "$log" | sed -n 's/.*[^t] eval time = *\([0-9.]*\) ms \/ *\([0-9]*\) runs.*/\1 \2/p' | tail -1)
+  [[ -n ${ms:-} ]] || { echo "llamacpp_regime: llama-completion failed:" >&2; echo "$log" | tail -5 >&2; exit 1; }
+  plain_s=$(python3 -c "print($plain_s + $ms / 1000)")
+  plain_n=$((plain_n + runs))
+  log=$(run_in_cgroup "$BIN/llama-speculative-simple" -m "$TARGET" -md "$DRAFT" -p "$text" -n "$N_TOKENS" \
+    -t "$THREADS" --temp 0 -c 320 --spec-type draft-simple --spec-draft-n-max "$DRAFT_MAX" 2>&1 </dev/null || true)
+  peak_spec=$(($(cat "$PEAK") > peak_spec ? $(cat "$PEAK") : peak_spec))
+  read -r n secs < <(echo "$log" | sed -n 's/.*decoded *\([0-9]*\) tokens in *\([0-9.]*\) seconds.*/\1 \2/p' | tail -1)
+  [[ -n ${n:-} ]] || { echo "llamacpp_regime: llama-speculative-simple failed:" >&2; echo "$log" | tail -5 >&2; exit 1; }
+  spec_s=$(python3 -c "print($spec_s + $secs)")
+  spec_n=$((spec_n + n))
+  drafted=$((drafted + $(echo "$log" | sed -n 's/.*n_drafted = *\([0-9]*\).*/\1/p' | tail -1)))
+  accepted=$((accepted + $(echo "$log" | sed -n 's/.*n_accept *= *\([0-9]*\).*/\1/p' | tail -1)))
+done
+rmdir "$CG" 2>/dev/null || true
+
+python3 - "$plain_s" "$plain_n" "$spec_s" "$spec_n" "$drafted" "$accepted" "$LIMIT_MIB" "$peak_plain" "$peak_spec" \
+  "$N_PROMPTS" "$N_TOKENS" "$DRAFT_MAX" "$OUT/llamacpp.json" <<'PY'
+import json, sys
+ps, pn, ss, sn, dr, ac, lim, pk1, pk2, np_, nt, dm, out = sys.argv[1:]
+ps, ss = float(ps), float(ss)
+pn, sn, dr, ac = int(pn), int(sn), int(dr), int(ac)
+print(f"llama.cpp in a memory cgroup of {lim} MiB (page cache included, dropped before each run), "
+      f"{np_} prompts x {nt} tokens, greedy, {__import__('os').cpu_count()} threads\n")
+print("| llama.cpp | s/token | tokens | accepted / drafted | peak cgroup MiB |")
+print("|---|---:|---:|---:|---:|")
+print(f"| plain (llama-completion) | {ps / max(pn, 1):.3f} | {pn} | - | {int(pk1) / 2**20:.0f} |")
+print(f"| speculative (llama-speculative-simple, --spec-draft-n-max {dm}) | {ss / max(sn, 1):.3f} | {sn} | "
+      f"{ac} / {dr} | {int(pk2) / 2**20:.0f} |")
+json.dump({"limit_mib": int(lim), "prompts": int(np_), "max_tokens": int(nt),
+           "plain": {"s_per_token": ps / max(pn, 1), "tokens": pn, "peak_bytes": int(pk1)},
+           "speculative": {"s_per_token": ss / max(sn, 1), "tokens": sn, "drafted": dr, "accepted": ac,
+                           "draft_max": int(dm), "peak_bytes": int(pk2)}}, open(out, "w"), indent=1)
+PY

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The regime bench's headline and goal checks (issue 31), from one run of bench/regime.sh.
+
+    python3 bench/regime_report.py [out/regime]
+
+Reads DIR/suite/results.json (Q3_K draft), DIR/perfect/results.json (perfect draft) and
+DIR/llamacpp.json (bench/llamacpp_regime.sh), and prints markdown:
+  - the headline: plain streaming, the best speculative configuration per temperature,
+    llama.cpp plain and speculative in the same memory limit;
+  - every cell's speedup over plain streaming (the same temperature's baseline);
+  - the perfect draft against its ideal tokens-per-pass x t(1) / (t(tree) + draft time),
+    where t(1) is plain streaming's s/token and t(tree), draft time are the cell's own
+    target-pass and drafting seconds per step;
+  - --tree auto against the best configuration of the sweep.
+"""
+import json
+import os
+import sys
+
+
+def cells(path):
+    return json.load(open(path))["cells"] if os.path.exists(path) else []
+
+
+def main():
+    d = sys.argv[1] if len(sys.argv) > 1 else "out/regime"
+    suite, perfect = cells(f"{d}/suite/results.json"), cells(f"{d}/perfect/results.json")
+    llama = json.load(open(f"{d}/llamacpp.json")) if os.path.exists(f"{d}/llamacpp.json") else None
+    base = {c["temperature"]: c for c in suite if not c["tree"]}
+    spec = [c for c in suite if c["tree"]]
+    print("| configuration | T | s/token | tokens/pass | speedup vs plain streaming |")
+    print("|---|---:|---:|---:|---:|")
+    best = {}
+    for t, b in sorted(base.items()):
+        print(f"| Redwood, plain streaming | {t:g} | {b['s_per_token']:.3f} | 1.00 | 1.00x |")
+        cs = [c for c in spec if c["temperature"] == t]
+        if cs:
+            bc = min(cs, key=lambda c: c["s_per_token"])
+            best[t] = bc
+            print(f"| Redwood, best speculative: {bc['tree']} (budget {bc['budget']}) | {t:g} | "
+                  f"{bc['s_per_token']:.3f} | {bc['tokens_per_pass']:.2f} | "
+                  f"**{b['s_per_token'] / bc['s_per_token']:.2f}x** |")
+    if llama:
+        b0 = base.get(0.0)
+        for k, name in (("plain", "llama.cpp plain"), ("speculative", "llama.cpp speculative (draft-simple)")):
+            v = llama[k]["s_per_token"]
+            vs = f"{b0['s_per_token'] / v:.2f}x" if b0 else "-"
+            print(f"| {name}, same memory limit ({llama['limit_mib']} MiB) | 0 | {v:.3f} | - | {vs} |")
+        if 0.0 in best:
+            r = best[0.0]["s_per_token"]
+            print(f"\nRedwood's best speculative (T = 0) against llama.cpp in the same limit: "
+                  f"{llama['plain']['s_per_token'] / r:.1f}x plain, {llama['speculative']['s_per_token'] / r:.1f}x "
+                  f"speculative.")
+
+    print("\nEvery cell (speedup over the same temperature's plain streaming):\n")
+    print("| T | tree | budget | s/token | tokens/pass | tree nodes | draft share | stall s/pass | peak RSS MiB | "
+          "speedup |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in sorted(spec, key=lambda c: (c["temperature"], c["tree"], c["budget"])):
+        b = base[c["temperature"]]["s_per_token"]
+        print(f"| {c['temperature']:g} | {c['tree']} | {c['budget']} | {c['s_per_token']:.3f} | "
+              f"{c['tokens_per_pass']:.2f} | {c['tree_nodes']:.1f} | {c['draft_share']:.2f} | "
+              f"{c['stall_s_per_pass']:.3f} | {c['peak_rss_bytes'] / 2**20:.0f} | {b / c['s_per_token']:.2f}x |")
+
+    for t in sorted(best):
+        autos = [c for c in spec if c["temperature"] == t and c["tree"] == "auto"]
+        if autos:
+            a = min(autos, key=lambda c: c["s_per_token"])
+            choice = a["summary"]["config"].get("tree_auto_choice", "")
+            print(f"\n--tree auto, T = {t:g}: best cap {a['budget']} at {a['s_per_token']:.3f} s/token "
+                  f"({choice}); the sweep's best {best[t]['s_per_token']:.3f} ({best[t]['tree']}, budget "
+                  f"{best[t]['budget']}): auto / best = {a['s_per_token'] / best[t]['s_per_token']:.2f}")
+
+    pb = {c["temperature"]: c for c in perfect if not c["tree"]}
+    if perfect:
+        print("\nPerfect draft (the source model): measured speedup against the ideal\n")
+        print("| tree | budget | tokens/pass | t(tree) s | draft s/step | measured | ideal | measured / ideal |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for c in perfect:
+            if not c["tree"]:
+                continue
+            s = c["summary"]
+            passes = s["target_passes"]
+            t1 = pb[c["temperature"]]["s_per_token"]
+            tt, td = s["verify_seconds"] / passes, s["draft_seconds"] / passes
+            ideal = c["tokens_per_pass"] * t1 / (tt + td)
+            meas = t1 / c["s_per_token"]
+            print(f"| {c['tree']} | {c['budget']} | {c['tokens_per_pass']:.2f} | {tt:.3f} | {td:.3f} | "
+                  f"{meas:.2f}x | {ideal:.2f}x | {meas / ideal:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
