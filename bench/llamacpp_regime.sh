@@ -6,7 +6,11 @@
 # (cgroup v1 memory.limit_in_bytes, or v2 memory.max), with the page cache dropped before each
 # run. llama.cpp mmaps the model, so a model larger than the limit is re-read from storage
 # through page faults on every pass: plain offloading by the kernel.
-#   bench/llamacpp_regime.sh [LIMIT_MIB]     (default: Redwood's peak RSS in out/regime/suite)
+#   bench/llamacpp_regime.sh [LIMIT_MIB]
+# LIMIT_MIB defaults to the smallest peak RSS of Redwood's speculative cells in
+# out/regime/suite (the suite runs its cells in one process, and later cells' peaks also
+# hold memory the allocator kept from earlier cells; a single `redwood batch` run of the
+# best configuration peaked at 925 MiB on 2026-11-26).
 # Needs root (cgroups, drop_caches). llama.cpp is built from the llama-cpp-python sdist on
 # PyPI into build/llamacpp/ (as bench/llamacpp_reference.sh does). Prints a markdown table.
 set -euo pipefail
@@ -50,10 +54,10 @@ if [[ ! -x $BIN/llama-completion || ! -x $BIN/llama-speculative-simple ]]; then
 fi
 
 LIMIT_MIB="${1:-}"
-if [[ -z $LIMIT_MIB ]]; then  # Redwood's largest peak RSS over the suite's cells
+if [[ -z $LIMIT_MIB ]]; then
   LIMIT_MIB=$(python3 -c "
 import json; j = json.load(open('$OUT/suite/results.json'))
-print(int(max(c['peak_rss_bytes'] for c in j['cells']) / 2**20) + 1)")
+print(int(min(c['peak_rss_bytes'] for c in j['cells'] if c['tree']) / 2**20) + 1)")
 fi
 
 # The memory cgroup (v1 if mounted, else v2).
