@@ -5,6 +5,8 @@
 // The fuzzing regression corpus (tests/fuzz/corpus/) is replayed through the
 // fuzz harness: each input loads or throws redwood::Error.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -20,6 +22,7 @@
 
 #include "src/model/model_desc.h"
 #include "src/util/error.h"
+#include "src/util/output_path.h"
 #include "tests/fuzz/fuzz_harness.h"
 
 namespace fs = std::filesystem;
@@ -144,6 +147,51 @@ TEST(FuzzCorpus, HostileGgufThroughHarness) {
       ADD_FAILURE() << c.file << ": threw " << typeid(e).name() << ": " << e.what();
     }
   }
+}
+
+// ---- Issue 32: files that are not regular files -------------------------------
+
+class HostilePaths : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("redwood-hostile-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+// The output-path policy (src/util/output_path.h): an input however spelled,
+// a non-regular file, a file inside an input directory.
+TEST_F(HostilePaths, OutputPathPolicy) {
+  const std::string in = path("m.gguf");
+  std::ofstream(in) << "model";
+  fs::create_directories(path("sub"));
+  fs::create_symlink(in, path("link.gguf"));
+  fs::create_hard_link(in, path("hard.gguf"));
+  for (const std::string& out : {in, path("sub/../m.gguf"), path("./m.gguf"), path("link.gguf"), path("hard.gguf")})
+    EXPECT_NE(output_path_problem(out, {in}).find("refusing to overwrite an input"), std::string::npos) << out;
+  EXPECT_EQ(output_path_problem(path("other.gguf"), {in}), "");
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  EXPECT_NE(output_path_problem(path("fifo"), {}).find("not a regular file"), std::string::npos);
+  EXPECT_EQ(output_path_problem(path("fifo"), {}, /*fifo_ok=*/true), "");
+  EXPECT_NE(output_path_problem("/dev/null", {}).find("not a regular file"), std::string::npos);
+  EXPECT_NE(output_path_problem(path("sub"), {}).find("is a directory"), std::string::npos);
+  EXPECT_NE(output_path_problem(path("sub/x.json"), {path("sub")}).find("inside the input directory"),
+            std::string::npos);
+  EXPECT_THROW(write_output_file(path("fifo"), "x"), Error);
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
+  write_output_file(path("other.gguf"), "out");
+  EXPECT_EQ(tiny::read_all(path("other.gguf")), "out");
+  EXPECT_EQ(tiny::read_all(in), "model");
+  // The rename re-checks: a FIFO that appeared since is not replaced.
+  std::ofstream(path("t.tmp")) << "x";
+  EXPECT_THROW(rename_output_into_place(path("t.tmp"), path("fifo")), Error);
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
+  EXPECT_FALSE(fs::exists(path("t.tmp")));
 }
 
 }  // namespace

@@ -343,7 +343,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
               {"device_mem", job.device_mem},
               {"host_mem", job.host_mem}}}};
   if (m.streamed) s["offload"] = offload_stats(m);
-  write_file_atomic(job.summary, s.dump(2) + "\n");
+  write_output_file(job.summary, s.dump(2) + "\n");
   return {std::move(s), interrupted};
 }
 

@@ -188,7 +188,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
                  format_size(plan.slot_bytes).c_str());
     streamed = time_passes(d, w, *be, sizes, o.prefix, o.repeat, &w);
     rss = peak_rss();
-    if (!o.run.trace.empty()) write_file_atomic(o.run.trace, trace.json());
+    if (!o.run.trace.empty()) write_output_file(o.run.trace, trace.json(), /*fifo_ok=*/true);
   }
   // 3. the same passes with every weight resident (compute floor)
   std::vector<Timing> resident;

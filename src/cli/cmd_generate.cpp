@@ -64,7 +64,9 @@ double now() {
 }
 
 int run_generate(GenerateOptions& o) {
-  apply_run_options(o.run);
+  std::vector<std::string> inputs = {o.draft, o.acceptance, o.hardware_profile};
+  if (o.tree.rfind("sequoia:", 0) == 0) inputs.push_back(o.tree.substr(8));
+  apply_run_options(o.run, inputs);
   validate(o.sampling);
   if (o.cmd && o.cmd->count("--prompt") > 0 && o.prompt.empty()) throw Error("--prompt is empty");
   if (o.prompt.empty() == o.prompt_tokens.empty()) throw Error("give exactly one of --prompt and --prompt-tokens");

@@ -121,6 +121,7 @@ int run_tokenize(RunOptions& o, const std::string& text, const std::string& json
 int run_logits(RunOptions& o, const std::string& tokens, const std::string& parents_s, const std::string& positions_s,
                const std::string& out) {
   apply_run_options(o);
+  check_output(out, {o.model.empty() ? default_model_path() : o.model}, "--out");
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   const auto toks = parse_int_list(tokens, "--tokens");
   if (toks.empty()) throw Error("--tokens is empty");
@@ -146,7 +147,7 @@ int run_logits(RunOptions& o, const std::string& tokens, const std::string& pare
   KvCache kv = m.transformer->make_cache(static_cast<int>(toks.size()));
   std::vector<float> logits(toks.size() * m.desc.hp.vocab);
   m.transformer->forward(Batch{toks, positions, parents}, kv, logits, LogitsRows::kAll);
-  write_file_atomic(out, npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
+  write_output_file(out, npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
   finish_run(m, o);
   return 0;
 }

@@ -507,7 +507,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     acc.seed = sampling.seed;
     acc.repeats = r.repeats;
     measure_acceptance(m, d, prompts, r, acc);
-    write_file_atomic(acc_path, spec::profile_json(acc));
+    write_output_file(acc_path, spec::profile_json(acc));
   }
   // Profiles given explicitly are used as they are; say so when they were
   // measured for other models or another memory plan.
@@ -551,7 +551,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     hw.host_mem = run.host_mem;
     hw.ring = run.ring;
     measure_hardware(m, d, r, hw);
-    write_file_atomic(hw_path, planner::measured_json(hw));
+    write_output_file(hw_path, planner::measured_json(hw));
   }
   // One optimisation per measured verifier scheme (T > 0: Sequoia's without
   // replacement and SpecInfer's i.i.d. children; T = 0: greedy), each with its
@@ -646,7 +646,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
       const RankOneQ denom = mean_rank1_q(d, texts, sampling);
       auto alpha = [&](spec::Verifier v) { return planner::calibration_scale(*rank1(v), denom.for_verifier(v)); };
       measure_dynamic(d, texts, sampling, kDynamicPositions, alpha, dyn);
-      write_file_atomic(dyn_path, dynamic_json(denom, sampling.greedy(), dyn));
+      write_output_file(dyn_path, dynamic_json(denom, sampling.greedy(), dyn));
     }
   }
   planner::TreeChoice dyn_best;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "src/util/error.h"
+#include "src/util/output_path.h"
 #include "src/util/io.h"
 
 namespace redwood {
@@ -70,6 +71,7 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
   if (!out_names.empty() && out_names.size() != tensor_names.size())
     throw Error("write_gguf_subset: " + std::to_string(out_names.size()) + " output names for " +
                 std::to_string(tensor_names.size()) + " tensors");
+  check_output_path(out_path, {src.path()}, "output");  // never over the source model, never a device
   std::map<std::string, GgufValue> kv = src.metadata();
   for (const auto& [k, v] : overrides) kv[k] = v;
   const uint64_t align = src.alignment();
@@ -100,7 +102,7 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
   }
   o.buf.append((align - o.buf.size() % align) % align, '\0');
 
-  const std::string tmp = out_path + ".tmp." + std::to_string(getpid());
+  const std::string tmp = output_tmp_path(out_path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(out_path + ": cannot create: " + strerror(errno));
   const int in = ::open(src.path().c_str(), O_RDONLY | O_CLOEXEC);
@@ -127,10 +129,12 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
     throw;
   }
   ::close(in);
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), out_path.c_str()) != 0) {
+  if (::close(fd) != 0) {
+    const int e = errno;
     ::unlink(tmp.c_str());
-    throw Error(out_path + ": cannot write: " + strerror(errno));
+    throw Error(out_path + ": cannot write: " + strerror(e));
   }
+  rename_output_into_place(tmp, out_path);
 }
 
 void make_self_draft(const std::string& from, const std::vector<int>& blocks, const std::string& out_path) {

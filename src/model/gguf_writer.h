@@ -1,6 +1,7 @@
 // Writes GGUF v3 files derived from an existing one: its metadata (with
 // overrides) and a subset of its tensors, whose bytes are copied by extent.
-// Used by `redwood make-draft`. Output is atomic: temp file, fsync, rename.
+// Used by `redwood make-draft`. Output follows src/util/output_path.h: never
+// the source file or a non-regular file; temp file, fsync, rename.
 #pragma once
 #include <map>
 #include <string>
