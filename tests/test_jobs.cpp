@@ -2,6 +2,7 @@
 // the prompt file reader, resuming an output with a torn last line, the
 // writer, percentiles and progress text.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -205,6 +206,51 @@ TEST_F(JobFiles, CheckJobFindsMissingFilesAndDefaultsTheSummary) {
   JobConfig k = parse_job_text(kMinimal, "job.toml");
   k.target = model;
   EXPECT_EQ(error_of([&] { check_job(k); }).rfind("job.toml: input.prompts: missing", 0), 0u);
+}
+
+// Issue 32: output.summary (and output.path) must be neither the results file
+// (however spelled: "out/./sp.jsonl", "sub/../out/sp.jsonl", a symlink) nor an
+// input of the job (prompts, target, draft, the job file itself) nor an
+// existing non-regular file; validation refuses before anything runs.
+TEST_F(JobFiles, CheckJobRefusesOutputsThatAreInputsOrTheResults) {
+  const std::string model = write("m.gguf", "x");
+  const std::string prompts = write("p.jsonl", "{\"id\": 1, \"prompt\": \"hi\"}\n");
+  fs::create_directories(path("out"));
+  const std::string text = "[model]\ntarget = \"" + model + "\"\n[input]\nprompts = \"" + prompts +
+                           "\"\n[output]\npath = \"" + path("out/sp.jsonl") + "\"\n";
+  const std::string job_file = write("job.toml", text);
+  auto job_with_summary = [&](const std::string& summary) {
+    JobConfig j = parse_job_text(text + "summary = \"" + summary + "\"\n", job_file);
+    return j;
+  };
+  auto refused = [&](const std::string& summary, const std::string& expect) {
+    JobConfig j = job_with_summary(summary);
+    const std::string e = error_of([&] { check_job(j); });
+    EXPECT_EQ(e.rfind(job_file + ":7: output.summary: ", 0), 0u) << summary << ": " << e;
+    EXPECT_NE(e.find(expect), std::string::npos) << summary << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  refused(path("out/./sp.jsonl"), "is the results file");  // the results file does not exist yet
+  refused(path("out/../out/sp.jsonl"), "is the results file");
+  write("out/sp.jsonl", "");
+  fs::create_symlink(path("out/sp.jsonl"), path("link.jsonl"));
+  refused(path("link.jsonl"), "is the results file");
+  refused(path("out/../p.jsonl"), "refusing to overwrite an input");
+  refused(model, "refusing to overwrite an input");
+  refused(path("./job.toml"), "refusing to overwrite an input");
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  refused(path("fifo"), "not a regular file");
+  // output.path itself: the model is an input; a FIFO is not a results file.
+  JobConfig j = job_with_summary(path("s.json"));
+  j.output = path("./m.gguf");
+  EXPECT_NE(error_of([&] { check_job(j); }).find("output.path: '" + path("./m.gguf") + "' is the input"),
+            std::string::npos);
+  j.output = path("fifo");
+  EXPECT_NE(error_of([&] { check_job(j); }).find("not a regular file"), std::string::npos);
+  // A summary beside the results file is fine.
+  JobConfig ok = job_with_summary(path("out/sp.summary.json"));
+  check_job(ok);
+  EXPECT_EQ(slurp(model), "x");
 }
 
 // A model may be a Hugging Face directory (config.json + *.safetensors), as

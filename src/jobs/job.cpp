@@ -13,6 +13,7 @@
 #include "offload/size.h"
 #include "src/jobs/toml_section.h"
 #include "src/util/error.h"
+#include "src/util/output_path.h"
 #include "src/util/io.h"
 
 namespace redwood::jobs {
@@ -201,12 +202,21 @@ void check_job(JobConfig& job) {
   readable("input.prompts", job.prompts, "the prompt file");
   if (job.output.empty()) throw Error(job.file + ": output.path: missing (where results go; or --output)");
   if (job.summary.empty()) job.summary = job.output + ".summary.json";
-  std::error_code ec;
-  if (fs::exists(job.output, ec) && fs::equivalent(job.output, job.prompts, ec))
+  // The output-path policy (src/util/output_path.h): neither output is an
+  // input of the job (by device + inode, or with links and ".." resolved) nor
+  // an existing non-regular file, and the summary is not the results file.
+  if (same_file(job.output, job.prompts))
     throw Error(job.where("output.path") + ": is the prompt file itself; refusing to write into it");
-  if (job.summary == job.output) throw Error(job.where("output.summary") + ": must differ from output.path");
-  if (fs::exists(job.output, ec) && !fs::is_regular_file(job.output, ec))
-    throw Error(job.where("output.path") + ": '" + job.output + "' exists and is not a regular file");
+  std::vector<std::string> inputs = {job.file, job.target, job.draft, job.acceptance, job.prompts};
+  if (job.tree.rfind("sequoia:", 0) == 0) inputs.push_back(job.tree.substr(8));
+  if (const std::string p = output_path_problem(job.output, inputs); !p.empty())
+    throw Error(job.where("output.path") + ": " + p);
+  if (same_file(job.summary, job.output))
+    throw Error(job.where("output.summary") + ": '" + job.summary + "' is the results file '" + job.output +
+                "' (output.path); the summary must differ from it");
+  if (const std::string p = output_path_problem(job.summary, inputs); !p.empty())
+    throw Error(job.where("output.summary") + ": " + p);
+  std::error_code ec;
   // The output folders are made when the job runs (create_output_dirs), so a
   // job that fails validation leaves nothing behind; here the nearest existing
   // folder must be one this process can write into.

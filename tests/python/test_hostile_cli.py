@@ -165,6 +165,30 @@ def body(rw: str, big: str, tmp: str) -> int:
     check("out: make-draft over another regular file works", p.returncode == 0 and sha(other) != sha(model),
           p.stderr[-300:])
 
+    # ---- batch: output.summary --------------------------------------------------------------
+    out_dir = os.path.join(tmp, "out")
+    os.makedirs(out_dir)
+    results = os.path.join(out_dir, "sp.jsonl")
+    job = os.path.join(tmp, "job.toml")
+    for name, summary in (("results ./", os.path.join(out_dir, ".", "sp.jsonl")),
+                          ("results ..", os.path.join(out_dir, "..", "out", "sp.jsonl")),
+                          ("the job file", job), ("the prompt file", prompts), ("the model", model)):
+        with open(job, "w") as f:
+            f.write(f'[model]\ntarget = "{model}"\n[sampling]\nmax_tokens = 2\n[input]\nprompts = "{prompts}"\n'
+                    f'[output]\npath = "{results}"\nsummary = "{summary}"\n')
+        job_sha = sha(job)
+        if os.path.exists(results):
+            os.remove(results)
+        p = run(rw, ["batch", job], timeout=300)
+        check(f"batch: output.summary = {name} is refused", one_line_error(p, "output.summary"),
+              f"rc={p.returncode} {p.stderr[-300:]}")
+        check(f"batch: output.summary = {name}: nothing ran or was replaced",
+              not os.path.exists(results) and sha(job) == job_sha and sha(prompts) == prompts_sha and
+              sha(model) == model_sha, "an input or the results were written")
+        restore()
+        with open(prompts, "w") as f:
+            f.write('{"id": 1, "prompt": "Hello"}\n')
+
     return finish()
 
 
