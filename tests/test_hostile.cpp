@@ -5,7 +5,9 @@
 // The fuzzing regression corpus (tests/fuzz/corpus/) is replayed through the
 // fuzz harness: each input loads or throws redwood::Error.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <typeinfo>
@@ -20,8 +23,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/model/gguf.h"
 #include "src/model/model_desc.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 #include "src/util/output_path.h"
 #include "tests/fuzz/fuzz_harness.h"
 
@@ -163,6 +168,68 @@ class HostilePaths : public ::testing::Test {
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   fs::path dir_;
 };
+
+// Runs f in a child process: 0 when it threw a redwood::Error containing
+// `expect`, 1 for another outcome, -1 when it was still blocked after 10 s
+// (the old code waited in open() for a FIFO writer forever).
+int outcome_in_child(const std::function<void()>& f, const std::string& expect, std::string& detail) {
+  int fds[2];
+  if (::pipe(fds) != 0) return 1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string msg = "returned without error";
+    int rc = 1;
+    try {
+      f();
+    } catch (const Error& e) {
+      msg = e.what();
+      rc = msg.find(expect) != std::string::npos ? 0 : 1;
+    } catch (const std::exception& e) {
+      msg = std::string("non-redwood exception: ") + e.what();
+    }
+    (void)!::write(fds[1], msg.data(), msg.size());
+    ::_exit(rc);
+  }
+  ::close(fds[1]);
+  int status = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      char buf[512];
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      detail.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
+      ::close(fds[0]);
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    ::usleep(10000);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  ::close(fds[0]);
+  detail = "blocked (hung) on the FIFO";
+  return -1;
+}
+
+TEST_F(HostilePaths, FifoInputsAreRefusedAtOnce) {
+  const std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_directories(path("hf"));
+  ASSERT_EQ(::mkfifo(path("hf/config.json").c_str(), 0600), 0);
+  const struct {
+    const char* name;
+    std::function<void()> f;
+  } cases[] = {
+      {"load_model_desc", [&] { (void)load_model_desc(fifo); }},
+      {"GgufFile::open", [&] { (void)GgufFile::open(fifo); }},
+      {"read_text_file", [&] { (void)read_text_file(fifo, "the job file"); }},
+      {"safetensors config.json", [&] { (void)load_model_desc(path("hf")); }},
+  };
+  for (const auto& c : cases) {
+    std::string detail;
+    EXPECT_EQ(outcome_in_child(c.f, "FIFO", detail), 0) << c.name << ": " << detail;
+    EXPECT_EQ(detail.find('\n'), std::string::npos) << detail;
+  }
+}
 
 // The output-path policy (src/util/output_path.h): an input however spelled,
 // a non-regular file, a file inside an input directory.

@@ -24,6 +24,7 @@
 #include "src/jobs/suite.h"
 #include "src/spec/speculate.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 extern char** environ;
 
@@ -50,6 +51,7 @@ struct Row {
 // The first `limit` prompt lines of a set, written once per suite directory.
 std::string prompt_subset(const std::string& src, int limit, const std::string& dir) {
   if (limit <= 0) return src;
+  require_regular_input(src, "the prompt file");
   std::ifstream in(src, std::ios::binary);
   if (!in) throw Error(src + ": cannot open the prompt file");
   std::string line, text;

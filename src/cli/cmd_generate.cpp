@@ -13,6 +13,7 @@
 #include "src/model/chat_template.h"
 #include "src/spec/speculate.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::cli {
 
@@ -77,6 +78,9 @@ int run_generate(GenerateOptions& o) {
   const bool auto_tree = !o.draft.empty() && o.tree == "auto";
   int auto_budget = 0, auto_depth = 0;
   if (!o.hardware_profile.empty() && !auto_tree) throw Error("--hardware-profile is only for --draft ... --tree auto");
+  // Profiles given are read late (after weights load, --tree auto after measuring): not a FIFO or device.
+  if (!o.acceptance.empty()) require_regular_input(o.acceptance, "an acceptance file");
+  if (!o.hardware_profile.empty()) require_regular_input(o.hardware_profile, "a hardware profile");
   if (auto_tree) {
     // --budget and --depth cap the optimizer's search; nothing else applies.
     const spec::TreeOptions t = tree_options(o);

@@ -17,6 +17,7 @@
 #include "kernels/cpu/threads.h"
 #include "src/spec/generation.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::cli {
 
@@ -418,6 +419,7 @@ std::string dynamic_json(const RankOneQ& denominators, bool greedy,
 }
 
 std::vector<planner::DynamicCandidate> read_dynamic(const std::string& path) {
+  require_regular_input(path, "a cached dynamic-tree profile");
   std::ifstream f(path);
   std::stringstream ss;
   ss << f.rdbuf();

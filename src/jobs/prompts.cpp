@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::jobs {
 
@@ -43,6 +44,7 @@ PromptItem parse_prompt_line(std::string_view line) {
 }
 
 PromptFile read_prompts(const std::string& path, bool skip_bad, const char* fail_hint) {
+  require_regular_input(path, "the prompt file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open the prompt file");
   PromptFile out;

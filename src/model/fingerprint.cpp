@@ -47,13 +47,18 @@ class Files {
  public:
   explicit Files(const std::vector<std::string>& paths) : paths_(paths) {
     for (const std::string& p : paths) {
-      const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+      const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // never blocks on a FIFO
       if (fd < 0) {
         const int err = errno;
         close_all();
         throw Error(p + ": cannot open the model file: " + std::strerror(err));
       }
       fds_.push_back(fd);
+      struct stat sb {};
+      if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close_all();
+        throw Error(p + ": the model file is not a regular file");
+      }
     }
   }
   ~Files() { close_all(); }

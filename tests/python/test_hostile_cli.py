@@ -189,6 +189,36 @@ def body(rw: str, big: str, tmp: str) -> int:
         with open(prompts, "w") as f:
             f.write('{"id": 1, "prompt": "Hello"}\n')
 
+    # ---- fifo: every input ------------------------------------------------------------------
+    configs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs")
+    hw_cfg = os.path.join(configs, "hardware", "l40.toml")
+    cfg = os.path.join(configs, "models", "llama2-7b.toml")
+    fifo_cases = {
+        "info": ["info", fifo],
+        "generate -m": ["generate", "-m", fifo, *gen],
+        "generate --draft": ["generate", "-m", model, "--draft", fifo, *gen],
+        "generate --acceptance": ["generate", "-m", model, "--draft", draft, "--acceptance", fifo, *gen],
+        "generate --tree sequoia:FIFO": ["generate", "-m", model, "--draft", draft, "--tree", "sequoia:" + fifo, *gen],
+        "generate --hardware-profile": ["generate", "-m", model, "--draft", draft, "--tree", "auto",
+                                        "--hardware-profile", fifo, *gen],
+        "tokenize --jsonl": ["tokenize", "-m", model, "--jsonl", fifo],
+        "plan --model-config": ["plan", "--model-config", fifo, "--draft-config", cfg, "--hardware", hw_cfg],
+        "profile-acceptance --prompts": ["profile-acceptance", "-m", model, "--draft", draft, "--prompts", fifo,
+                                         "--out", os.path.join(tmp, "prof.json")],
+        "batch JOB": ["batch", fifo],
+        "bench run SUITE": ["bench", "run", fifo, "--out", os.path.join(tmp, "bench-out")],
+        "make-draft --from": ["make-draft", "--from", fifo, "--layers", "1", "--out", os.path.join(tmp, "x.gguf")],
+        "plan-memory -m": ["plan-memory", "-m", fifo],
+    }
+    for name, argv in fifo_cases.items():
+        p = run(rw, argv, timeout=20)
+        check(f"fifo: {name} FIFO is refused at once", one_line_error(p, "FIFO"),
+              f"rc={p.returncode} {p.stderr[-300:]}")
+        if not is_fifo(fifo):
+            if os.path.lexists(fifo):
+                os.remove(fifo)
+            os.mkfifo(fifo)
+
     return finish()
 
 
