@@ -219,6 +219,19 @@ def body(rw: str, big: str, tmp: str) -> int:
                 os.remove(fifo)
             os.mkfifo(fifo)
 
+    # ---- stdout: write errors ---------------------------------------------------------------
+    if os.path.exists("/dev/full"):
+        for name, argv in (("generate --json", ["generate", "-m", model, "--json", *gen]),
+                           ("generate (streaming)", ["generate", "-m", model, *gen]),
+                           ("info --json", ["info", model, "--json"]),
+                           ("tokenize", ["tokenize", "-m", model, "--text", "hello"]),
+                           ("plan-memory --json", ["plan-memory", "-m", model, "--json"])):
+            with open("/dev/full", "w") as full:
+                p = run(rw, argv, stdout=full)
+            last = p.stderr.strip().splitlines()[-1:] or [""]  # generate prints its stats line first
+            check(f"stdout: {name} > /dev/full is exit 1", p.returncode == 1 and
+                  last[0].startswith("redwood: cannot write to standard output"), f"rc={p.returncode} {p.stderr[-300:]}")
+
     return finish()
 
 
