@@ -273,7 +273,7 @@ TEST_F(JobFiles, CheckJobTakesAHuggingFaceDirectoryAsAModel) {
 }
 
 TEST(Prompts, LinesParseOrSayWhatIsWrong) {
-  const PromptItem a = parse_prompt_line(R"({"id": "a", "prompt": "hello", "extra": [1]})");
+  const PromptItem a = parse_prompt_line(R"({"id": "a", "prompt": "hello"})");
   EXPECT_EQ(a.key, "\"a\"");
   EXPECT_EQ(a.prompt, "hello");
   const PromptItem b = parse_prompt_line(R"({"id": 7, "messages": [{"role": "user", "content": "hi"}]})");
@@ -299,9 +299,23 @@ TEST(Prompts, LinesParseOrSayWhatIsWrong) {
       {"{\"id\": 1, \"messages\": [{\"role\": \"user\"}]}", "a message needs a string \"content\""},
       {"{\"id\": 1, \"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "message role 'robot'"},
       {"{\"id\": 1, \"prompt\": \"\xff\"}", "not valid JSON"},
+      // Issue 32: a key given twice, or one no prompt line has, was silently ignored.
+      {"{\"id\": 1, \"prompt\": \"x\", \"prompt\": \"y\"}", "duplicate key \"prompt\""},
+      {"{\"id\": 1, \"id\": 2, \"prompt\": \"x\"}", "duplicate key \"id\""},
+      {"{\"id\": 1, \"messages\": [{\"role\": \"user\", \"role\": \"system\", \"content\": \"x\"}]}",
+       "duplicate key \"role\""},
+      {"{\"id\": 1, \"prompt\": \"x\", \"temperature\": 5}", "unknown key \"temperature\""},
+      {"{\"id\": 1, \"prompt\": \"x\", \"extra\": [1]}", "unknown key \"extra\""},
+      {"{\"id\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": \"n\"}]}",
+       "unknown key \"name\" in a message"},
   };
   for (const auto& c : bad)
     EXPECT_EQ(error_of([&] { (void)parse_prompt_line(c.line); }).rfind(c.expected, 0), 0u) << c.line;
+  // Equal keys in different objects are fine.
+  EXPECT_EQ(parse_prompt_line(R"({"id": 1, "messages": [{"role": "user", "content": "a"}, )"
+                              R"({"role": "assistant", "content": "b"}]})")
+                .messages.size(),
+            2u);
 }
 
 TEST_F(JobFiles, PromptFileFailsOrSkipsBadLinesWithLineNumbers) {

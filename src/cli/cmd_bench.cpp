@@ -136,6 +136,7 @@ std::vector<Timing> time_passes(const ModelDesc& d, WeightSource& w, Backend& be
 
 int run_bench_offload(BenchOffloadOptions& o) {
   apply_run_options(o.run);
+  check_draft_budget(o.run, "");
   if (o.run.device_mem.empty()) throw Error("bench offload needs --device-mem (the budget to stream under)");
   std::vector<int> sizes;
   for (int32_t n : parse_int_list(o.tokens, "--tokens")) {

@@ -2,6 +2,7 @@
 // draft model and a token tree (--draft), with streaming output.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -73,6 +74,7 @@ int run_generate(GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_tokens.empty()) throw Error("give exactly one of --prompt and --prompt-tokens");
   if (const std::string f = spec_flags_without_draft(o); !f.empty())
     throw Error(f + ": speculative decoding needs --draft MODEL");
+  check_draft_budget(o.run, o.draft);
   // Speculation flags are checked before any model loads.
   std::optional<spec::SpecConfig> cfg;
   const bool auto_tree = !o.draft.empty() && o.tree == "auto";
@@ -285,7 +287,8 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--temperature", o->sampling.temperature, "0 = greedy");
   c->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass (0, 1]");
   c->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)");
-  c->add_option("--seed", o->sampling.seed, "Random seed (default 0: the same command samples the same text)");
+  c->add_option("--seed", o->sampling.seed, "Random seed (default 0: the same command samples the same text)")
+      ->transform(int_range(0, INT64_MAX));
   c->add_option("--ctx", o->ctx, "KV cache capacity (default: prompt + max tokens)")->transform(int_range(1, 1 << 24));
   c->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per pass (bounds activation memory)")
       ->transform(int_range(1, 1 << 20));

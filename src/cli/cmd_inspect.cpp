@@ -121,6 +121,7 @@ int run_tokenize(RunOptions& o, const std::string& text, const std::string& json
 int run_logits(RunOptions& o, const std::string& tokens, const std::string& parents_s, const std::string& positions_s,
                const std::string& out) {
   apply_run_options(o);
+  check_draft_budget(o, "");
   check_output(out, {o.model.empty() ? default_model_path() : o.model}, "--out");
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   const auto toks = parse_int_list(tokens, "--tokens");

@@ -122,11 +122,23 @@ void add_run_options(CLI::App* app, RunOptions& o) {
 }
 
 void add_budget_options(CLI::App* app, RunOptions& o) {
+  // An empty size would silently mean "no limit": refuse it when parsing.
+  const CLI::Validator non_empty(
+      [](std::string& s) -> std::string { return s.empty() ? "expected a size such as 2GiB, got ''" : ""; }, "SIZE");
   app->add_option("--device-mem", o.device_mem,
                   "Device memory budget, e.g. 2GiB, 512MiB (CPU backend: the RAM working set; default: no limit); "
-                  "SIZE+draft: SIZE for the target, the resident draft's costs on top");
-  app->add_option("--host-mem", o.host_mem, "Host (pinned RAM) budget for staged layers, e.g. 4GiB (default: none)");
+                  "SIZE+draft: SIZE for the target, the resident draft's costs on top")
+      ->check(non_empty);
+  app->add_option("--host-mem", o.host_mem, "Host (pinned RAM) budget for staged layers, e.g. 4GiB (default: none)")
+      ->check(non_empty);
   app->add_option("--ring", o.ring, "Layer slots in the streaming ring (>= 2)")->transform(int_range(2, 1024));
+}
+
+void check_draft_budget(const RunOptions& o, const std::string& draft) {
+  static const std::string kSuffix = "+draft";
+  if (draft.empty() && o.device_mem.size() >= kSuffix.size() &&
+      o.device_mem.compare(o.device_mem.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0)
+    throw Error("--device-mem " + o.device_mem + ": +draft puts a draft model's costs on top, but no --draft is given");
 }
 
 offload::Budgets budgets_from(const RunOptions& o) {

@@ -62,6 +62,8 @@ void apply_run_options(RunOptions& o, const std::vector<std::string>& inputs = {
 // The options of a model that stays resident next to `run`'s model (the draft):
 // the same backend and threads, no budgets, trace or streaming.
 RunOptions resident_run(const RunOptions& run);
+// Refuses --device-mem SIZE+draft when `draft` (the --draft path) is empty.
+void check_draft_budget(const RunOptions& o, const std::string& draft);
 // The budgets named by the options (sizes parsed; throws redwood::Error on a bad size).
 offload::Budgets budgets_from(const RunOptions& o);
 

@@ -1,7 +1,10 @@
 #include "src/jobs/prompts.h"
 
 #include <fstream>
+#include <set>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "src/util/error.h"
 #include "src/util/io.h"
@@ -11,9 +14,29 @@ namespace redwood::jobs {
 using nlohmann::json;
 
 PromptItem parse_prompt_line(std::string_view line) {
-  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  // A key given twice in one object would silently keep the last value: refuse it.
+  std::vector<std::set<std::string>> keys;  // per open object
+  std::string duplicate;
+  const json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (ev == json::parse_event_t::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (ev == json::parse_event_t::key && !keys.empty() && parsed.is_string()) {
+      if (!keys.back().insert(parsed.get<std::string>()).second && duplicate.empty())
+        duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  json j = json::parse(line, cb, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Error("not valid JSON");
+  if (!duplicate.empty()) throw Error("duplicate key \"" + duplicate + "\"");
   if (!j.is_object()) throw Error("expected a JSON object {\"id\": ..., \"prompt\": ...}");
+  // Sampling and other settings belong to the job, not to a prompt line: a
+  // key such as "temperature" would otherwise be ignored without a word.
+  for (const auto& [k, v] : j.items())
+    if (k != "id" && k != "prompt" && k != "messages")
+      throw Error("unknown key \"" + k + "\" (a prompt line has \"id\" and \"prompt\" or \"messages\")");
   PromptItem it;
   const auto id = j.find("id");
   if (id == j.end()) throw Error("missing \"id\"");
@@ -32,6 +55,9 @@ PromptItem parse_prompt_line(std::string_view line) {
   if (!m->is_array() || m->empty()) throw Error("\"messages\" must be a non-empty array");
   for (const json& msg : *m) {
     if (!msg.is_object()) throw Error("each message must be an object {\"role\", \"content\"}");
+    for (const auto& [k, v] : msg.items())
+      if (k != "role" && k != "content")
+        throw Error("unknown key \"" + k + "\" in a message (a message has \"role\" and \"content\")");
     const auto r = msg.find("role"), c = msg.find("content");
     if (r == msg.end() || !r->is_string()) throw Error("a message needs a string \"role\"");
     if (c == msg.end() || !c->is_string()) throw Error("a message needs a string \"content\"");

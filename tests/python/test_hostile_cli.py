@@ -232,6 +232,30 @@ def body(rw: str, big: str, tmp: str) -> int:
             check(f"stdout: {name} > /dev/full is exit 1", p.returncode == 1 and
                   last[0].startswith("redwood: cannot write to standard output"), f"rc={p.returncode} {p.stderr[-300:]}")
 
+    # ---- validate: options named before any work ---------------------------------------------
+    for name, argv, needle in (
+        ("--temperature inf", ["generate", "-m", model, "--temperature", "inf", *gen], "finite"),
+        ("--seed -1", ["generate", "-m", model, "--seed", "-1", *gen], "--seed"),
+        ("--seed overflow", ["generate", "-m", model, "--seed", "99999999999999999999", *gen], "--seed"),
+        ("--device-mem ''", ["generate", "-m", model, "--device-mem", "", *gen], "--device-mem"),
+        ("--host-mem ''", ["generate", "-m", model, "--host-mem", "", *gen], "--host-mem"),
+        ("--tree sequoia:", ["generate", "-m", model, "--draft", draft, "--tree", "sequoia:", *gen], "sequoia:"),
+        ("SIZE+draft without --draft", ["generate", "-m", model, "--device-mem", "1GiB+draft", *gen], "--draft"),
+        ("plan-memory SIZE+draft without --draft", ["plan-memory", "-m", model, "--device-mem", "1GiB+draft"],
+         "--draft"),
+    ):
+        p = run(rw, argv)
+        check(f"validate: {name} is refused", one_line_error(p, needle), f"rc={p.returncode} {p.stderr[-300:]}")
+    for name, line, needle in (("duplicate key", '{"id": 1, "prompt": "a", "prompt": "b"}', "duplicate key"),
+                               ("unknown key", '{"id": 1, "prompt": "a", "temperature": 5}', "unknown key")):
+        bad = os.path.join(tmp, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write(line + "\n")
+        p = run(rw, ["profile-acceptance", "-m", model, "--draft", draft, "--prompts", bad, "--out",
+                     os.path.join(tmp, "prof.json"), "--count", "4", "--repeats", "1", "--max-tokens", "2",
+                     "--chain-depth", "0", "-q"], timeout=300)
+        check(f"validate: prompt line with a {name} is refused", one_line_error(p, needle),
+              f"rc={p.returncode} {p.stderr[-300:]}")
     return finish()
 
 
