@@ -64,6 +64,7 @@ int run_info(const std::string& path, bool json) {
     j["tied_lm_head"] = hp.tied_lm_head;
     j["total_bytes"] = m.total_bytes();
     j["fingerprint"] = model_fingerprint(m);
+    j["fingerprint_covers"] = kFingerprintCovers;
     j["max_layer_bytes"] = max_layer;
     j["tokenizer"] = m.tokenizer.kind == TokenizerKind::kByteLevelBpe ? "byte-level BPE" : "SentencePiece BPE";
     for (auto& [t, e] : types) j["tensor_types"][t] = {{"count", e.first}, {"bytes", e.second}};
@@ -92,6 +93,7 @@ int run_info(const std::string& path, bool json) {
   std::printf("  weights       %s (largest layer %s)\n", human(m.total_bytes()).c_str(), human(max_layer).c_str());
   for (auto& [t, e] : types) std::printf("    %-6s %4d tensors  %s\n", t.c_str(), e.first, human(e.second).c_str());
   std::printf("  fingerprint   %s (what batch jobs compare on resume)\n", model_fingerprint(m).c_str());
+  std::printf("                covers %s\n", kFingerprintCovers);
   return 0;
 }
 

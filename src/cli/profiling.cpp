@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/threads.h"
 #include "src/spec/generation.h"
+#include "src/util/cache_dir.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
@@ -221,19 +222,7 @@ const char* const kBuiltinText[] = {
 };
 
 std::string cache_dir() {
-  std::string dir;
-  if (const char* e = std::getenv("REDWOOD_CACHE_DIR"); e && *e)
-    dir = e;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    dir = std::string(x) + "/redwood";
-  else if (const char* h = std::getenv("HOME"); h && *h)
-    dir = std::string(h) + "/.cache/redwood";
-  else
-    dir = ".redwood-cache";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error("cannot create the profile cache " + dir + ": " + ec.message());
-  return dir;
+  return make_cache_dir();
 }
 
 // A cheap identity of the model files (no hashing of weights): absolute path,
