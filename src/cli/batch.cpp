@@ -22,6 +22,7 @@
 #include "src/model/fingerprint.h"
 #include "src/spec/generation.h"
 #include "src/util/error.h"
+#include "src/util/file_version.h"
 
 namespace redwood::cli {
 
@@ -84,12 +85,17 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   // ---- everything that can be wrong is found before the weights load ----
   jobs::PromptFile pf = jobs::read_prompts(job.prompts, job.skip_bad_lines);
   LoadedModel m = load_model(job.target, /*with_weights=*/false);
+  // The model files as loaded: checked again before each prompt and before
+  // its line is written (a file changed under the job stops it).
+  std::vector<FileVersion> model_files;
+  for (const std::string& f : m.desc.files) model_files.push_back(file_version(f));
   std::optional<LoadedModel> d;
   std::optional<spec::DraftSetup> ds;
   const bool auto_tree = !job.draft.empty() && job.tree == "auto";
   std::string auto_choice;  // what --tree auto chose (summary)
   if (!job.draft.empty()) {
     d = load_model(job.draft, /*with_weights=*/false);
+    for (const std::string& f : d->desc.files) model_files.push_back(file_version(f));
     if (d->desc.hp.vocab != m.desc.hp.vocab || d->desc.tokenizer.tokens != m.desc.tokenizer.tokens)
       throw Error(job.where("model.draft") + ": the draft's vocabulary differs from the target's");
     ds.emplace();
@@ -148,6 +154,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   run.device_mem = job.device_mem;
   run.host_mem = job.host_mem;
   run.ring = job.ring;
+  run.verify_io = job.verify_io;
   offload::RunShape shape;
   shape.ctx = job.ctx;
   shape.max_tokens = std::max(std::min(job.ctx, job.prefill_chunk), tree_nodes + 1);
@@ -220,8 +227,17 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     progress.update(ps, force);
   };
   if (!todo.empty()) refresh(true);  // (else the final line below is the only one)
+  // A model file changed since it was loaded: stop before (or instead of)
+  // writing prompt `it`'s line; the lines already written stay.
+  auto check_model_files = [&](const jobs::PromptItem& it) {
+    for (const FileVersion& v : model_files)
+      if (const std::string what = file_change(v); !what.empty())
+        throw Error(v.path + ": the model file changed while the job ran (" + what + "); stopped before writing id " +
+                    it.id.dump() + " (this run wrote " + std::to_string(ps.done_this_run) + " of its lines)");
+  };
   for (size_t i : todo) {
     const jobs::PromptItem& it = items[i];
+    check_model_files(it);
     spec::GenerationRequest req;
     req.prompt = tokens[i];
     req.sampling = job.sampling;
@@ -255,6 +271,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
       passes += g.spec->target_passes;
       pass_tokens += g.spec->emitted;
     }
+    check_model_files(it);
     writer.append(nlohmann::ordered_json{{"id", it.id},
                                          {"text", g.text},
                                          {"tokens", g.tokens},
@@ -341,7 +358,8 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
               {"seed", job.sampling.seed},
               {"max_tokens", job.max_tokens},
               {"device_mem", job.device_mem},
-              {"host_mem", job.host_mem}}}};
+              {"host_mem", job.host_mem},
+              {"verify_io", job.verify_io}}}};
   if (m.streamed) s["offload"] = offload_stats(m);
   write_output_file(job.summary, s.dump(2) + "\n");
   return {std::move(s), interrupted};

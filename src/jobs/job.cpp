@@ -71,14 +71,18 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   model.str("draft", job.draft);
 
   const Section mem = section("memory");
-  mem.only({"device", "host", "ring", "ctx", "threads"});
+  mem.only({"device", "host", "ring", "ctx", "threads", "verify_io"});
   mem.str("device", job.device_mem);
   mem.str("host", job.host_mem);
   mem.integer("ring", job.ring, 2, 64);
   mem.integer("ctx", job.ctx, 16, 1 << 24);
   mem.integer("threads", job.threads, 0, 1024);
+  mem.boolean("verify_io", job.verify_io);
   check_size(job, "memory.device", job.device_mem);
   check_size(job, "memory.host", job.host_mem);
+  if (job.verify_io && job.device_mem.empty() && job.host_mem.empty())
+    throw Error(job.where("memory.verify_io") +
+                ": checks streamed layers, and without memory.device or memory.host nothing is streamed");
 
   const Section sp = section("speculation");
   sp.only({"tree", "verify", "budget", "depth", "threshold", "delta", "width", "acceptance", "prefill_chunk",
