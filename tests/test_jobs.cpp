@@ -402,6 +402,8 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
   // The same settings resume; a line without settings (an older redwood's) is counted, not refused.
   const std::string same =
       "{\"id\":\"b\",\"finish_reason\":\"stop\",\"settings\":{\"max_tokens\":6,\"temperature\":0.9}}\n";
+  const std::string same_c =  // the same, another id (an id is on one line only)
+      "{\"id\":\"c\",\"finish_reason\":\"stop\",\"settings\":{\"max_tokens\":6,\"temperature\":0.9}}\n";
   write("s.jsonl", same + "{\"id\":\"c\",\"finish_reason\":\"stop\"}\n");
   const ResumeState s = prepare_output(o, mine);
   EXPECT_EQ(s.lines, 2);
@@ -414,7 +416,7 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
             std::string::npos);
   // A key this run records that an older line lacks (target_fingerprint) is not
   // held against it: the line is checked on the keys it has, and counted.
-  write("s.jsonl", same + same);
+  write("s.jsonl", same + same_c);
   nlohmann::json more = mine;
   more["target_fingerprint"] = "0123456789abcdef";
   EXPECT_NE(error_of([&] { (void)prepare_output(o, more); }).find("target_fingerprint (none) -> "),
@@ -427,13 +429,14 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
   // old and new lines resumes, counting only the old ones.
   nlohmann::json same_fp = nlohmann::json::parse(same);
   same_fp["settings"]["target_fingerprint"] = "0123456789abcdef";
+  same_fp["id"] = "c";
   write("s.jsonl", same + same_fp.dump() + "\n");
   const ResumeState mixed = prepare_output(o, more, {"target_fingerprint"});
   EXPECT_EQ(mixed.lines, 2);
   EXPECT_EQ(mixed.partly_checked, 1);
   write("s.jsonl", same_fp.dump() + "\n");
   EXPECT_EQ(prepare_output(o, more, {"target_fingerprint"}).partly_checked, 0);
-  write("s.jsonl", same + same);
+  write("s.jsonl", same + same_c);
   more["max_tokens"] = 7;  // ... but the keys it has still count
   EXPECT_NE(error_of([&] { (void)prepare_output(o, more, {"target_fingerprint"}); }).find("max_tokens 6 -> 7)"),
             std::string::npos);
@@ -446,6 +449,59 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
               (void)prepare_output(o, more, {"target_fingerprint"});
             }).find("target_fingerprint \"fedcba9876543210\" -> \"0123456789abcdef\""),
             std::string::npos);
+}
+
+// Issue 32: resume checks what is already there. A duplicated id is refused
+// (it counted twice: "25 prompts done" for 24), and so is a line answered for
+// a prompt since edited under the same id; a line without a prompt hash (an
+// older redwood's) is counted, a line whose id is not among the prompts is
+// kept but not done. Errors leave the file untouched.
+TEST_F(JobFiles, ResumeChecksIdsAndPromptHashes) {
+  PromptItem a, b, c;
+  a.key = "\"a\"";
+  a.prompt = "Say hi.";
+  b.key = "\"b\"";
+  b.messages = {{"user", "Say hi."}};
+  c = a;
+  c.prompt = "Say bye.";
+  const PromptHashes now = {{a.key, prompt_hash(a, false)}, {b.key, prompt_hash(b, false)}};
+  EXPECT_EQ(now.at(a.key).size(), 16u);
+  EXPECT_NE(prompt_hash(a, false), prompt_hash(a, true));  // the chat flag counts
+  EXPECT_NE(prompt_hash(a, false), prompt_hash(c, false));
+  EXPECT_NE(prompt_hash(a, true), prompt_hash(b, true));  // text vs messages
+  auto line = [](const std::string& id, const std::string& hash) {
+    nlohmann::ordered_json j = {{"id", id}, {"text", "x"}, {"finish_reason", "stop"}};
+    if (!hash.empty()) j["prompt_hash"] = hash;
+    return j.dump() + "\n";
+  };
+  const std::string o = path("h.jsonl");
+  const std::string good = line("a", now.at(a.key)) + line("b", now.at(b.key));
+  write("h.jsonl", good);
+  ResumeState s = prepare_output(o, {}, {}, &now);
+  EXPECT_EQ(s.done.size(), 2u);
+  EXPECT_EQ(s.no_prompt_hash + s.foreign, 0);
+
+  const std::string dup = good + line("a", now.at(a.key));
+  write("h.jsonl", dup);
+  EXPECT_EQ(error_of([&] { (void)prepare_output(o, {}, {}, &now); }),
+            o + ":3: id \"a\" is already on line 1 (a duplicated id: the file was changed by hand or by something "
+                "else); fix or move the file");
+  EXPECT_NE(error_of([&] { (void)prepare_output(o); }).find("duplicated id"), std::string::npos);  // always
+  EXPECT_EQ(slurp(o), dup);
+
+  const std::string edited = line("a", prompt_hash(c, false)) + line("b", now.at(b.key));
+  write("h.jsonl", edited);
+  EXPECT_EQ(error_of([&] { (void)prepare_output(o, {}, {}, &now); }),
+            o + ":1: id \"a\" was answered for another prompt (the prompt with this id was edited since); resuming "
+                "would keep the stale answer: choose another output path, or remove that line");
+  EXPECT_EQ(slurp(o), edited);
+
+  write("h.jsonl", line("a", "") + line("b", now.at(b.key)) + line("zz", now.at(a.key)));
+  s = prepare_output(o, {}, {}, &now);
+  EXPECT_EQ(s.no_prompt_hash, 1);
+  EXPECT_EQ(s.foreign, 1);
+  EXPECT_EQ(s.lines, 3);
+  EXPECT_EQ(s.done, (std::unordered_set<std::string>{"\"a\"", "\"b\""}));
 }
 
 TEST_F(JobFiles, OneRunAtATimeHoldsTheOutput) {

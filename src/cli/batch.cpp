@@ -174,7 +174,9 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   jobs::create_output_dirs(job);
   const jobs::OutputLock lock(job.output);
   const nlohmann::json settings = output_settings(job, m.desc);
-  const jobs::ResumeState rs = jobs::prepare_output(job.output, settings, {"target_fingerprint"});
+  jobs::PromptHashes prompt_hashes;
+  for (const auto& it : items) prompt_hashes.emplace(it.key, jobs::prompt_hash(it, job.chat));
+  const jobs::ResumeState rs = jobs::prepare_output(job.output, settings, {"target_fingerprint"}, &prompt_hashes);
   if (rs.torn_bytes > 0)  // even when quiet: the file was changed
     std::fprintf(hooks.log, "redwood: %s: dropped a torn last line (%lld bytes) left by an interrupted run\n",
                  job.output.c_str(), static_cast<long long>(rs.torn_bytes));
@@ -185,6 +187,16 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     std::fprintf(hooks.log,
                  "redwood: %s: %lld lines from an older redwood carry no settings; assuming they match this job's\n",
                  job.output.c_str(), static_cast<long long>(rs.unchecked));
+  if (rs.no_prompt_hash > 0)
+    std::fprintf(hooks.log,
+                 "redwood: %s: %lld lines from an older redwood carry no prompt hash; not checked against the "
+                 "prompts\n",
+                 job.output.c_str(), static_cast<long long>(rs.no_prompt_hash));
+  if (rs.foreign > 0)
+    std::fprintf(hooks.log,
+                 "redwood: %s: %lld lines have ids that are not in %s (among its usable prompts); kept, not counted as "
+                 "done\n",
+                 job.output.c_str(), static_cast<long long>(rs.foreign), job.prompts.c_str());
   std::vector<size_t> todo;
   for (size_t i = 0; i < items.size(); ++i)
     if (!rs.done.count(items[i].key)) todo.push_back(i);
@@ -278,6 +290,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
                                          {"n_tokens", g.tokens.size()},
                                          {"finish_reason", g.finish},
                                          {"metrics", std::move(metrics)},
+                                         {"prompt_hash", prompt_hashes.at(it.key)},
                                          {"settings", settings}});
     ps.done++;
     ps.done_this_run++;

@@ -1,5 +1,6 @@
 #include "src/jobs/prompts.h"
 
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <string>
@@ -97,6 +98,30 @@ PromptFile read_prompts(const std::string& path, bool skip_bad, const char* fail
   }
   if (in.bad()) throw Error(path + ": read error");
   return out;
+}
+
+std::string prompt_hash(const PromptItem& it, bool chat) {
+  uint64_t h = 1469598103934665603ull;
+  auto bytes = [&](std::string_view b) {
+    for (unsigned char c : b) h = (h ^ c) * 1099511628211ull;
+  };
+  auto field = [&](std::string_view b) {  // length-prefixed: no two splits hash alike
+    bytes(std::to_string(b.size()) + ":");
+    bytes(b);
+  };
+  if (it.messages.empty()) {
+    bytes(chat ? "chat-prompt;" : "prompt;");
+    field(it.prompt);
+  } else {
+    bytes("messages;");
+    for (const ChatMessage& m : it.messages) {
+      field(m.role);
+      field(m.content);
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 }  // namespace redwood::jobs

@@ -6,6 +6,8 @@
 Checks:
     changed model : a streamed target rewritten under a running job stops it (exit 1, one line naming
                     the file), and no line is written after the change; [memory] verify_io = true runs.
+    resume checks : a duplicated id, or a line answered for a prompt since edited under its id -> exit 1,
+                    one line, the file untouched; a line whose id is not a prompt is kept, reported, not done.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
@@ -64,6 +66,44 @@ def main() -> int:
 
     def run(job: str, *extra: str, timeout: int = 300) -> subprocess.CompletedProcess:
         return subprocess.run([rw, "batch", job, "-q", *extra], capture_output=True, text=True, timeout=timeout, env=env)
+
+    # ---- resume checks what the output already holds ----
+    few = write(os.path.join(tmp, "few.jsonl"),
+                "".join(json.dumps({"id": f"p{i}", "prompt": f"Say {i}."}) + "\n" for i in range(4)))
+    out = os.path.join(tmp, "resume.jsonl")
+    job = write(os.path.join(tmp, "resume.toml"), job_text(args.model, out, few, max_tokens=2))
+    p = run(job)
+    check("resume: the first run", p.returncode == 0 and count_lines(out) == 4, p.stderr[-600:])
+    with open(out) as f:
+        orig = f.read()
+    first = orig.splitlines(keepends=True)[0]
+
+    def resume_refused(name: str, content: str, expect: str) -> None:
+        write(out, content)
+        p = run(job)
+        with open(out) as f:
+            after = f.read()
+        check(f"resume: {name}: refused, file untouched", p.returncode == 1 and p.stderr.count("\n") == 1 and
+              expect in p.stderr and after == content, f"rc {p.returncode}: {p.stderr[-600:]}")
+
+    resume_refused("a duplicated id", orig + first, ':5: id "p0" is already on line 1')
+    write(few, few_text := open(few).read().replace("Say 2.", "Say two."))
+    resume_refused("a prompt edited under its id", orig, ':3: id "p2" was answered for another prompt')
+    write(few, few_text.replace("Say two.", "Say 2."))
+    foreign = json.loads(first)
+    foreign["id"] = "not-a-prompt"
+    write(out, orig + json.dumps(foreign) + "\n")
+    p = run(job)
+    s = json.load(open(out + ".summary.json"))
+    check("resume: a line whose id is not a prompt: kept, reported, not counted", p.returncode == 0 and
+          "1 lines have ids that are not in" in p.stderr and count_lines(out) == 5 and s["prompts"]["done"] == 4,
+          p.stderr[-600:])
+    old = "".join(json.dumps({k: v for k, v in json.loads(l).items() if k != "prompt_hash"}) + "\n"
+                  for l in orig.splitlines())
+    write(out, old)
+    p = run(job)
+    check("resume: lines without a prompt hash (older redwood): accepted and said so", p.returncode == 0 and
+          "4 lines from an older redwood carry no prompt hash" in p.stderr, p.stderr[-600:])
 
     # ---- verify_io = true is a job key (it was rejected as unknown) ----
     out = os.path.join(tmp, "vio.jsonl")
