@@ -131,14 +131,25 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<jobs::PromptItem> items;
   for (auto& it : pf.items) {
-    std::vector<int32_t> t = encode_prompt(it, job, m);
+    // Bounded by bytes first: tokenizing a huge line costs memory in
+    // proportion to it, whatever memory.device says.
+    size_t bytes = it.prompt.size();
+    for (const ChatMessage& msg : it.messages) bytes += msg.role.size() + msg.content.size();
+    std::vector<int32_t> t;
     std::string err;
-    if (t.empty())
-      err = "the prompt encodes to no tokens";
-    else if (static_cast<int>(t.size()) + job.max_tokens + tree_nodes + 2 > job.ctx)
-      err = "the prompt has " + std::to_string(t.size()) + " tokens; with max_tokens " +
-            std::to_string(job.max_tokens) + (tree_nodes ? " and a tree of " + std::to_string(tree_nodes) : "") +
-            " it exceeds memory.ctx = " + std::to_string(job.ctx);
+    if (static_cast<int64_t>(bytes) > max_prompt_bytes(job.ctx))
+      err = "id " + it.id.dump() + ": the prompt is " + std::to_string(bytes) + " bytes; memory.ctx = " +
+            std::to_string(job.ctx) + " allows at most " + std::to_string(kPromptBytesPerToken) +
+            " bytes per token (" + std::to_string(max_prompt_bytes(job.ctx)) + "), so it is not tokenized";
+    if (err.empty()) {
+      t = encode_prompt(it, job, m);
+      if (t.empty())
+        err = "the prompt encodes to no tokens";
+      else if (static_cast<int>(t.size()) + job.max_tokens + tree_nodes + 2 > job.ctx)
+        err = "the prompt has " + std::to_string(t.size()) + " tokens; with max_tokens " +
+              std::to_string(job.max_tokens) + (tree_nodes ? " and a tree of " + std::to_string(tree_nodes) : "") +
+              " it exceeds memory.ctx = " + std::to_string(job.ctx);
+    }
     if (!err.empty()) {
       err = job.prompts + ":" + std::to_string(it.line) + ": " + err;
       if (!job.skip_bad_lines) throw Error(err + " (raise memory.ctx, or set input.on_bad_line = \"skip\")");

@@ -104,6 +104,14 @@ int run_generate(GenerateOptions& o) {
     for (int32_t t : prompt)
       if (t < 0 || t >= m.desc.hp.vocab) throw Error("--prompt-tokens: id " + std::to_string(t) + " out of range");
   } else {
+    // Bounded by bytes before tokenizing (tokenizing costs memory in
+    // proportion to the text): by --ctx, else by the model's trained context.
+    const int bound = o.ctx > 0 ? o.ctx : m.desc.hp.ctx_len;
+    if (bound > 0 && static_cast<int64_t>(o.prompt.size()) > max_prompt_bytes(bound))
+      throw Error("--prompt is " + std::to_string(o.prompt.size()) + " bytes; " +
+                  (o.ctx > 0 ? "--ctx " : "the model's context (no --ctx) ") + std::to_string(bound) +
+                  " allows at most " + std::to_string(kPromptBytesPerToken) + " bytes per token (" +
+                  std::to_string(max_prompt_bytes(bound)) + "), so it is not tokenized");
     std::string text = o.prompt;
     if (o.chat) text = apply_chat_template(m.desc.chat_template, {{"user", o.prompt}});
     prompt = m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);

@@ -80,6 +80,12 @@ void finish_run(const LoadedModel& m, const RunOptions& run);
 // Parses a whole option value as an integer in [lo, hi] / a finite number;
 // throws redwood::Error naming the option (e.g. "--budget: expected an
 // integer in [1, 8192], got 'x'").
+// Prompts are bounded by bytes before they are tokenized (tokenizing costs
+// memory in proportion to the text): at most kPromptBytesPerToken bytes per
+// token of the context. Generous: real text is 3-5 bytes per token.
+inline constexpr int64_t kPromptBytesPerToken = 64;
+inline int64_t max_prompt_bytes(int ctx) { return kPromptBytesPerToken * static_cast<int64_t>(ctx); }
+
 int parse_int_arg(const std::string& s, const char* what, int lo, int hi);
 double parse_double_arg(const std::string& s, const char* what);
 

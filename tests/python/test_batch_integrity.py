@@ -8,6 +8,8 @@ Checks:
                     the file), and no line is written after the change; [memory] verify_io = true runs.
     resume checks : a duplicated id, or a line answered for a prompt since edited under its id -> exit 1,
                     one line, the file untouched; a line whose id is not a prompt is kept, reported, not done.
+    long prompt   : a prompt of more than 64 bytes per token of the context (8 MiB, ctx 256) is refused before
+                    it is tokenized (small peak RSS), naming its id; on_bad_line = "skip" skips it; generate too.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
@@ -66,6 +68,34 @@ def main() -> int:
 
     def run(job: str, *extra: str, timeout: int = 300) -> subprocess.CompletedProcess:
         return subprocess.run([rw, "batch", job, "-q", *extra], capture_output=True, text=True, timeout=timeout, env=env)
+
+    # ---- a huge prompt is bounded by bytes before tokenizing ----
+    big = write(os.path.join(tmp, "big.jsonl"), json.dumps({"id": "big", "prompt": "word " * ((8 << 20) // 5)}) + "\n" +
+                json.dumps({"id": "small", "prompt": "Say hi."}) + "\n")
+    out = os.path.join(tmp, "big.out.jsonl")
+    job = write(os.path.join(tmp, "big.toml"), job_text(args.model, out, big, "ctx = 256\n", max_tokens=2))
+    t0 = time.time()
+    proc = subprocess.Popen([rw, "batch", job, "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    err = proc.stderr.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    rss_mib = ru.ru_maxrss / 1024
+    check("8 MiB prompt, ctx 256: refused before tokenizing, naming the id", proc.returncode == 1 and
+          err.count("\n") == 1 and ':1: id "big": the prompt is ' in err and "so it is not tokenized" in err and
+          'on_bad_line = "skip"' in err and not os.path.exists(out), f"rc {proc.returncode}: {err[-600:]}")
+    check("8 MiB prompt: small peak memory", rss_mib < 200, f"{rss_mib:.0f} MiB, {time.time() - t0:.1f} s")
+    job = write(os.path.join(tmp, "big_skip.toml"),
+                job_text(args.model, out, big, "ctx = 256\n", max_tokens=2).replace("[output]",
+                                                                                    'on_bad_line = "skip"\n[output]'))
+    p = run(job)
+    check("8 MiB prompt, on_bad_line = skip: skipped, the rest runs", p.returncode == 0 and
+          'skipped ' in p.stderr and 'id "big"' in p.stderr and [r["id"] for r in lines_of(out)] == ["small"],
+          p.stderr[-600:])
+    p = subprocess.run([rw, "generate", "--model", args.model, "--ctx", "64", "--max-tokens", "2",
+                        "--prompt", "x" * 100000], capture_output=True, text=True, timeout=120, env=env)
+    check("generate --prompt of 100000 bytes, --ctx 64: refused before tokenizing", p.returncode == 1 and
+          "--prompt is 100000 bytes; --ctx 64 allows at most 64 bytes per token (4096)" in p.stderr, p.stderr[-600:])
 
     # ---- resume checks what the output already holds ----
     few = write(os.path.join(tmp, "few.jsonl"),
