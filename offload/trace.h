@@ -20,7 +20,7 @@ class Trace {
   // One complete event [begin, end) on a track; bytes (if non-zero) goes into args.
   void add(Track track, std::string name, Clock::time_point begin, Clock::time_point end, uint64_t bytes = 0);
   size_t size() const;
-  std::string json() const;  // the CLI writes it with write_file_atomic
+  std::string json() const;  // the CLI writes it with write_output_file
 
  private:
   struct Event {

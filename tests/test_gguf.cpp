@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include "src/model/fingerprint.h"
 #include "src/model/gguf.h"
@@ -43,6 +46,7 @@ TEST(Gguf, TinyModelRoundTrip) {
 // has the same, another seed (other weights, same shape) or another type does
 // not, and neither does one flipped byte at the start of one tensor's data.
 TEST(Gguf, FingerprintFollowsContentNotPath) {
+  setenv("REDWOOD_CACHE_DIR", (::testing::TempDir() + "fp_cache_follows").c_str(), 1);  // not the user's
   const std::string a = ::testing::TempDir() + "fp_a.gguf", b = ::testing::TempDir() + "fp_b.gguf";
   testutil::TinyShape s;
   s.type = DType::Q4_0;
@@ -73,6 +77,103 @@ TEST(Gguf, FingerprintFollowsContentNotPath) {
     f.put(static_cast<char>(c ^ 0x10));
   }
   EXPECT_NE(model_fingerprint(load_model_desc(b)), fa);
+}
+
+namespace {
+// A fresh cache directory for the content hashes (REDWOOD_CACHE_DIR).
+std::string fresh_cache(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + name;
+  std::filesystem::remove_all(dir);
+  setenv("REDWOOD_CACHE_DIR", dir.c_str(), 1);
+  return dir;
+}
+std::vector<std::string> cache_entries(const std::string& dir) {
+  std::vector<std::string> v;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind("content-hash-", 0) == 0) v.push_back(e.path().string());
+  return v;
+}
+void flip_byte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  const char c = static_cast<char>(f.get());
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.put(static_cast<char>(c ^ 0x10));
+}
+}  // namespace
+
+// Issue 32: the fingerprint hashed the first 256 bytes of each tensor, so a
+// change in the middle of a tensor went unnoticed (and a resumed batch job
+// mixed two models in one file). Now every byte counts.
+TEST(Gguf, FingerprintCoversEveryByteOfEveryTensor) {
+  fresh_cache("fp_cache_every");
+  const std::string a = ::testing::TempDir() + "fp_every_a.gguf", b = ::testing::TempDir() + "fp_every_b.gguf";
+  testutil::TinyShape s;
+  s.type = DType::Q4_0;
+  testutil::write_tiny_llama(a, s);
+  const ModelDesc ma = load_model_desc(a);
+  const std::string fa = model_fingerprint(ma);
+  for (const TensorExtent* w : {&ma.layers[1].w_up, &ma.layers[0].w_down, &ma.tok_embd}) {
+    ASSERT_GT(w->bytes, 1024u) << w->name;
+    std::filesystem::copy_file(a, b, std::filesystem::copy_options::overwrite_existing);
+    flip_byte(b, w->offset + w->bytes / 2);
+    EXPECT_NE(model_fingerprint(load_model_desc(b)), fa) << w->name;
+    std::filesystem::copy_file(a, b, std::filesystem::copy_options::overwrite_existing);
+    flip_byte(b, w->offset + w->bytes - 1);  // the last byte
+    EXPECT_NE(model_fingerprint(load_model_desc(b)), fa) << w->name;
+  }
+  std::filesystem::copy_file(a, b, std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(model_fingerprint(load_model_desc(b)), fa);  // a copy: the same
+}
+
+// The whole-content hash is cached by the file's version (path, size, times,
+// inode): a second call reads the cache, not the file; a changed file (mtime,
+// size, or content rewritten with its mtime restored) is hashed again.
+TEST(Gguf, FingerprintContentHashCache) {
+  const std::string dir = fresh_cache("fp_cache_reuse");
+  const std::string a = ::testing::TempDir() + "fp_cache_a.gguf";
+  testutil::TinyShape s;
+  s.type = DType::Q4_0;
+  testutil::write_tiny_llama(a, s);
+  const std::string fa = model_fingerprint(load_model_desc(a));
+  std::vector<std::string> entries = cache_entries(dir);
+  ASSERT_EQ(entries.size(), 1u);
+  auto poison = [](const std::string& entry) {  // keeps the key line, replaces the hash
+    std::ifstream in(entry);
+    std::string key;
+    std::getline(in, key);
+    in.close();
+    std::ofstream(entry, std::ios::trunc) << key << "\n0123456789abcdef\n";
+  };
+  poison(entries[0]);
+  EXPECT_NE(model_fingerprint(load_model_desc(a)), fa);  // taken from the cache: the file was not read
+
+  // A new mtime: hashed again, the true value.
+  std::filesystem::last_write_time(a, std::filesystem::last_write_time(a) + std::chrono::seconds(1));
+  EXPECT_EQ(model_fingerprint(load_model_desc(a)), fa);
+
+  // Content rewritten in place, same size, mtime put back: still hashed again.
+  const ModelDesc ma = load_model_desc(a);
+  const auto mtime = std::filesystem::last_write_time(a);
+  for (const std::string& e : cache_entries(dir)) poison(e);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // past the clock's granularity
+  flip_byte(a, ma.layers[1].w_up.offset + ma.layers[1].w_up.bytes / 2);
+  std::filesystem::last_write_time(a, mtime);
+  const std::string changed = model_fingerprint(load_model_desc(a));
+  EXPECT_NE(changed, fa);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(model_fingerprint(load_model_desc(a)), changed);  // the true content's, not the poisoned cache's
+  flip_byte(a, ma.layers[1].w_up.offset + ma.layers[1].w_up.bytes / 2);  // back, but a new version
+  EXPECT_EQ(model_fingerprint(load_model_desc(a)), fa);
+
+  // A new size: hashed again.
+  for (const std::string& e : cache_entries(dir)) poison(e);
+  std::ofstream(a, std::ios::app | std::ios::binary) << std::string(64, '\0');
+  const std::string grown = model_fingerprint(load_model_desc(a));
+  EXPECT_NE(grown, fa);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(model_fingerprint(load_model_desc(a)), grown);
 }
 
 TEST(Gguf, RealModelMetadata) {

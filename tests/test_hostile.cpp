@@ -5,12 +5,17 @@
 // The fuzzing regression corpus (tests/fuzz/corpus/) is replayed through the
 // fuzz harness: each input loads or throws redwood::Error.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <typeinfo>
@@ -18,8 +23,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/model/gguf.h"
 #include "src/model/model_desc.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
+#include "src/util/output_path.h"
 #include "tests/fuzz/fuzz_harness.h"
 
 namespace fs = std::filesystem;
@@ -144,6 +152,113 @@ TEST(FuzzCorpus, HostileGgufThroughHarness) {
       ADD_FAILURE() << c.file << ": threw " << typeid(e).name() << ": " << e.what();
     }
   }
+}
+
+// ---- Issue 32: files that are not regular files -------------------------------
+
+class HostilePaths : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("redwood-hostile-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+// Runs f in a child process: 0 when it threw a redwood::Error containing
+// `expect`, 1 for another outcome, -1 when it was still blocked after 10 s
+// (the old code waited in open() for a FIFO writer forever).
+int outcome_in_child(const std::function<void()>& f, const std::string& expect, std::string& detail) {
+  int fds[2];
+  if (::pipe(fds) != 0) return 1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string msg = "returned without error";
+    int rc = 1;
+    try {
+      f();
+    } catch (const Error& e) {
+      msg = e.what();
+      rc = msg.find(expect) != std::string::npos ? 0 : 1;
+    } catch (const std::exception& e) {
+      msg = std::string("non-redwood exception: ") + e.what();
+    }
+    (void)!::write(fds[1], msg.data(), msg.size());
+    ::_exit(rc);
+  }
+  ::close(fds[1]);
+  int status = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      char buf[512];
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      detail.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
+      ::close(fds[0]);
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    ::usleep(10000);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  ::close(fds[0]);
+  detail = "blocked (hung) on the FIFO";
+  return -1;
+}
+
+TEST_F(HostilePaths, FifoInputsAreRefusedAtOnce) {
+  const std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_directories(path("hf"));
+  ASSERT_EQ(::mkfifo(path("hf/config.json").c_str(), 0600), 0);
+  const struct {
+    const char* name;
+    std::function<void()> f;
+  } cases[] = {
+      {"load_model_desc", [&] { (void)load_model_desc(fifo); }},
+      {"GgufFile::open", [&] { (void)GgufFile::open(fifo); }},
+      {"read_text_file", [&] { (void)read_text_file(fifo, "the job file"); }},
+      {"safetensors config.json", [&] { (void)load_model_desc(path("hf")); }},
+  };
+  for (const auto& c : cases) {
+    std::string detail;
+    EXPECT_EQ(outcome_in_child(c.f, "FIFO", detail), 0) << c.name << ": " << detail;
+    EXPECT_EQ(detail.find('\n'), std::string::npos) << detail;
+  }
+}
+
+// The output-path policy (src/util/output_path.h): an input however spelled,
+// a non-regular file, a file inside an input directory.
+TEST_F(HostilePaths, OutputPathPolicy) {
+  const std::string in = path("m.gguf");
+  std::ofstream(in) << "model";
+  fs::create_directories(path("sub"));
+  fs::create_symlink(in, path("link.gguf"));
+  fs::create_hard_link(in, path("hard.gguf"));
+  for (const std::string& out : {in, path("sub/../m.gguf"), path("./m.gguf"), path("link.gguf"), path("hard.gguf")})
+    EXPECT_NE(output_path_problem(out, {in}).find("refusing to overwrite an input"), std::string::npos) << out;
+  EXPECT_EQ(output_path_problem(path("other.gguf"), {in}), "");
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  EXPECT_NE(output_path_problem(path("fifo"), {}).find("not a regular file"), std::string::npos);
+  EXPECT_EQ(output_path_problem(path("fifo"), {}, /*fifo_ok=*/true), "");
+  EXPECT_NE(output_path_problem("/dev/null", {}).find("not a regular file"), std::string::npos);
+  EXPECT_NE(output_path_problem(path("sub"), {}).find("is a directory"), std::string::npos);
+  EXPECT_NE(output_path_problem(path("sub/x.json"), {path("sub")}).find("inside the input directory"),
+            std::string::npos);
+  EXPECT_THROW(write_output_file(path("fifo"), "x"), Error);
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
+  write_output_file(path("other.gguf"), "out");
+  EXPECT_EQ(tiny::read_all(path("other.gguf")), "out");
+  EXPECT_EQ(tiny::read_all(in), "model");
+  // The rename re-checks: a FIFO that appeared since is not replaced.
+  std::ofstream(path("t.tmp")) << "x";
+  EXPECT_THROW(rename_output_into_place(path("t.tmp"), path("fifo")), Error);
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
+  EXPECT_FALSE(fs::exists(path("t.tmp")));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // the prompt file reader, resuming an output with a torn last line, the
 // writer, percentiles and progress text.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -207,6 +208,51 @@ TEST_F(JobFiles, CheckJobFindsMissingFilesAndDefaultsTheSummary) {
   EXPECT_EQ(error_of([&] { check_job(k); }).rfind("job.toml: input.prompts: missing", 0), 0u);
 }
 
+// Issue 32: output.summary (and output.path) must be neither the results file
+// (however spelled: "out/./sp.jsonl", "sub/../out/sp.jsonl", a symlink) nor an
+// input of the job (prompts, target, draft, the job file itself) nor an
+// existing non-regular file; validation refuses before anything runs.
+TEST_F(JobFiles, CheckJobRefusesOutputsThatAreInputsOrTheResults) {
+  const std::string model = write("m.gguf", "x");
+  const std::string prompts = write("p.jsonl", "{\"id\": 1, \"prompt\": \"hi\"}\n");
+  fs::create_directories(path("out"));
+  const std::string text = "[model]\ntarget = \"" + model + "\"\n[input]\nprompts = \"" + prompts +
+                           "\"\n[output]\npath = \"" + path("out/sp.jsonl") + "\"\n";
+  const std::string job_file = write("job.toml", text);
+  auto job_with_summary = [&](const std::string& summary) {
+    JobConfig j = parse_job_text(text + "summary = \"" + summary + "\"\n", job_file);
+    return j;
+  };
+  auto refused = [&](const std::string& summary, const std::string& expect) {
+    JobConfig j = job_with_summary(summary);
+    const std::string e = error_of([&] { check_job(j); });
+    EXPECT_EQ(e.rfind(job_file + ":7: output.summary: ", 0), 0u) << summary << ": " << e;
+    EXPECT_NE(e.find(expect), std::string::npos) << summary << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  refused(path("out/./sp.jsonl"), "is the results file");  // the results file does not exist yet
+  refused(path("out/../out/sp.jsonl"), "is the results file");
+  write("out/sp.jsonl", "");
+  fs::create_symlink(path("out/sp.jsonl"), path("link.jsonl"));
+  refused(path("link.jsonl"), "is the results file");
+  refused(path("out/../p.jsonl"), "refusing to overwrite an input");
+  refused(model, "refusing to overwrite an input");
+  refused(path("./job.toml"), "refusing to overwrite an input");
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  refused(path("fifo"), "not a regular file");
+  // output.path itself: the model is an input; a FIFO is not a results file.
+  JobConfig j = job_with_summary(path("s.json"));
+  j.output = path("./m.gguf");
+  EXPECT_NE(error_of([&] { check_job(j); }).find("output.path: '" + path("./m.gguf") + "' is the input"),
+            std::string::npos);
+  j.output = path("fifo");
+  EXPECT_NE(error_of([&] { check_job(j); }).find("not a regular file"), std::string::npos);
+  // A summary beside the results file is fine.
+  JobConfig ok = job_with_summary(path("out/sp.summary.json"));
+  check_job(ok);
+  EXPECT_EQ(slurp(model), "x");
+}
+
 // A model may be a Hugging Face directory (config.json + *.safetensors), as
 // Llama-2-70b-hf ships; a directory without config.json is named as such.
 TEST_F(JobFiles, CheckJobTakesAHuggingFaceDirectoryAsAModel) {
@@ -227,7 +273,7 @@ TEST_F(JobFiles, CheckJobTakesAHuggingFaceDirectoryAsAModel) {
 }
 
 TEST(Prompts, LinesParseOrSayWhatIsWrong) {
-  const PromptItem a = parse_prompt_line(R"({"id": "a", "prompt": "hello", "extra": [1]})");
+  const PromptItem a = parse_prompt_line(R"({"id": "a", "prompt": "hello"})");
   EXPECT_EQ(a.key, "\"a\"");
   EXPECT_EQ(a.prompt, "hello");
   const PromptItem b = parse_prompt_line(R"({"id": 7, "messages": [{"role": "user", "content": "hi"}]})");
@@ -253,9 +299,23 @@ TEST(Prompts, LinesParseOrSayWhatIsWrong) {
       {"{\"id\": 1, \"messages\": [{\"role\": \"user\"}]}", "a message needs a string \"content\""},
       {"{\"id\": 1, \"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "message role 'robot'"},
       {"{\"id\": 1, \"prompt\": \"\xff\"}", "not valid JSON"},
+      // Issue 32: a key given twice, or one no prompt line has, was silently ignored.
+      {"{\"id\": 1, \"prompt\": \"x\", \"prompt\": \"y\"}", "duplicate key \"prompt\""},
+      {"{\"id\": 1, \"id\": 2, \"prompt\": \"x\"}", "duplicate key \"id\""},
+      {"{\"id\": 1, \"messages\": [{\"role\": \"user\", \"role\": \"system\", \"content\": \"x\"}]}",
+       "duplicate key \"role\""},
+      {"{\"id\": 1, \"prompt\": \"x\", \"temperature\": 5}", "unknown key \"temperature\""},
+      {"{\"id\": 1, \"prompt\": \"x\", \"extra\": [1]}", "unknown key \"extra\""},
+      {"{\"id\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": \"n\"}]}",
+       "unknown key \"name\" in a message"},
   };
   for (const auto& c : bad)
     EXPECT_EQ(error_of([&] { (void)parse_prompt_line(c.line); }).rfind(c.expected, 0), 0u) << c.line;
+  // Equal keys in different objects are fine.
+  EXPECT_EQ(parse_prompt_line(R"({"id": 1, "messages": [{"role": "user", "content": "a"}, )"
+                              R"({"role": "assistant", "content": "b"}]})")
+                .messages.size(),
+            2u);
 }
 
 TEST_F(JobFiles, PromptFileFailsOrSkipsBadLinesWithLineNumbers) {
@@ -342,6 +402,8 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
   // The same settings resume; a line without settings (an older redwood's) is counted, not refused.
   const std::string same =
       "{\"id\":\"b\",\"finish_reason\":\"stop\",\"settings\":{\"max_tokens\":6,\"temperature\":0.9}}\n";
+  const std::string same_c =  // the same, another id (an id is on one line only)
+      "{\"id\":\"c\",\"finish_reason\":\"stop\",\"settings\":{\"max_tokens\":6,\"temperature\":0.9}}\n";
   write("s.jsonl", same + "{\"id\":\"c\",\"finish_reason\":\"stop\"}\n");
   const ResumeState s = prepare_output(o, mine);
   EXPECT_EQ(s.lines, 2);
@@ -354,7 +416,7 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
             std::string::npos);
   // A key this run records that an older line lacks (target_fingerprint) is not
   // held against it: the line is checked on the keys it has, and counted.
-  write("s.jsonl", same + same);
+  write("s.jsonl", same + same_c);
   nlohmann::json more = mine;
   more["target_fingerprint"] = "0123456789abcdef";
   EXPECT_NE(error_of([&] { (void)prepare_output(o, more); }).find("target_fingerprint (none) -> "),
@@ -367,13 +429,14 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
   // old and new lines resumes, counting only the old ones.
   nlohmann::json same_fp = nlohmann::json::parse(same);
   same_fp["settings"]["target_fingerprint"] = "0123456789abcdef";
+  same_fp["id"] = "c";
   write("s.jsonl", same + same_fp.dump() + "\n");
   const ResumeState mixed = prepare_output(o, more, {"target_fingerprint"});
   EXPECT_EQ(mixed.lines, 2);
   EXPECT_EQ(mixed.partly_checked, 1);
   write("s.jsonl", same_fp.dump() + "\n");
   EXPECT_EQ(prepare_output(o, more, {"target_fingerprint"}).partly_checked, 0);
-  write("s.jsonl", same + same);
+  write("s.jsonl", same + same_c);
   more["max_tokens"] = 7;  // ... but the keys it has still count
   EXPECT_NE(error_of([&] { (void)prepare_output(o, more, {"target_fingerprint"}); }).find("max_tokens 6 -> 7)"),
             std::string::npos);
@@ -386,6 +449,59 @@ TEST_F(JobFiles, ResumeRefusesOtherSettings) {
               (void)prepare_output(o, more, {"target_fingerprint"});
             }).find("target_fingerprint \"fedcba9876543210\" -> \"0123456789abcdef\""),
             std::string::npos);
+}
+
+// Issue 32: resume checks what is already there. A duplicated id is refused
+// (it counted twice: "25 prompts done" for 24), and so is a line answered for
+// a prompt since edited under the same id; a line without a prompt hash (an
+// older redwood's) is counted, a line whose id is not among the prompts is
+// kept but not done. Errors leave the file untouched.
+TEST_F(JobFiles, ResumeChecksIdsAndPromptHashes) {
+  PromptItem a, b, c;
+  a.key = "\"a\"";
+  a.prompt = "Say hi.";
+  b.key = "\"b\"";
+  b.messages = {{"user", "Say hi."}};
+  c = a;
+  c.prompt = "Say bye.";
+  const PromptHashes now = {{a.key, prompt_hash(a, false)}, {b.key, prompt_hash(b, false)}};
+  EXPECT_EQ(now.at(a.key).size(), 16u);
+  EXPECT_NE(prompt_hash(a, false), prompt_hash(a, true));  // the chat flag counts
+  EXPECT_NE(prompt_hash(a, false), prompt_hash(c, false));
+  EXPECT_NE(prompt_hash(a, true), prompt_hash(b, true));  // text vs messages
+  auto line = [](const std::string& id, const std::string& hash) {
+    nlohmann::ordered_json j = {{"id", id}, {"text", "x"}, {"finish_reason", "stop"}};
+    if (!hash.empty()) j["prompt_hash"] = hash;
+    return j.dump() + "\n";
+  };
+  const std::string o = path("h.jsonl");
+  const std::string good = line("a", now.at(a.key)) + line("b", now.at(b.key));
+  write("h.jsonl", good);
+  ResumeState s = prepare_output(o, {}, {}, &now);
+  EXPECT_EQ(s.done.size(), 2u);
+  EXPECT_EQ(s.no_prompt_hash + s.foreign, 0);
+
+  const std::string dup = good + line("a", now.at(a.key));
+  write("h.jsonl", dup);
+  EXPECT_EQ(error_of([&] { (void)prepare_output(o, {}, {}, &now); }),
+            o + ":3: id \"a\" is already on line 1 (a duplicated id: the file was changed by hand or by something "
+                "else); fix or move the file");
+  EXPECT_NE(error_of([&] { (void)prepare_output(o); }).find("duplicated id"), std::string::npos);  // always
+  EXPECT_EQ(slurp(o), dup);
+
+  const std::string edited = line("a", prompt_hash(c, false)) + line("b", now.at(b.key));
+  write("h.jsonl", edited);
+  EXPECT_EQ(error_of([&] { (void)prepare_output(o, {}, {}, &now); }),
+            o + ":1: id \"a\" was answered for another prompt (the prompt with this id was edited since); resuming "
+                "would keep the stale answer: choose another output path, or remove that line");
+  EXPECT_EQ(slurp(o), edited);
+
+  write("h.jsonl", line("a", "") + line("b", now.at(b.key)) + line("zz", now.at(a.key)));
+  s = prepare_output(o, {}, {}, &now);
+  EXPECT_EQ(s.no_prompt_hash, 1);
+  EXPECT_EQ(s.foreign, 1);
+  EXPECT_EQ(s.lines, 3);
+  EXPECT_EQ(s.done, (std::unordered_set<std::string>{"\"a\"", "\"b\""}));
 }
 
 TEST_F(JobFiles, OneRunAtATimeHoldsTheOutput) {

@@ -22,6 +22,7 @@
 #include "src/model/fingerprint.h"
 #include "src/spec/generation.h"
 #include "src/util/error.h"
+#include "src/util/file_version.h"
 
 namespace redwood::cli {
 
@@ -85,12 +86,17 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   jobs::PromptFile pf = jobs::read_prompts(job.prompts, job.skip_bad_lines);
   reset_peak_rss();
   LoadedModel m = load_model(job.target, /*with_weights=*/false);
+  // The model files as loaded: checked again before each prompt and before
+  // its line is written (a file changed under the job stops it).
+  std::vector<FileVersion> model_files;
+  for (const std::string& f : m.desc.files) model_files.push_back(file_version(f));
   std::optional<LoadedModel> d;
   std::optional<spec::DraftSetup> ds;
   const bool auto_tree = !job.draft.empty() && job.tree == "auto";
   std::string auto_choice;  // what --tree auto chose (summary)
   if (!job.draft.empty()) {
     d = load_model(job.draft, /*with_weights=*/false);
+    for (const std::string& f : d->desc.files) model_files.push_back(file_version(f));
     if (d->desc.hp.vocab != m.desc.hp.vocab || d->desc.tokenizer.tokens != m.desc.tokenizer.tokens)
       throw Error(job.where("model.draft") + ": the draft's vocabulary differs from the target's");
     ds.emplace();
@@ -126,14 +132,25 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<jobs::PromptItem> items;
   for (auto& it : pf.items) {
-    std::vector<int32_t> t = encode_prompt(it, job, m);
+    // Bounded by bytes first: tokenizing a huge line costs memory in
+    // proportion to it, whatever memory.device says.
+    size_t bytes = it.prompt.size();
+    for (const ChatMessage& msg : it.messages) bytes += msg.role.size() + msg.content.size();
+    std::vector<int32_t> t;
     std::string err;
-    if (t.empty())
-      err = "the prompt encodes to no tokens";
-    else if (static_cast<int>(t.size()) + job.max_tokens + tree_nodes + 2 > job.ctx)
-      err = "the prompt has " + std::to_string(t.size()) + " tokens; with max_tokens " +
-            std::to_string(job.max_tokens) + (tree_nodes ? " and a tree of " + std::to_string(tree_nodes) : "") +
-            " it exceeds memory.ctx = " + std::to_string(job.ctx);
+    if (static_cast<int64_t>(bytes) > max_prompt_bytes(job.ctx))
+      err = "id " + it.id.dump() + ": the prompt is " + std::to_string(bytes) + " bytes; memory.ctx = " +
+            std::to_string(job.ctx) + " allows at most " + std::to_string(kPromptBytesPerToken) +
+            " bytes per token (" + std::to_string(max_prompt_bytes(job.ctx)) + "), so it is not tokenized";
+    if (err.empty()) {
+      t = encode_prompt(it, job, m);
+      if (t.empty())
+        err = "the prompt encodes to no tokens";
+      else if (static_cast<int>(t.size()) + job.max_tokens + tree_nodes + 2 > job.ctx)
+        err = "the prompt has " + std::to_string(t.size()) + " tokens; with max_tokens " +
+              std::to_string(job.max_tokens) + (tree_nodes ? " and a tree of " + std::to_string(tree_nodes) : "") +
+              " it exceeds memory.ctx = " + std::to_string(job.ctx);
+    }
     if (!err.empty()) {
       err = job.prompts + ":" + std::to_string(it.line) + ": " + err;
       if (!job.skip_bad_lines) throw Error(err + " (raise memory.ctx, or set input.on_bad_line = \"skip\")");
@@ -149,6 +166,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   run.device_mem = job.device_mem;
   run.host_mem = job.host_mem;
   run.ring = job.ring;
+  run.verify_io = job.verify_io;
   offload::RunShape shape;
   shape.ctx = job.ctx;
   shape.max_tokens = std::max(std::min(job.ctx, job.prefill_chunk), tree_nodes + 1);
@@ -168,7 +186,9 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   jobs::create_output_dirs(job);
   const jobs::OutputLock lock(job.output);
   const nlohmann::json settings = output_settings(job, m.desc);
-  const jobs::ResumeState rs = jobs::prepare_output(job.output, settings, {"target_fingerprint"});
+  jobs::PromptHashes prompt_hashes;
+  for (const auto& it : items) prompt_hashes.emplace(it.key, jobs::prompt_hash(it, job.chat));
+  const jobs::ResumeState rs = jobs::prepare_output(job.output, settings, {"target_fingerprint"}, &prompt_hashes);
   if (rs.torn_bytes > 0)  // even when quiet: the file was changed
     std::fprintf(hooks.log, "redwood: %s: dropped a torn last line (%lld bytes) left by an interrupted run\n",
                  job.output.c_str(), static_cast<long long>(rs.torn_bytes));
@@ -179,6 +199,16 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     std::fprintf(hooks.log,
                  "redwood: %s: %lld lines from an older redwood carry no settings; assuming they match this job's\n",
                  job.output.c_str(), static_cast<long long>(rs.unchecked));
+  if (rs.no_prompt_hash > 0)
+    std::fprintf(hooks.log,
+                 "redwood: %s: %lld lines from an older redwood carry no prompt hash; not checked against the "
+                 "prompts\n",
+                 job.output.c_str(), static_cast<long long>(rs.no_prompt_hash));
+  if (rs.foreign > 0)
+    std::fprintf(hooks.log,
+                 "redwood: %s: %lld lines have ids that are not in %s (among its usable prompts); kept, not counted as "
+                 "done\n",
+                 job.output.c_str(), static_cast<long long>(rs.foreign), job.prompts.c_str());
   std::vector<size_t> todo;
   for (size_t i = 0; i < items.size(); ++i)
     if (!rs.done.count(items[i].key)) todo.push_back(i);
@@ -221,8 +251,17 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     progress.update(ps, force);
   };
   if (!todo.empty()) refresh(true);  // (else the final line below is the only one)
+  // A model file changed since it was loaded: stop before (or instead of)
+  // writing prompt `it`'s line; the lines already written stay.
+  auto check_model_files = [&](const jobs::PromptItem& it) {
+    for (const FileVersion& v : model_files)
+      if (const std::string what = file_change(v); !what.empty())
+        throw Error(v.path + ": the model file changed while the job ran (" + what + "); stopped before writing id " +
+                    it.id.dump() + " (this run wrote " + std::to_string(ps.done_this_run) + " of its lines)");
+  };
   for (size_t i : todo) {
     const jobs::PromptItem& it = items[i];
+    check_model_files(it);
     spec::GenerationRequest req;
     req.prompt = tokens[i];
     req.sampling = job.sampling;
@@ -263,12 +302,14 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
       passes += g.spec->target_passes;
       pass_tokens += g.spec->emitted;
     }
+    check_model_files(it);
     writer.append(nlohmann::ordered_json{{"id", it.id},
                                          {"text", g.text},
                                          {"tokens", g.tokens},
                                          {"n_tokens", g.tokens.size()},
                                          {"finish_reason", g.finish},
                                          {"metrics", std::move(metrics)},
+                                         {"prompt_hash", prompt_hashes.at(it.key)},
                                          {"settings", settings}});
     ps.done++;
     ps.done_this_run++;
@@ -357,9 +398,10 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
               {"seed", job.sampling.seed},
               {"max_tokens", job.max_tokens},
               {"device_mem", job.device_mem},
-              {"host_mem", job.host_mem}}}};
+              {"host_mem", job.host_mem},
+              {"verify_io", job.verify_io}}}};
   if (m.streamed) s["offload"] = offload_stats(m);
-  write_file_atomic(job.summary, s.dump(2) + "\n");
+  write_output_file(job.summary, s.dump(2) + "\n");
   return {std::move(s), interrupted};
 }
 

@@ -24,6 +24,7 @@
 #include "src/jobs/suite.h"
 #include "src/spec/speculate.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 extern char** environ;
 
@@ -52,6 +53,7 @@ struct Row {
 // The first `limit` prompt lines of a set, written once per suite directory.
 std::string prompt_subset(const std::string& src, int limit, const std::string& dir) {
   if (limit <= 0) return src;
+  require_regular_input(src, "the prompt file");
   std::ifstream in(src, std::ios::binary);
   if (!in) throw Error(src + ": cannot open the prompt file");
   std::string line, text;
@@ -63,10 +65,11 @@ std::string prompt_subset(const std::string& src, int limit, const std::string& 
     }
   const std::string out =
       dir + "/prompts/" + fs::path(src).stem().string() + ".first" + std::to_string(limit) + ".jsonl";
+  check_output_path(out, {src}, "prompts");
   std::ifstream old(out, std::ios::binary);
   std::ostringstream cur;
   if (old) cur << old.rdbuf();
-  if (!old || cur.str() != text) write_file_atomic(out, text);
+  if (!old || cur.str() != text) write_output_file(out, text);
   return out;
 }
 
@@ -134,7 +137,7 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
       present.push_back(i);
     }
     const std::string datf = dir + "/plots/" + g + ".dat";
-    write_file_atomic(datf, dat);
+    write_output_file(datf, dat);
     for (int panel = 0; panel < 2; ++panel) {
       gp += panel == 0 ? "set ylabel 's/token'\nset yrange [0:*]\n"
                        : "set ylabel 'tokens per target pass'\nset yrange [0:*]\n";
@@ -155,13 +158,13 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
     }
     gp += "unset multiplot\nset output\n";
     const std::string gpf = dir + "/plots/" + g + ".gp";
-    write_file_atomic(gpf, gp);
+    write_output_file(gpf, gp);
     if (!have_gnuplot) continue;
     if (!run_gnuplot(gpf)) {
       have_gnuplot = false;
       continue;
     }
-    fs::rename(png + ".tmp", png);
+    rename_output_into_place(png + ".tmp", png);
     pngs.push_back(png);
   }
   return pngs;
@@ -175,6 +178,17 @@ struct SuiteOptions {
 int run_suite(SuiteOptions& o) {
   const jobs::SuiteConfig s = jobs::parse_suite_file(o.suite);
   if (o.out.empty()) throw Error("--out DIR is required");
+  // The output-path policy (src/util/output_path.h) for the suite's reports,
+  // before any folder is made: the inputs are the suite file, its prompt sets
+  // and models.
+  std::vector<std::string> inputs = {o.suite};
+  inputs.insert(inputs.end(), s.prompts.begin(), s.prompts.end());
+  for (const auto& m : s.models) {
+    inputs.push_back(m.target);
+    if (!m.draft.empty()) inputs.push_back(m.draft);
+  }
+  for (const char* f : {"/results.csv", "/results.md", "/results.json"})
+    check_output_path(o.out + f, inputs, "--out");
   for (const char* sub : {"/cells", "/prompts"}) {
     std::error_code ec;
     fs::create_directories(o.out + sub, ec);
@@ -280,8 +294,8 @@ int run_suite(SuiteOptions& o) {
                    {"speedup_vs_ar", speedup},
                    {"summary", r.summary}});
   }
-  write_file_atomic(o.out + "/results.csv", csv);
-  write_file_atomic(o.out + "/results.md", "# " + (s.name.empty() ? o.suite : s.name) + "\n\n" + md);
+  write_output_file(o.out + "/results.csv", csv);
+  write_output_file(o.out + "/results.md", "# " + (s.name.empty() ? o.suite : s.name) + "\n\n" + md);
   bool have_gnuplot = true;
   std::vector<std::string> series;  // every tree entry in first-seen order: its colour index
   for (const Row& r : rows)
@@ -289,7 +303,7 @@ int run_suite(SuiteOptions& o) {
       series.push_back(r.cell.tree);
   const auto pngs = plot(rows, series, o.out, have_gnuplot);
   json doc = {{"suite", s.name.empty() ? o.suite : s.name}, {"file", o.suite}, {"cells", all}, {"plots", pngs}};
-  write_file_atomic(o.out + "/results.json", doc.dump(2) + "\n");
+  write_output_file(o.out + "/results.json", doc.dump(2) + "\n");
   std::printf("%s", md.c_str());
   if (!have_gnuplot)
     std::fprintf(stderr,

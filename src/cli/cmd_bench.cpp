@@ -124,6 +124,7 @@ std::vector<Timing> time_passes(const ModelDesc& d, WeightSource& w, Backend& be
 
 int run_bench_offload(BenchOffloadOptions& o) {
   apply_run_options(o.run);
+  check_draft_budget(o.run, "");
   if (o.run.device_mem.empty()) throw Error("bench offload needs --device-mem (the budget to stream under)");
   std::vector<int> sizes;
   for (int32_t n : parse_int_list(o.tokens, "--tokens")) {
@@ -176,7 +177,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
                  format_size(plan.slot_bytes).c_str());
     streamed = time_passes(d, w, *be, sizes, o.prefix, o.repeat, &w);
     rss = peak_rss();
-    if (!o.run.trace.empty()) write_file_atomic(o.run.trace, trace.json());
+    if (!o.run.trace.empty()) write_output_file(o.run.trace, trace.json(), /*fifo_ok=*/true);
   }
   // 3. the same passes with every weight resident (compute floor)
   std::vector<Timing> resident;

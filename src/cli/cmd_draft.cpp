@@ -32,6 +32,7 @@ Runner add_make_draft(CLI::App& app) {
   b->excludes(l);
   c->add_option("--out,-o", o->out, "Output GGUF path")->required();
   return [o] {
+    check_output(o->out, {o->from}, "--out");  // before any work: never over the source model
     if (o->layers > 0) {
       make_self_draft(o->from, o->layers, o->out);
     } else if (!o->blocks.empty()) {

@@ -2,6 +2,7 @@
 // draft model and a token tree (--draft), with streaming output.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "src/model/chat_template.h"
 #include "src/spec/speculate.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::cli {
 
@@ -64,17 +66,23 @@ double now() {
 }
 
 int run_generate(GenerateOptions& o) {
-  apply_run_options(o.run);
+  std::vector<std::string> inputs = {o.draft, o.acceptance, o.hardware_profile};
+  if (o.tree.rfind("sequoia:", 0) == 0) inputs.push_back(o.tree.substr(8));
+  apply_run_options(o.run, inputs);
   validate(o.sampling);
   if (o.cmd && o.cmd->count("--prompt") > 0 && o.prompt.empty()) throw Error("--prompt is empty");
   if (o.prompt.empty() == o.prompt_tokens.empty()) throw Error("give exactly one of --prompt and --prompt-tokens");
   if (const std::string f = spec_flags_without_draft(o); !f.empty())
     throw Error(f + ": speculative decoding needs --draft MODEL");
+  check_draft_budget(o.run, o.draft);
   // Speculation flags are checked before any model loads.
   std::optional<spec::SpecConfig> cfg;
   const bool auto_tree = !o.draft.empty() && o.tree == "auto";
   int auto_budget = 0, auto_depth = 0;
   if (!o.hardware_profile.empty() && !auto_tree) throw Error("--hardware-profile is only for --draft ... --tree auto");
+  // Profiles given are read late (after weights load, --tree auto after measuring): not a FIFO or device.
+  if (!o.acceptance.empty()) require_regular_input(o.acceptance, "an acceptance file");
+  if (!o.hardware_profile.empty()) require_regular_input(o.hardware_profile, "a hardware profile");
   if (auto_tree) {
     // --budget and --depth cap the optimizer's search; nothing else applies.
     const spec::TreeOptions t = tree_options(o);
@@ -96,6 +104,14 @@ int run_generate(GenerateOptions& o) {
     for (int32_t t : prompt)
       if (t < 0 || t >= m.desc.hp.vocab) throw Error("--prompt-tokens: id " + std::to_string(t) + " out of range");
   } else {
+    // Bounded by bytes before tokenizing (tokenizing costs memory in
+    // proportion to the text): by --ctx, else by the model's trained context.
+    const int bound = o.ctx > 0 ? o.ctx : m.desc.hp.ctx_len;
+    if (bound > 0 && static_cast<int64_t>(o.prompt.size()) > max_prompt_bytes(bound))
+      throw Error("--prompt is " + std::to_string(o.prompt.size()) + " bytes; " +
+                  (o.ctx > 0 ? "--ctx " : "the model's context (no --ctx) ") + std::to_string(bound) +
+                  " allows at most " + std::to_string(kPromptBytesPerToken) + " bytes per token (" +
+                  std::to_string(max_prompt_bytes(bound)) + "), so it is not tokenized");
     std::string text = o.prompt;
     if (o.chat) text = apply_chat_template(m.desc.chat_template, {{"user", o.prompt}});
     prompt = m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
@@ -279,7 +295,8 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--temperature", o->sampling.temperature, "0 = greedy");
   c->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass (0, 1]");
   c->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)");
-  c->add_option("--seed", o->sampling.seed, "Random seed (default 0: the same command samples the same text)");
+  c->add_option("--seed", o->sampling.seed, "Random seed (default 0: the same command samples the same text)")
+      ->transform(int_range(0, INT64_MAX));
   c->add_option("--ctx", o->ctx, "KV cache capacity (default: prompt + max tokens)")->transform(int_range(1, 1 << 24));
   c->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per pass (bounds activation memory)")
       ->transform(int_range(1, 1 << 20));

@@ -64,6 +64,7 @@ int run_info(const std::string& path, bool json) {
     j["tied_lm_head"] = hp.tied_lm_head;
     j["total_bytes"] = m.total_bytes();
     j["fingerprint"] = model_fingerprint(m);
+    j["fingerprint_covers"] = kFingerprintCovers;
     j["max_layer_bytes"] = max_layer;
     j["tokenizer"] = m.tokenizer.kind == TokenizerKind::kByteLevelBpe ? "byte-level BPE" : "SentencePiece BPE";
     for (auto& [t, e] : types) j["tensor_types"][t] = {{"count", e.first}, {"bytes", e.second}};
@@ -92,6 +93,7 @@ int run_info(const std::string& path, bool json) {
   std::printf("  weights       %s (largest layer %s)\n", human(m.total_bytes()).c_str(), human(max_layer).c_str());
   for (auto& [t, e] : types) std::printf("    %-6s %4d tensors  %s\n", t.c_str(), e.first, human(e.second).c_str());
   std::printf("  fingerprint   %s (what batch jobs compare on resume)\n", model_fingerprint(m).c_str());
+  std::printf("                covers %s\n", kFingerprintCovers);
   return 0;
 }
 
@@ -121,6 +123,8 @@ int run_tokenize(RunOptions& o, const std::string& text, const std::string& json
 int run_logits(RunOptions& o, const std::string& tokens, const std::string& parents_s, const std::string& positions_s,
                const std::string& out) {
   apply_run_options(o);
+  check_draft_budget(o, "");
+  check_output(out, {o.model.empty() ? default_model_path() : o.model}, "--out");
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   const auto toks = parse_int_list(tokens, "--tokens");
   if (toks.empty()) throw Error("--tokens is empty");
@@ -146,7 +150,7 @@ int run_logits(RunOptions& o, const std::string& tokens, const std::string& pare
   KvCache kv = m.transformer->make_cache(static_cast<int>(toks.size()));
   std::vector<float> logits(toks.size() * m.desc.hp.vocab);
   m.transformer->forward(Batch{toks, positions, parents}, kv, logits, LogitsRows::kAll);
-  write_file_atomic(out, npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
+  write_output_file(out, npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
   finish_run(m, o);
   return 0;
 }

@@ -24,6 +24,7 @@ struct PlanOptions {
 };
 
 int run_plan_memory(const PlanOptions& o) {
+  check_draft_budget(o.run, o.draft);
   const ModelDesc target = load_model_desc(o.run.model.empty() ? default_model_path() : o.run.model);
   std::optional<ModelDesc> draft;
   if (!o.draft.empty()) draft = load_model_desc(o.draft);

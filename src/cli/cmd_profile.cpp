@@ -57,7 +57,8 @@ int run_profile(const ProfileOptions& o) {
   const jobs::PromptFile pf = jobs::read_prompts(o.prompts, /*skip_bad=*/false, /*fail_hint=*/"");
   if (pf.items.empty()) throw Error(o.prompts + ": no prompts");
   RunOptions run = o.run;
-  apply_run_options(run);
+  apply_run_options(run, {o.draft, o.prompts});
+  check_output(o.out, {run.model.empty() ? default_model_path() : run.model, o.draft, o.prompts}, "--out");
   LoadedModel m = load_model(run.model.empty() ? default_model_path() : run.model, /*with_weights=*/false);
   LoadedModel d = load_model(o.draft, /*with_weights=*/false);
   if (d.desc.hp.vocab != m.desc.hp.vocab || d.desc.tokenizer.tokens != m.desc.tokenizer.tokens)
@@ -100,7 +101,7 @@ int run_profile(const ProfileOptions& o) {
   ar.quiet = o.quiet;
   measure_acceptance(m, d, prompts, ar, prof);
   if (prof.positions == 0) throw Error(o.prompts + ": the target produced no continuation to measure on");
-  write_file_atomic(o.out, spec::profile_json(prof));
+  write_output_file(o.out, spec::profile_json(prof));
   const auto& v = prof.vectors[0];
   std::fprintf(stderr, "redwood: %s acceptance over %lld positions:", spec::verifier_name(v.verifier),
                static_cast<long long>(prof.positions));
@@ -135,7 +136,8 @@ int run_hardware(const HardwareOptions& o) {
   if (o.out.empty()) throw Error("--out FILE.json is required");
   const std::vector<int> sizes = grid(o.sizes, "--sizes", 8192), widths = grid(o.widths, "--widths", 4096);
   RunOptions run = o.run;
-  apply_run_options(run);
+  apply_run_options(run, {o.draft});
+  check_output(o.out, {run.model.empty() ? default_model_path() : run.model, o.draft}, "--out");
   LoadedModel m = load_model(run.model.empty() ? default_model_path() : run.model, /*with_weights=*/false);
   LoadedModel d = load_model(o.draft, /*with_weights=*/false);
   if (d.desc.hp.vocab != m.desc.hp.vocab) throw Error(o.draft + ": the draft's vocabulary differs from the target's");
@@ -159,7 +161,7 @@ int run_hardware(const HardwareOptions& o) {
   hr.prefix = o.prefix;
   hr.quiet = o.quiet;
   measure_hardware(m, d, hr, prof);
-  write_file_atomic(o.out, planner::measured_json(prof));
+  write_output_file(o.out, planner::measured_json(prof));
   std::fprintf(stderr, "redwood: t(1) = %.4f s, t(%d) = %.4f s; c(1) = %.4f s -> %s\n",
                prof.target_pass.seconds.front(), sizes.back(), prof.target_pass.seconds.back(),
                prof.draft_level.seconds.front(), o.out.c_str());

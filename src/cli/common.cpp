@@ -16,14 +16,11 @@
 #include "kernels/cpu/threads.h"
 #include "offload/size.h"
 #include "src/util/error.h"
+#include "src/util/output_path.h"
 
 namespace redwood::cli {
 
 namespace {
-// The temp file write_file_atomic writes and renames (check_output_path tries it).
-std::string atomic_tmp_path(const std::string& path) {
-  return path + ".tmp." + std::to_string(getpid());
-}
 bool exists(const std::string& p) {
   struct stat st {};
   return stat(p.c_str(), &st) == 0;
@@ -108,7 +105,7 @@ nlohmann::json offload_stats(const LoadedModel& m) {
 }
 
 void finish_run(const LoadedModel& m, const RunOptions& run) {
-  if (m.trace && !run.trace.empty()) write_file_atomic(run.trace, m.trace->json());
+  if (m.trace && !run.trace.empty()) write_output_file(run.trace, m.trace->json(), /*fifo_ok=*/true);
 }
 
 CLI::Validator int_range(long long lo, long long hi) {
@@ -138,11 +135,23 @@ void add_run_options(CLI::App* app, RunOptions& o) {
 }
 
 void add_budget_options(CLI::App* app, RunOptions& o) {
+  // An empty size would silently mean "no limit": refuse it when parsing.
+  const CLI::Validator non_empty(
+      [](std::string& s) -> std::string { return s.empty() ? "expected a size such as 2GiB, got ''" : ""; }, "SIZE");
   app->add_option("--device-mem", o.device_mem,
                   "Device memory budget, e.g. 2GiB, 512MiB (CPU backend: the RAM working set; default: no limit); "
-                  "SIZE+draft: SIZE for the target, the resident draft's costs on top");
-  app->add_option("--host-mem", o.host_mem, "Host (pinned RAM) budget for staged layers, e.g. 4GiB (default: none)");
+                  "SIZE+draft: SIZE for the target, the resident draft's costs on top")
+      ->check(non_empty);
+  app->add_option("--host-mem", o.host_mem, "Host (pinned RAM) budget for staged layers, e.g. 4GiB (default: none)")
+      ->check(non_empty);
   app->add_option("--ring", o.ring, "Layer slots in the streaming ring (>= 2)")->transform(int_range(2, 1024));
+}
+
+void check_draft_budget(const RunOptions& o, const std::string& draft) {
+  static const std::string kSuffix = "+draft";
+  if (draft.empty() && o.device_mem.size() >= kSuffix.size() &&
+      o.device_mem.compare(o.device_mem.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0)
+    throw Error("--device-mem " + o.device_mem + ": +draft puts a draft model's costs on top, but no --draft is given");
 }
 
 offload::Budgets budgets_from(const RunOptions& o) {
@@ -154,17 +163,22 @@ offload::Budgets budgets_from(const RunOptions& o) {
   return b;
 }
 
-void apply_run_options(RunOptions& o) {
+void apply_run_options(RunOptions& o, const std::vector<std::string>& inputs) {
   set_cpu_threads(o.threads);
-  if (!o.trace.empty()) check_output_path(o.trace);  // before the run, not after it
+  if (!o.trace.empty()) {  // before the run, not after it
+    std::vector<std::string> all = inputs;
+    all.push_back(o.model.empty() ? default_model_path() : o.model);
+    check_output(o.trace, all, "--trace", /*fifo_ok=*/true);
+  }
 }
 
-void check_output_path(const std::string& path) {
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) throw Error(path + ": is a directory");
-  const std::string tmp = atomic_tmp_path(path);
+void check_output(const std::string& path, const std::vector<std::string>& inputs, const std::string& option,
+                  bool fifo_ok) {
+  check_output_path(path, inputs, option, fifo_ok);
+  if (fifo_ok && is_fifo(path)) return;  // streamed to, never renamed over
+  const std::string tmp = output_tmp_path(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path + ": cannot create: " + strerror(errno));
+  if (fd < 0) throw Error(option + ": " + path + ": cannot create: " + strerror(errno));
   ::close(fd);
   ::unlink(tmp.c_str());
 }
@@ -213,32 +227,6 @@ std::vector<int32_t> parse_int_list(const std::string& s, const char* what) {
     i = j + 1;
   }
   return out;
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = atomic_tmp_path(path);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path + ": cannot create: " + strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(path + ": write failed: " + strerror(e));
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(path + ": write failed: " + strerror(errno));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(path + ": cannot rename into place: " + strerror(errno));
-  }
 }
 
 std::string npy_f32(const float* data, size_t rows, size_t cols) {

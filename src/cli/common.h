@@ -14,6 +14,7 @@
 #include "src/engine/weights.h"
 #include "src/model/model_desc.h"
 #include "src/tokenizer/tokenizer.h"
+#include "src/util/output_path.h"
 
 namespace redwood::cli {
 
@@ -55,10 +56,14 @@ void add_run_options(CLI::App* app, RunOptions& o);
 CLI::Validator int_range(long long lo, long long hi);
 // Just --device-mem, --host-mem and --ring (add_run_options includes them).
 void add_budget_options(CLI::App* app, RunOptions& o);
-void apply_run_options(RunOptions& o);
+// Sets the thread count; checks --trace against the output-path policy
+// (src/util/output_path.h) with the model and `inputs` as the run's inputs.
+void apply_run_options(RunOptions& o, const std::vector<std::string>& inputs = {});
 // The options of a model that stays resident next to `run`'s model (the draft):
 // the same backend and threads, no budgets, trace or streaming.
 RunOptions resident_run(const RunOptions& run);
+// Refuses --device-mem SIZE+draft when `draft` (the --draft path) is empty.
+void check_draft_budget(const RunOptions& o, const std::string& draft);
 // The budgets named by the options (sizes parsed; throws redwood::Error on a bad size).
 offload::Budgets budgets_from(const RunOptions& o);
 
@@ -78,19 +83,24 @@ void finish_run(const LoadedModel& m, const RunOptions& run);
 // Parses a whole option value as an integer in [lo, hi] / a finite number;
 // throws redwood::Error naming the option (e.g. "--budget: expected an
 // integer in [1, 8192], got 'x'").
+// Prompts are bounded by bytes before they are tokenized (tokenizing costs
+// memory in proportion to the text): at most kPromptBytesPerToken bytes per
+// token of the context. Generous: real text is 3-5 bytes per token.
+inline constexpr int64_t kPromptBytesPerToken = 64;
+inline int64_t max_prompt_bytes(int ctx) { return kPromptBytesPerToken * static_cast<int64_t>(ctx); }
+
 int parse_int_arg(const std::string& s, const char* what, int lo, int hi);
 double parse_double_arg(const std::string& s, const char* what);
 
 // Parses "1,2,3" into token ids.
 std::vector<int32_t> parse_int_list(const std::string& s, const char* what);
 
-// Writes a file atomically: a temp file in the same directory, fsync, rename.
-// A failure leaves no partial output file.
-void write_file_atomic(const std::string& path, const std::string& bytes);
-
-// Fails now (one-line redwood::Error) where write_file_atomic(path) would fail
-// later: a directory, or a folder where the file cannot be created.
-void check_output_path(const std::string& path);
+// Fails now (one-line redwood::Error "OPTION: ...") where writing `path`
+// later would: the output-path policy (src/util/output_path.h: an input of
+// the run, a non-regular file; a FIFO only with fifo_ok), or a folder where
+// the file cannot be created. Files are then written with write_output_file.
+void check_output(const std::string& path, const std::vector<std::string>& inputs, const std::string& option,
+                  bool fifo_ok = false);
 
 // A reproducible tree of n nodes for timing passes: each node's parent is one
 // of the 4 nodes before it (or the root), positions from `start` + depth,

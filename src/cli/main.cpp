@@ -1,13 +1,31 @@
 // redwood: one binary, subcommands. Errors print one line and exit 1.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "src/cli/commands.h"
 #include "src/util/error.h"
+
+namespace {
+// Everything a command printed must have reached stdout: a failed write (a
+// full disk, /dev/full) is exit 1 with one line on stderr, whatever the
+// command returned. The one place stdout is checked.
+int finish_stdout(int rc) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int e = errno;
+  if (!flushed || std::ferror(stdout)) {
+    std::fprintf(stderr, "redwood: cannot write to standard output%s%s\n", e ? ": " : "", e ? std::strerror(e) : "");
+    return 1;
+  }
+  return rc;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"redwood: run models too big for one GPU (CPU backend, tree speculative decoding)"};
@@ -51,7 +69,7 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto& [sub, run] : cmds)
-      if (sub->parsed()) return run();
+      if (sub->parsed()) return finish_stdout(run());
   } catch (const redwood::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "redwood: %s\n", e.what());

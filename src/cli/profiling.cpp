@@ -16,7 +16,9 @@
 
 #include "kernels/cpu/threads.h"
 #include "src/spec/generation.h"
+#include "src/util/cache_dir.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::cli {
 
@@ -220,19 +222,7 @@ const char* const kBuiltinText[] = {
 };
 
 std::string cache_dir() {
-  std::string dir;
-  if (const char* e = std::getenv("REDWOOD_CACHE_DIR"); e && *e)
-    dir = e;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    dir = std::string(x) + "/redwood";
-  else if (const char* h = std::getenv("HOME"); h && *h)
-    dir = std::string(h) + "/.cache/redwood";
-  else
-    dir = ".redwood-cache";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error("cannot create the profile cache " + dir + ": " + ec.message());
-  return dir;
+  return make_cache_dir();
 }
 
 // A cheap identity of the model files (no hashing of weights): absolute path,
@@ -418,6 +408,7 @@ std::string dynamic_json(const RankOneQ& denominators, bool greedy,
 }
 
 std::vector<planner::DynamicCandidate> read_dynamic(const std::string& path) {
+  require_regular_input(path, "a cached dynamic-tree profile");
   std::ifstream f(path);
   std::stringstream ss;
   ss << f.rdbuf();
@@ -507,7 +498,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     acc.seed = sampling.seed;
     acc.repeats = r.repeats;
     measure_acceptance(m, d, prompts, r, acc);
-    write_file_atomic(acc_path, spec::profile_json(acc));
+    write_output_file(acc_path, spec::profile_json(acc));
   }
   // Profiles given explicitly are used as they are; say so when they were
   // measured for other models or another memory plan.
@@ -551,7 +542,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     hw.host_mem = run.host_mem;
     hw.ring = run.ring;
     measure_hardware(m, d, r, hw);
-    write_file_atomic(hw_path, planner::measured_json(hw));
+    write_output_file(hw_path, planner::measured_json(hw));
   }
   // One optimisation per measured verifier scheme (T > 0: Sequoia's without
   // replacement and SpecInfer's i.i.d. children; T = 0: greedy), each with its
@@ -646,7 +637,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
       const RankOneQ denom = mean_rank1_q(d, texts, sampling);
       auto alpha = [&](spec::Verifier v) { return planner::calibration_scale(*rank1(v), denom.for_verifier(v)); };
       measure_dynamic(d, texts, sampling, kDynamicPositions, alpha, dyn);
-      write_file_atomic(dyn_path, dynamic_json(denom, sampling.greedy(), dyn));
+      write_output_file(dyn_path, dynamic_json(denom, sampling.greedy(), dyn));
     }
   }
   planner::TreeChoice dyn_best;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "kernels/common/math.h"
 #include "src/util/error.h"
@@ -10,7 +11,9 @@
 namespace redwood {
 
 void validate(const SamplingParams& p) {
-  if (!std::isfinite(p.temperature) || p.temperature < 0) throw Error("temperature must be >= 0");
+  if (!std::isfinite(p.temperature))
+    throw Error("temperature must be a finite number >= 0, got " + std::to_string(p.temperature));
+  if (p.temperature < 0) throw Error("temperature must be >= 0");
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw Error("top-p must be in (0, 1]");
   if (p.top_k < 0) throw Error("top-k must be >= 0");
 }

@@ -13,6 +13,7 @@
 #include "offload/size.h"
 #include "src/jobs/toml_section.h"
 #include "src/util/error.h"
+#include "src/util/output_path.h"
 #include "src/util/io.h"
 
 namespace redwood::jobs {
@@ -70,14 +71,18 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   model.str("draft", job.draft);
 
   const Section mem = section("memory");
-  mem.only({"device", "host", "ring", "ctx", "threads"});
+  mem.only({"device", "host", "ring", "ctx", "threads", "verify_io"});
   mem.str("device", job.device_mem);
   mem.str("host", job.host_mem);
   mem.integer("ring", job.ring, 2, 64);
   mem.integer("ctx", job.ctx, 16, 1 << 24);
   mem.integer("threads", job.threads, 0, 1024);
+  mem.boolean("verify_io", job.verify_io);
   check_size(job, "memory.device", job.device_mem);
   check_size(job, "memory.host", job.host_mem);
+  if (job.verify_io && job.device_mem.empty() && job.host_mem.empty())
+    throw Error(job.where("memory.verify_io") +
+                ": checks streamed layers, and without memory.device or memory.host nothing is streamed");
 
   const Section sp = section("speculation");
   sp.only({"tree", "verify", "budget", "depth", "threshold", "delta", "width", "acceptance", "prefill_chunk",
@@ -201,12 +206,21 @@ void check_job(JobConfig& job) {
   readable("input.prompts", job.prompts, "the prompt file");
   if (job.output.empty()) throw Error(job.file + ": output.path: missing (where results go; or --output)");
   if (job.summary.empty()) job.summary = job.output + ".summary.json";
-  std::error_code ec;
-  if (fs::exists(job.output, ec) && fs::equivalent(job.output, job.prompts, ec))
+  // The output-path policy (src/util/output_path.h): neither output is an
+  // input of the job (by device + inode, or with links and ".." resolved) nor
+  // an existing non-regular file, and the summary is not the results file.
+  if (same_file(job.output, job.prompts))
     throw Error(job.where("output.path") + ": is the prompt file itself; refusing to write into it");
-  if (job.summary == job.output) throw Error(job.where("output.summary") + ": must differ from output.path");
-  if (fs::exists(job.output, ec) && !fs::is_regular_file(job.output, ec))
-    throw Error(job.where("output.path") + ": '" + job.output + "' exists and is not a regular file");
+  std::vector<std::string> inputs = {job.file, job.target, job.draft, job.acceptance, job.prompts};
+  if (job.tree.rfind("sequoia:", 0) == 0) inputs.push_back(job.tree.substr(8));
+  if (const std::string p = output_path_problem(job.output, inputs); !p.empty())
+    throw Error(job.where("output.path") + ": " + p);
+  if (same_file(job.summary, job.output))
+    throw Error(job.where("output.summary") + ": '" + job.summary + "' is the results file '" + job.output +
+                "' (output.path); the summary must differ from it");
+  if (const std::string p = output_path_problem(job.summary, inputs); !p.empty())
+    throw Error(job.where("output.summary") + ": " + p);
+  std::error_code ec;
   // The output folders are made when the job runs (create_output_dirs), so a
   // job that fails validation leaves nothing behind; here the nearest existing
   // folder must be one this process can write into.

@@ -6,6 +6,7 @@
 //   name = "smoke"                       # optional
 //   [model]       target = "models/x.gguf"   draft = "models/d.gguf"
 //   [memory]      device = "1GiB" (or "80MiB+draft")  host = "4GiB"  ring = 2  ctx = 2048  threads = 0
+//                 verify_io = false  (checksum every streamed layer against the first read: generate --verify-io)
 //   [speculation] tree = "sequoia"  verify = "greedy"  budget = 64  depth = 8
 //                 threshold = 0.001  delta = 0.5  width = 8  acceptance = "acc.json"
 //                 is_alphabet = 64   (multidraft-is: alphabet truncation)
@@ -40,6 +41,7 @@ struct JobConfig {
   int ring = 2;
   int ctx = 2048;  // KV capacity per prompt: prompt + max_tokens must fit
   int threads = 0;
+  bool verify_io = false;  // RunOptions::verify_io (streamed layers only)
   // [speculation] (used when draft is set)
   std::string tree = "sequoia", verify;  // verify empty: greedy at T = 0, else the tree's default
   int budget = 64, depth = 8;

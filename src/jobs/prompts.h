@@ -35,4 +35,10 @@ struct PromptFile {
 PromptFile read_prompts(const std::string& path, bool skip_bad,
                         const char* fail_hint = " (set input.on_bad_line = \"skip\" to skip bad lines)");
 
+// 16 hex digits (FNV-1a 64) over what a prompt asks: its text or its messages
+// (roles and contents), and whether a text prompt is wrapped in the chat
+// template. Stored with each result line ("prompt_hash"), so a resumed job
+// notices a prompt edited under the same id.
+std::string prompt_hash(const PromptItem& it, bool chat);
+
 }  // namespace redwood::jobs

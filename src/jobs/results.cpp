@@ -55,7 +55,8 @@ std::string settings_diff(const json& was, const json& now) {
 
 }  // namespace
 
-ResumeState prepare_output(const std::string& path, const json& settings, const std::vector<std::string>& added_keys) {
+ResumeState prepare_output(const std::string& path, const json& settings, const std::vector<std::string>& added_keys,
+                           const PromptHashes* prompts) {
   ResumeState st;
   if (!std::filesystem::exists(path)) return st;
   const std::string data = read_text_file(path, "the output file", UINT64_MAX);
@@ -64,6 +65,7 @@ ResumeState prepare_output(const std::string& path, const json& settings, const 
   size_t pos = 0, good_end = 0;
   int64_t line_no = 0;
   std::vector<std::string> missing_keys;
+  std::unordered_map<std::string, int64_t> seen;  // id -> its line
   while (pos < data.size()) {
     const size_t nl = data.find('\n', pos);
     ++line_no;
@@ -101,7 +103,26 @@ ResumeState prepare_output(const std::string& path, const json& settings, const 
                     "); resuming would mix them in one file: choose another output path, or remove the file to start "
                     "over");
     }
-    st.done.insert(j["id"].dump());
+    const std::string id = j["id"].dump();
+    if (const auto [at, fresh] = seen.emplace(id, line_no); !fresh)
+      throw Error(path + ":" + std::to_string(line_no) + ": id " + id + " is already on line " +
+                  std::to_string(at->second) +
+                  " (a duplicated id: the file was changed by hand or by something else); fix or move the file");
+    bool counts = true;
+    if (prompts) {
+      const auto p = prompts->find(id);
+      if (p == prompts->end()) {
+        ++st.foreign;
+        counts = false;
+      } else if (!j.contains("prompt_hash")) {
+        ++st.no_prompt_hash;
+      } else if (!j["prompt_hash"].is_string() || j["prompt_hash"].get<std::string>() != p->second) {
+        throw Error(path + ":" + std::to_string(line_no) + ": id " + id +
+                    " was answered for another prompt (the prompt with this id was edited since); resuming would "
+                    "keep the stale answer: choose another output path, or remove that line");
+      }
+    }
+    if (counts) st.done.insert(id);
     ++st.lines;
     pos = nl + 1;
     good_end = pos;

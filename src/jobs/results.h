@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -24,7 +25,15 @@ struct ResumeState {
   // older redwood's): checked on the keys they have.
   int64_t partly_checked = 0;
   std::string missing_keys;  // those keys, comma-separated
+  // With prepare_output's `prompts`: lines without "prompt_hash" (an older
+  // redwood's; not checked against the prompts), and lines whose id is not
+  // among the prompts (kept, not in `done`).
+  int64_t no_prompt_hash = 0;
+  int64_t foreign = 0;
 };
+
+// This run's prompts: id (PromptItem::key) -> prompt_hash().
+using PromptHashes = std::unordered_map<std::string, std::string>;
 
 // Checks an existing output file and truncates a torn last line: the start of
 // a result line ('{"id":...') with no newline, as a kill mid-write leaves it.
@@ -33,9 +42,13 @@ struct ResumeState {
 // "settings" differ from `settings` (the error names the keys that differ).
 // `added_keys`: keys of `settings` that an older redwood did not record; a
 // line without one of them is checked on the rest (ResumeState::partly_checked).
+// An id on two lines is an error. With `prompts`: a line whose "prompt_hash"
+// differs from its id's prompt's now is an error (the prompt was edited since
+// it was answered); a line without one, or whose id is not among the prompts,
+// is counted (no_prompt_hash, foreign). Errors leave the file as it is.
 // A missing file is an empty state.
 ResumeState prepare_output(const std::string& path, const nlohmann::json& settings = nlohmann::json(),
-                           const std::vector<std::string>& added_keys = {});
+                           const std::vector<std::string>& added_keys = {}, const PromptHashes* prompts = nullptr);
 
 // An exclusive advisory lock (flock) on the output file, held for one run of a
 // job, so that two runs never append to one file: a second run fails at once

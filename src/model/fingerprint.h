@@ -1,4 +1,4 @@
-// A model's identity by content, cheap for any size: batch jobs store it with
+// A model's identity by content: batch jobs store it with
 // every result line, so that resuming with another checkpoint under the same
 // file name (another quantization, another fine-tune) is refused instead of
 // mixing two models' outputs in one file, while a copy of the same model
@@ -10,13 +10,19 @@
 
 namespace redwood {
 
-// 16 hex digits of XXH3-64 over: the data files' sizes; the
-// hyperparameters; the tokenizer's tokens; every tensor's name, type, shape,
-// offset and size; and the first bytes (up to 256) of every tensor's data.
-// Reads a few hundred bytes per tensor (70B: ~720 small reads, well under a
-// second on an SSD). What is hashed is the model as Redwood reads it, so an
-// edit of the file's metadata that moves the tensors changes it too. Throws
-// redwood::Error when a file cannot be read.
+// 16 hex digits of XXH3-64 over: every byte of every data file (so every
+// byte of every tensor, and the file's metadata); the hyperparameters; the
+// tokenizer's tokens; every tensor's name, type, shape, file, offset and size.
+// A file's content hash is cached in the user's cache directory
+// (src/util/cache_dir.h) under its path, size, mtime, ctime, inode and device,
+// so a model is read whole only the first time (or after it changed).
+// Throws redwood::Error when a file cannot be read.
 std::string model_fingerprint(const ModelDesc& m);
 
+}  // namespace redwood
+
+namespace redwood {
+// What the fingerprint covers, in words (redwood info).
+inline constexpr const char* kFingerprintCovers =
+    "every byte of every tensor + metadata (whole-file XXH3, cached by path, size, mtime, inode)";
 }  // namespace redwood

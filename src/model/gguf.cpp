@@ -172,11 +172,13 @@ GgufFile GgufFile::open(const std::string& path) {
   GgufFile g;
   g.path_ = path;
   Fd fd;
-  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must not block the open (it is refused below).
+  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd.fd < 0) throw Error(path + ": cannot open: " + strerror(errno));
   struct stat st{};
   if (fstat(fd.fd, &st) != 0) throw Error(path + ": cannot stat: " + strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw Error(path + ": not a regular file (" + file_kind(st.st_mode) + "; a model must be a regular file)");
   g.file_size_ = static_cast<uint64_t>(st.st_size);
   Reader r(fd.fd, g.file_size_, path);
 

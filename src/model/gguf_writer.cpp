@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "src/util/error.h"
+#include "src/util/output_path.h"
 #include "src/util/io.h"
 
 namespace redwood {
@@ -77,6 +78,7 @@ GgufOutTensor copy_of(const GgufTensorInfo& t, const std::string& name) {
 
 void write_gguf(const GgufFile& src, const std::string& out_path, const std::map<std::string, GgufValue>& overrides,
                 const std::vector<GgufOutTensor>& ts, const std::function<void(size_t, size_t)>& progress) {
+  check_output_path(out_path, {src.path()}, "output");  // never over the source model, never a device
   std::map<std::string, GgufValue> kv = src.metadata();
   for (const auto& [k, v] : overrides) kv[k] = v;
   const uint64_t align = src.alignment();
@@ -106,7 +108,7 @@ void write_gguf(const GgufFile& src, const std::string& out_path, const std::map
   }
   o.buf.append((align - o.buf.size() % align) % align, '\0');
 
-  const std::string tmp = out_path + ".tmp." + std::to_string(getpid());
+  const std::string tmp = output_tmp_path(out_path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(out_path + ": cannot create: " + strerror(errno));
   const int in = ::open(src.path().c_str(), O_RDONLY | O_CLOEXEC);
@@ -145,10 +147,12 @@ void write_gguf(const GgufFile& src, const std::string& out_path, const std::map
     throw;
   }
   ::close(in);
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), out_path.c_str()) != 0) {
+  if (::close(fd) != 0) {
+    const int e = errno;
     ::unlink(tmp.c_str());
-    throw Error(out_path + ": cannot write: " + strerror(errno));
+    throw Error(out_path + ": cannot write: " + strerror(e));
   }
+  rename_output_into_place(tmp, out_path);
 }
 
 void write_gguf_subset(const GgufFile& src, const std::string& out_path,

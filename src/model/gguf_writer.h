@@ -1,7 +1,8 @@
 // Writes GGUF v3 files derived from an existing one: its metadata (with
 // overrides) and a list of tensors, each copied by extent from the source or
 // produced by a function (requantized weights). Used by `redwood make-draft`
-// and `redwood quantize`. Output is atomic: temp file, fsync, rename.
+// and `redwood quantize`. Output follows src/util/output_path.h: never the
+// source file or a non-regular file; temp file, fsync, rename.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -11,6 +11,7 @@
 #include "src/model/safetensors.h"
 #include "src/model/tokenizer_spec.h"
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood {
 
@@ -217,6 +218,7 @@ void validate_model_desc(const ModelDesc& m) {
 
 ModelDesc load_model_desc(const std::string& path) {
   if (is_dir(path)) return load_safetensors_desc(path);
+  require_regular_input(path, "a model");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open: " + strerror(errno));
   char magic[4] = {};

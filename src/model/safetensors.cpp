@@ -42,18 +42,24 @@ bool is_dir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// A regular file; a FIFO, device or socket under that name is an error
+// (never opened: a FIFO would block), a directory or nothing is false.
 bool is_file(const std::string& p) {
   struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (::stat(p.c_str(), &st) != 0) return false;
+  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) require_regular_input(p, "a model file");
+  return S_ISREG(st.st_mode);
 }
 
 // Opens a regular file for reading; returns its size.
 uint64_t open_regular(const std::string& path, Fd& fd) {
-  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must not block the open (it is refused below).
+  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd.fd < 0) throw Error(path + ": cannot open: " + strerror(errno));
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0) throw Error(path + ": cannot stat: " + strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw Error(path + ": not a regular file (" + file_kind(st.st_mode) + "; a model must be a regular file)");
   return static_cast<uint64_t>(st.st_size);
 }
 

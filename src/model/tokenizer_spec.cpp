@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood {
 
@@ -112,6 +113,7 @@ constexpr std::streamoff kMaxJsonBytes = std::streamoff{256} << 20;
 constexpr int kMaxJsonDepth = 64;
 
 json read_json(const std::string& path) {
+  require_regular_input(path, "a JSON file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error(path + ": cannot open");
   const std::streamoff size = in.tellg();

@@ -101,6 +101,7 @@ FileIdentity identify_files(const std::string& name, const std::vector<std::stri
   std::vector<uint64_t> hashes;
   std::vector<char> buf(8 << 20);
   for (const std::string& f : files) {
+    require_regular_input(f, "a file to hash");
     std::unique_ptr<FILE, int (*)(FILE*)> fp(std::fopen(f.c_str(), "rb"), &std::fclose);
     if (!fp) throw Error(f + ": cannot open to hash");
     std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> st(XXH3_createState(), &XXH3_freeState);

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/util/error.h"
+#include "src/util/output_path.h"
 #include "src/util/io.h"
 
 namespace redwood::spec {
@@ -520,11 +521,7 @@ void write_tree_file(const std::string& path, const StaticTree& t, const std::ve
   if (!acceptance.empty()) s += "  \"acceptance\": " + nlohmann::json(acceptance).dump() + ",\n";
   s += "  \"rank\": " + nlohmann::json(t.rank).dump() + ",\n";
   s += "  \"parent\": " + nlohmann::json(t.parent).dump() + "\n}\n";
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error("cannot write tree file '" + path + "'");
-  out << s;
-  out.flush();
-  if (!out) throw Error("cannot write tree file '" + path + "'");
+  write_output_file(path, s);  // the output-path policy: temp file + rename
 }
 
 }  // namespace redwood::spec

@@ -69,6 +69,8 @@ StaticTree make_tree_shape(const std::string& spec, int budget, int depth, const
     return kary_tree(w, d);
   }
   if (kind == "sequoia") {
+    if (colon != std::string::npos && arg.empty())
+      throw Error("--tree '" + spec + "': no tree file after 'sequoia:' (give sequoia:FILE, or sequoia)");
     if (!arg.empty()) return read_tree_file(arg);
     if (budget < 1) throw Error("--tree sequoia needs --budget N (nodes per target pass, root included)");
     const std::vector<double> acc =
