@@ -66,6 +66,7 @@ Runner add_quantize(CLI::App& app) {
       if (i.name == o->type && can_quantize_to(i.type)) type = i.type;
     if (!type)
       throw Error("quantize: --type '" + o->type + "' is not one of Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q3_K, F16, BF16, F32");
+    check_output(o->out, {o->from}, "--out");  // before any work: never over the source model
     const bool tty = ::isatty(2) != 0;
     const QuantizeStats st = quantize_model(o->from, *type, o->out, [tty](size_t done, size_t total) {
       if (tty) std::fprintf(stderr, "\rquantize: %zu/%zu tensors%s", done, total, done == total ? "\n" : "");

@@ -95,6 +95,12 @@ def main() -> int:
         check("Q3_K: relative RMS error <= 0.30 per tensor", worst <= 0.30, f"worst {worst:.3f}")
         check("Q3_K: beats a sign x mean-magnitude control", control_beaten)
 
+    before = os.path.getsize(args.model)
+    p = subprocess.run([args.redwood, "quantize", "--from", args.model, "--type", "Q4_0", "--out",
+                        os.path.join(os.path.dirname(args.model), ".", os.path.basename(args.model))],
+                       capture_output=True, text=True, timeout=600)
+    check("--out naming the source model is refused, the source intact", p.returncode == 1
+          and os.path.getsize(args.model) == before and len(p.stderr.strip().splitlines()) == 1, p.stderr)
     p = subprocess.run([args.redwood, "quantize", "--from", os.path.join(args.workdir, "missing.gguf"), "--type",
                         "Q4_0", "--out", os.path.join(args.workdir, "y.gguf")], capture_output=True, text=True)
     check("missing source: one line, exit 1", p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1, p.stderr)
