@@ -84,7 +84,11 @@ def main() -> int:
     check("8 MiB prompt, ctx 256: refused before tokenizing, naming the id", proc.returncode == 1 and
           err.count("\n") == 1 and ':1: id "big": the prompt is ' in err and "so it is not tokenized" in err and
           'on_bad_line = "skip"' in err and not os.path.exists(out), f"rc {proc.returncode}: {err[-600:]}")
-    check("8 MiB prompt: small peak memory", rss_mib < 200, f"{rss_mib:.0f} MiB, {time.time() - t0:.1f} s")
+    # Against the binary's own footprint: a CUDA build maps the CUDA libraries (about 220 MiB at start).
+    base = subprocess.Popen([rw, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base_mib = os.wait4(base.pid, 0)[2].ru_maxrss / 1024
+    check("8 MiB prompt: small peak memory", rss_mib < base_mib + 150,
+          f"{rss_mib:.0f} MiB (the binary alone {base_mib:.0f}), {time.time() - t0:.1f} s")
     job = write(os.path.join(tmp, "big_skip.toml"),
                 job_text(args.model, out, big, "ctx = 256\n", max_tokens=2).replace("[output]",
                                                                                     'on_bad_line = "skip"\n[output]'))
