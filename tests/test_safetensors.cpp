@@ -128,6 +128,13 @@ TEST_F(SafetensorsTest, HeaderScalarAndMetadataOnly) {
   EXPECT_TRUE(read_safetensors_header(p.string()).empty());
 }
 
+// A config.json that is a directory is named as such, not reported missing (issue 32).
+TEST_F(SafetensorsTest, ConfigJsonThatIsADirectoryIsNamed) {
+  const fs::path dir = root_ / "config-is-dir";
+  fs::create_directories(dir / "config.json");
+  expect_error(dir.string(), "config.json: is a directory, not the model's config.json");
+}
+
 TEST_F(SafetensorsTest, HeaderErrors) {
   const std::string p = (root_ / "bad.safetensors").string();
   const std::string ok_entry = R"("dtype":"F32","shape":[2],"data_offsets":[0,8])";

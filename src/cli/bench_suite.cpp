@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "src/cli/batch.h"
@@ -124,6 +125,11 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
     gp += "set output " + gp_quote(png + ".tmp") + "\n";
     gp += "set multiplot layout 1,2 title " + gp_quote(g) + " noenhanced\n";
     gp += "set key below noenhanced\nset grid\nset xlabel 'tree budget (nodes per target pass)'\nset logscale x 2\n";
+    std::set<int> budgets;  // one budget alone: an explicit range (gnuplot warns of an empty x range)
+    for (const Row* r : rs)
+      if (!r->cell.tree.empty()) budgets.insert(r->cell.budget);
+    if (budgets.size() == 1)
+      gp += "set xrange [" + num(*budgets.begin() / 1.5) + ":" + num(*budgets.begin() * 1.5) + "]\n";
     // Data: one block per policy (index i), budget vs metric.
     std::string dat;
     std::vector<size_t> present;

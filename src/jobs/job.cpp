@@ -47,7 +47,8 @@ std::string JobConfig::where(const std::string& key) const {
   }
   std::string out = file;
   if (it != lines.end()) out.append(":").append(std::to_string(it->second));
-  out.append(": ").append(key);
+  const auto alias = key_names.find(key);
+  out.append(": ").append(alias == key_names.end() ? key : alias->second);
   return out;
 }
 

@@ -66,6 +66,7 @@ struct JobConfig {
   // was not in the file, e.g. a default or a command-line override).
   std::string where(const std::string& key) const;
   std::map<std::string, int> lines;  // dotted key -> line in the file (-1: set by --prompts/--output)
+  std::map<std::string, std::string> key_names;  // a job made from a bench suite: job key -> the suite's key
 };
 
 // Parses and type-checks TOML text (no file system access). Throws

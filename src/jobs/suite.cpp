@@ -231,6 +231,15 @@ JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& 
       }
     }
   j.device_mem = c.device_mem;
+  // Messages about a cell's settings name the suite's keys and lines.
+  for (const auto& [job_key, suite_key] : std::map<std::string, std::string>{
+           {"memory.device", "matrix.device_mem"}, {"speculation.tree", "matrix.trees"},
+           {"speculation.budget", "matrix.budgets"}, {"sampling.temperature", "matrix.temperatures"},
+           {"input.prompts", "matrix.prompts"}, {"memory.ctx", "suite.ctx"},
+           {"sampling.max_tokens", "suite.max_tokens"}}) {
+    j.key_names[job_key] = suite_key;
+    if (const auto at = s.lines.find(suite_key); at != s.lines.end()) j.lines[job_key] = at->second;
+  }
   j.ctx = s.ctx;
   if (!c.tree.empty()) {
     j.tree = tree_for_budget(c.tree.substr(0, c.tree.find('/')), c.budget);

@@ -1,5 +1,6 @@
 #include "src/model/safetensors.h"
 
+#include <filesystem>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -401,7 +402,12 @@ ModelDesc load_safetensors_desc(const std::string& path) {
 
   // ---- config.json ----
   const std::string config_path = prefix + "config.json";
-  if (!is_file(config_path)) throw Error(path + ": no config.json in " + dir);
+  if (!is_file(config_path)) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(config_path, ec))
+      throw Error(config_path + ": is a directory, not the model's config.json");
+    throw Error(path + ": no config.json in " + dir);
+  }
   const json cj = read_json_file(config_path);
   if (!cj.is_object()) throw Error(config_path + ": not a JSON object");
   const Config cfg{cj, config_path};

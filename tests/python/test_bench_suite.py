@@ -151,6 +151,23 @@ def main() -> int:
                        capture_output=True, text=True, timeout=60)
     check("bad suite: one line with file:line: key", p.returncode == 1 and p.stderr.count("\n") == 1 and
           "bad.toml:4: matrix.budgets: expected an array of numbers, got a string" in p.stderr, p.stderr)
+    # One tree budget: the plot gets an explicit x range (gnuplot warned "empty x range" on stderr).
+    one = os.path.join(tmp, "one.toml")
+    with open(one, "w") as f:
+        f.write(f'[suite]\nmax_tokens = 2\nctx = 256\nlimit = 1\n[[model]]\nname = "m"\ntarget = "{args.model}"\n'
+                f'draft = "{draft}"\n[matrix]\ntrees = ["chain"]\nbudgets = [4]\nprompts = ["{prompts}"]\n')
+    p = subprocess.run([args.redwood, "bench", "run", one, "--out", os.path.join(tmp, "one")], capture_output=True,
+                       text=True, timeout=600)
+    check("one budget: no gnuplot warning", p.returncode == 0 and "empty x range" not in p.stderr, p.stderr[-800:])
+    # A budget too small for a cell names the suite's key and line, not the cell job's.
+    small = os.path.join(tmp, "small.toml")
+    with open(small, "w") as f:
+        f.write(f'[[model]]\nname = "m"\ntarget = "{args.model}"\n[matrix]\ndevice_mem = ["1B"]\n'
+                f'prompts = ["{prompts}"]\n')
+    p = subprocess.run([args.redwood, "bench", "run", small, "--out", os.path.join(tmp, "small")],
+                       capture_output=True, text=True, timeout=600)
+    check("budget too small: names matrix.device_mem", p.returncode == 1 and "small.toml:5: matrix.device_mem:" in
+          p.stderr and "memory.device" not in p.stderr, p.stderr[-800:])
     return finish()
 
 
