@@ -230,6 +230,8 @@ void check_job(JobConfig& job) {
     fs::path at = dir;
     while (!at.empty() && !fs::exists(at, ec)) at = at.parent_path();
     if (at.empty()) at = ".";
+    if (at == dir && fs::is_directory(at, ec) && ::access(at.c_str(), W_OK | X_OK) != 0)
+      throw Error(job.where(key) + ": the directory '" + dir.string() + "' exists but is not writable");
     if (!fs::is_directory(at, ec) || ::access(at.c_str(), W_OK | X_OK) != 0)
       throw Error(job.where(key) + ": cannot create directory '" + dir.string() + "' ('" + at.string() +
                   "' is not a writable directory)");

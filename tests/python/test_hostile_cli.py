@@ -189,6 +189,28 @@ def body(rw: str, big: str, tmp: str) -> int:
         with open(prompts, "w") as f:
             f.write('{"id": 1, "prompt": "Hello"}\n')
 
+    # ---- batch: an output directory that exists but is read-only is named so ------------------
+    # (not "cannot create directory"). Root writes anywhere, so as root the job runs as nobody.
+    ro = os.path.join(tmp, "ro")
+    os.makedirs(ro)
+    with open(job, "w") as f:
+        f.write(f'[model]\ntarget = "{model}"\n[sampling]\nmax_tokens = 2\n[input]\nprompts = "{prompts}"\n'
+                f'[output]\npath = "{os.path.join(ro, "out.jsonl")}"\n')
+    as_user = []
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        for path in (tmp, job, prompts, model):
+            os.chmod(path, 0o755 if os.path.isdir(path) else 0o644)
+    os.chmod(ro, 0o555)
+    # (skipped where that user cannot reach the binary or the files, e.g. a clone under a private home)
+    reachable = not as_user or subprocess.run(as_user + ["sh", "-c", 'test -x "$0" && test -r "$1" && test -r "$2"',
+                                                         rw, model, prompts]).returncode == 0
+    if (os.geteuid() != 0 or as_user) and reachable:
+        p = subprocess.run(as_user + [rw, "batch", job, "-q"], capture_output=True, text=True, timeout=120)
+        check("batch: a read-only output directory is named as such", one_line_error(p, "exists but is not writable")
+              and "cannot create" not in p.stderr, f"rc={p.returncode} {p.stderr[-300:]}")
+    os.chmod(ro, 0o755)
+
     # ---- fifo: every input ------------------------------------------------------------------
     configs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs")
     hw_cfg = os.path.join(configs, "hardware", "l40.toml")
