@@ -121,7 +121,10 @@ std::vector<std::string> corpus_files(const std::string& sub) {
 }
 
 void replay(const std::string& sub, bool (*run)(const uint8_t*, size_t)) {
-  for (const auto& f : corpus_files(sub)) {
+  const auto files = corpus_files(sub);
+  // A missing or empty corpus folder is a failure, not a pass with nothing checked.
+  ASSERT_FALSE(files.empty()) << "no fuzz corpus files in " << kCorpusDir << "/" << sub;
+  for (const auto& f : files) {
     const std::string bytes = tiny::read_all(f);
     SCOPED_TRACE(f);
     try {
@@ -142,9 +145,14 @@ TEST(FuzzCorpus, SafetensorsLoadsOrThrowsRedwoodError) { replay("safetensors", f
 
 // The hostile GGUF files through the fuzz harness too (loads + tokenizer).
 TEST(FuzzCorpus, HostileGgufThroughHarness) {
+  ASSERT_FALSE(manifest().empty()) << kHostileDir << "/MANIFEST.json is missing or empty";
   for (const auto& c : manifest()) {
     const std::string path = kHostileDir + "/" + c.file;
-    if (!fs::is_regular_file(path)) continue;
+    if (!fs::exists(path)) {  // the manifest names it: its absence is a failure
+      ADD_FAILURE() << path << ": missing (listed in MANIFEST.json)";
+      continue;
+    }
+    if (!fs::is_regular_file(path)) continue;  // a safetensors directory: not a GGUF for this harness
     const std::string bytes = tiny::read_all(path);
     try {
       EXPECT_FALSE(fuzz::run_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())) << c.file;

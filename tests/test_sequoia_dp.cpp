@@ -225,7 +225,9 @@ TEST(SequoiaDp, StructureDepthFirstAndRanksInSamplingOrder) {
   }
 }
 
-TEST(SequoiaDp, TimingAtPaperScale) {
+// Paper-scale trees (n = 1024, d = 32): the bounded and unbounded DPs agree; the
+// times are printed for the record, never asserted (tests time nothing).
+TEST(SequoiaDp, PaperScaleTreesAgree) {
   struct Case {
     const char* name;
     std::vector<double> acc;
@@ -247,7 +249,6 @@ TEST(SequoiaDp, TimingAtPaperScale) {
                 "%.1f ms; unbounded %.1f ms (F=%.4f, depth %d)\n",
                 c.name, ms(t0, t1), b.expected_tokens, b.size(), b.max_depth(), ms(t1, t2), ms(t2, t3),
                 u.expected_tokens, u.max_depth());
-    EXPECT_LT(ms(t0, t1), 5000.0);
     EXPECT_NEAR(s.expected_tokens, b.expected_tokens, 1e-12 * b.expected_tokens);
     EXPECT_LE(b.max_depth(), 32);
     EXPECT_GE(u.expected_tokens, b.expected_tokens - 1e-12);
