@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -404,6 +405,8 @@ ModelDesc load_safetensors_desc(const std::string& path) {
   const std::string config_path = prefix + "config.json";
   if (!is_file(config_path)) {
     std::error_code ec;
+    if (::access(dir.c_str(), R_OK | X_OK) != 0)
+      throw Error(path + ": cannot read the directory: " + std::strerror(errno));
     if (std::filesystem::is_directory(config_path, ec))
       throw Error(config_path + ": is a directory, not the model's config.json");
     throw Error(path + ": no config.json in " + dir);

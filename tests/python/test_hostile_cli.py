@@ -209,6 +209,15 @@ def body(rw: str, big: str, tmp: str) -> int:
         p = subprocess.run(as_user + [rw, "batch", job, "-q"], capture_output=True, text=True, timeout=120)
         check("batch: a read-only output directory is named as such", one_line_error(p, "exists but is not writable")
               and "cannot create" not in p.stderr, f"rc={p.returncode} {p.stderr[-300:]}")
+        hf = os.path.join(tmp, "hf")  # a model directory this user cannot read: not "no config.json"
+        os.makedirs(hf)
+        with open(os.path.join(hf, "config.json"), "w") as f:
+            f.write("{}")
+        os.chmod(hf, 0o700 if as_user else 0o000)
+        p = subprocess.run(as_user + [rw, "info", hf], capture_output=True, text=True, timeout=60)
+        check("info: an unreadable model directory is named as such", one_line_error(p, "cannot read the directory")
+              and "no config.json" not in p.stderr, f"rc={p.returncode} {p.stderr[-300:]}")
+        os.chmod(hf, 0o755)
     os.chmod(ro, 0o755)
 
     # ---- fifo: every input ------------------------------------------------------------------
