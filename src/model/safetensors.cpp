@@ -1,6 +1,5 @@
 #include "src/model/safetensors.h"
 
-#include <filesystem>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
