@@ -26,8 +26,8 @@ struct WeightView {
 // (its ancestors plus itself, ascending); block row j is cache row n_past + j.
 struct AttentionArgs {
   const float* q = nullptr;  // [n][n_heads * head_dim] (RoPE applied)
-  const float* k = nullptr;  // [>= n_past + n][n_kv_heads * head_dim]
-  const float* v = nullptr;
+  const void* k = nullptr;  // [>= n_past + n][n_kv_heads * head_dim] of kv_type
+  const void* v = nullptr;
   float* out = nullptr;  // [n][n_heads * head_dim]
   int n = 0, n_past = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
@@ -38,6 +38,7 @@ struct AttentionArgs {
   // When set, the committed length is *n_past_at (backend memory), read when
   // the op executes: a recorded pass (CUDA graph) replays for any prefix length.
   const int32_t* n_past_at = nullptr;
+  DType kv_type = DType::F32;  // the element type of k and v: F32, F16 or BF16
 };
 
 class Backend {
@@ -83,8 +84,11 @@ class Backend {
   virtual void attention(const AttentionArgs& a) = 0;
   // base[(first + r) * row_floats + c] = src[r * row_floats + c] for r < rows,
   // with first = *first_row_at (backend memory, read when the op executes):
-  // the KV cache append.
-  virtual void write_rows(float* base, const int32_t* first_row_at, const float* src, int rows, int row_floats) = 0;
+  // the KV cache append. base holds elements of `type` (F32, F16 or BF16);
+  // F16/BF16 round to nearest even (math::f32_to_f16 / f32_to_bf16), the same
+  // bits on every backend.
+  virtual void write_rows(void* base, DType type, const int32_t* first_row_at, const float* src, int rows,
+                          int row_floats) = 0;
   // gate[i] = silu(gate[i]) * up[i]
   virtual void swiglu(float* gate, const float* up, size_t count) = 0;
   // x[i] += y[i]

@@ -67,9 +67,10 @@ uint64_t resident_model_bytes(const ModelDesc& m) {
   return b;
 }
 
-// KvCache: K and V, [ctx][n_kv_heads * head_dim] float per layer.
-uint64_t kv_bytes(const LlamaHParams& hp, int ctx) {
-  return static_cast<uint64_t>(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * static_cast<uint64_t>(ctx) * kF32;
+// KvCache: K and V, [ctx][n_kv_heads * head_dim] of the KV type per layer.
+uint64_t kv_bytes(const LlamaHParams& hp, int ctx, DType kv_type) {
+  const uint64_t elem = kv_type == DType::F32 ? kF32 : 2;
+  return static_cast<uint64_t>(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * static_cast<uint64_t>(ctx) * elem;
 }
 
 // Transformer::ensure_scratch for n rows (x, xn, q, k, v, att, gate, up), its ancestor
@@ -221,6 +222,8 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
     throw Error("ring slots must be at least 2 (got " + std::to_string(budgets.ring_slots) + ")");
   if (shape.ctx <= 0 || shape.max_tokens <= 0 || shape.threads <= 0)
     throw Error("memory plan: context, tokens per pass and threads must be positive");
+  if (shape.kv_type != DType::F32 && shape.kv_type != DType::F16 && shape.kv_type != DType::BF16)
+    throw Error("memory plan: the KV cache type must be f32, f16 or bf16");
   MemoryPlan p;
   p.model = model_label(target);
   if (draft) p.draft = model_label(*draft);
@@ -230,11 +233,12 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.host_budget = budgets.host;
 
   // Fixed device costs: everything but the target's layer matrices.
-  const std::string ctx = "ctx " + std::to_string(shape.ctx);
+  const std::string ctx = "ctx " + std::to_string(shape.ctx) +
+                          (shape.kv_type == DType::F32 ? "" : ", " + std::string(dtype_name(shape.kv_type)));
   const std::string toks = std::to_string(shape.max_tokens) + " tokens";
   p.items.push_back({"globals (embeddings, LM head, final norm)", Tier::kDevice, global_bytes(target)});
   p.items.push_back({"layer norms", Tier::kDevice, layer_norm_bytes(target)});
-  p.items.push_back({"KV cache (target, " + ctx + ")", Tier::kDevice, kv_bytes(target.hp, shape.ctx)});
+  p.items.push_back({"KV cache (target, " + ctx + ")", Tier::kDevice, kv_bytes(target.hp, shape.ctx, shape.kv_type)});
   p.items.push_back(
       {"activations + logits (target, " + toks + ")", Tier::kDevice, activation_bytes(target.hp, shape.max_tokens)});
   const bool cuda = budgets.backend == BackendKind::kCuda;
@@ -245,7 +249,7 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   uint64_t device_budget = budgets.device;
   if (draft) {
     const uint64_t target_workspace = workspace;
-    const uint64_t weights = resident_model_bytes(*draft), kv = kv_bytes(draft->hp, shape.ctx),
+    const uint64_t weights = resident_model_bytes(*draft), kv = kv_bytes(draft->hp, shape.ctx, shape.kv_type),
                    act = activation_bytes(draft->hp, shape.max_tokens);
     p.items.push_back({"draft weights (all resident)", Tier::kDevice, weights});
     p.items.push_back({"KV cache (draft, " + ctx + ")", Tier::kDevice, kv});
@@ -375,6 +379,7 @@ nlohmann::json plan_json(const MemoryPlan& p) {
   j["draft"] = p.draft.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.draft);
   j["backend"] = p.backend == BackendKind::kCuda ? "cuda" : "cpu";
   j["ctx"] = p.shape.ctx;
+  j["kv_type"] = std::string(dtype_name(p.shape.kv_type));
   j["max_tokens"] = p.shape.max_tokens;
   j["threads"] = p.shape.threads;
   j["device_budget"] = p.device_budget;

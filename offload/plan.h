@@ -45,6 +45,7 @@ struct RunShape {
   int ctx = 2048;       // KV cache capacity in tokens (target and draft)
   int max_tokens = 64;  // most tokens in one pass (prompt chunk, tree size)
   int threads = 2;      // CPU workers (per-thread workspace)
+  DType kv_type = DType::F32;  // KV cache element type (F32, F16, BF16: --kv-type)
 };
 
 // One line of the accounting.

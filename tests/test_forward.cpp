@@ -183,6 +183,49 @@ TEST_P(TinyModel, TreeGrownLevelByLevelEqualsOnePass) {
   EXPECT_EQ(lv.pending(), 0);
 }
 
+// KV caches of F16 and BF16: tree rows still equal path runs and compaction
+// still equals a fresh run. The tolerance is looser than F32's: a tree pass's
+// K/V differ from a chain's in the last float bits (matmul summation order),
+// and rounding to 11 (8) significant bits turns a rare such difference into
+// one half (bfloat) ulp. The logits differ from F32's by about the rounding.
+TEST_P(TinyModel, KvTypesKeepTreeAndChainEqual) {
+  Runner r(path);
+  std::mt19937 rng(5);
+  std::vector<int32_t> seq(20);
+  for (auto& t : seq) t = (int32_t)(rng() % r.V());
+  const auto f32 = r.chain_last({}, seq);
+  for (DType t : {DType::F16, DType::BF16}) {
+    r.tf->set_kv_type(t);
+    EXPECT_EQ(r.tf->make_cache(8).type(), t);
+    EXPECT_EQ(r.tf->make_cache(8).bytes() * 2, Runner(path).tf->make_cache(8).bytes());
+    const double tol = t == DType::F16 ? 3e-4 : 2e-3;
+    for (int n : {7, 40}) check_tree_rows(r, n, 200 + n, tol, 6);
+    const auto lg = r.chain_last({}, seq);
+    const double e = rel_err(lg.data(), f32.data(), r.V());
+    EXPECT_GT(e, 0.0) << dtype_name(t) << ": the KV type had no effect";
+    EXPECT_LT(e, t == DType::F16 ? 5e-3 : 3e-2) << dtype_name(t);
+    // A path kept out of a tree (commit_path moves 2-byte rows) then decoded.
+    KvCache kv = r.tf->make_cache(64);
+    std::vector<float> lt(r.V());
+    prefill(*r.tf, kv, seq, 6, lt);
+    const std::vector<int32_t> parents = {-1, 0, -1, 1, 2, 3, 0}, toks = {11, 12, 13, 14, 15, 16, 17};
+    std::vector<int32_t> pos;
+    for (int i = 0; i < 7; ++i) pos.push_back(20 + (parents[i] < 0 ? 0 : pos[parents[i]] - 20 + 1));
+    std::vector<float> tree(7 * r.V());
+    r.tf->forward(Batch{toks, pos, parents}, kv, tree, LogitsRows::kAll);
+    const std::vector<int32_t> keep = {0, 1, 3, 5};
+    kv.commit_path(keep);
+    const int32_t next = 42, npos = 24, par = -1;
+    r.tf->forward(Batch{{&next, 1}, {&npos, 1}, {&par, 1}}, kv, lt, LogitsRows::kLast);
+    std::vector<int32_t> full = seq;
+    for (int i : keep) full.push_back(toks[i]);
+    full.push_back(next);
+    const auto fresh = r.chain_last({}, full);
+    EXPECT_LT(rel_err(lt.data(), fresh.data(), r.V()), tol) << dtype_name(t);
+  }
+  EXPECT_THROW(r.tf->set_kv_type(DType::Q4_0), Error);
+}
+
 TEST_P(TinyModel, BadBatchesAreErrors) {
   Runner r(path);
   KvCache kv = r.tf->make_cache(4);

@@ -51,6 +51,7 @@ host = "4GiB"
 ring = 3
 ctx = 4096
 threads = 2
+kv_type = "bf16"
 [speculation]
 tree = "kary:4x8"
 verify = "spectr"
@@ -80,6 +81,7 @@ progress_every = 2.5
   EXPECT_EQ(j.draft, "d.gguf");
   EXPECT_EQ(j.device_mem, "1.5GiB+draft");
   EXPECT_EQ(j.ring, 3);
+  EXPECT_EQ(j.kv_type, "bf16");
   EXPECT_EQ(j.tree, "kary:4x8");
   EXPECT_EQ(j.verify, "spectr");
   EXPECT_EQ(*j.width, 8);
@@ -123,6 +125,8 @@ TEST(JobConfig, BadConfigsNameFileLineAndKey) {
       {m + "[memory]\ndevice = \"lots\"\n", "job.toml:4: memory.device: "},
       {m + "[memory]\ndevice = \"1GiB+drafts\"\n", "job.toml:4: memory.device: "},
       {m + "[memory]\nring = 1\n", "job.toml:4: memory.ring: must be in [2, 64], got 1"},
+      {m + "[memory]\nkv_type = \"f8\"\n", "job.toml:4: memory.kv_type: "},
+      {m + "[memory]\nkv_type = 16\n", "job.toml:4: memory.kv_type: expected a string"},
       {"memory = 3\n" + m, "job.toml:1: memory: expected a table, got an integer"},
       {m + "[speculation]\ntree = \"sequoia\"\n", "job.toml:3: speculation: [speculation] needs model.draft"},
       {"[model]\ntarget = \"t\"\ndraft = \"d\"\n[speculation]\nverify = \"magic\"\n",

@@ -6,9 +6,11 @@
 #include <random>
 
 #include "kernels/backend.h"
+#include "kernels/common/math.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/simd.h"
+#include "src/util/error.h"
 #include "tests/util/tiny_gguf.h"
 
 using namespace redwood;
@@ -349,6 +351,85 @@ TreeCase random_tree_case(std::mt19937& rng, int n_heads, int n_kv, int hd, int 
 // chunks of the output) and of the generic one (12), prefixes long enough for
 // several 32-position value blocks, one-token and many-token passes (the two
 // task splits).
+// KV rows of F16/BF16: attention over them equals attention over the same
+// rows widened to float, bit for bit, on the vector path (head_dim 64) and the
+// generic one (head_dim 12); the reference reads them the same way; and the
+// rounding is real (the unrounded rows give other outputs).
+TEST(Kernels, TreeAttentionOverHalfRowsEqualsWidenedRows) {
+  std::mt19937 rng(7);
+  for (DType t : {DType::F16, DType::BF16})
+    for (int hd : {64, 12}) {
+      const TreeCase c = random_tree_case(rng, 6, 2, hd, 37, 21);
+      const int row = c.n_kv * hd, rows = static_cast<int>(c.k.size()) / row;
+      std::vector<uint16_t> k16(c.k.size()), v16(c.v.size());
+      cpu::write_kv_rows(k16.data(), t, 0, c.k.data(), rows, row);
+      cpu::write_kv_rows(v16.data(), t, 0, c.v.data(), rows, row);
+      TreeCase w = c;
+      for (size_t i = 0; i < c.k.size(); ++i) {
+        w.k[i] = t == DType::F16 ? math::f16_to_f32(k16[i]) : math::bf16_to_f32(k16[i]);
+        w.v[i] = t == DType::F16 ? math::f16_to_f32(v16[i]) : math::bf16_to_f32(v16[i]);
+      }
+      const size_t n_out = static_cast<size_t>(c.n) * c.n_heads * hd;
+      std::vector<float> got(n_out), want(n_out), raw(n_out), ref_got(n_out), ref_want(n_out);
+      AttentionArgs a = c.args(got.data());
+      a.k = k16.data(), a.v = v16.data(), a.kv_type = t;
+      cpu::attention(a);
+      cpu::attention(w.args(want.data()));
+      cpu::attention(c.args(raw.data()));
+      EXPECT_EQ(got, want) << dtype_name(t) << " head_dim " << hd;
+      EXPECT_NE(got, raw) << dtype_name(t) << " head_dim " << hd << ": no rounding happened";
+      a.out = ref_got.data();
+      cpu::attention_reference(a);
+      cpu::attention_reference(w.args(ref_want.data()));
+      EXPECT_EQ(ref_got, ref_want);
+    }
+}
+
+// The KV row store rounds to nearest even exactly like the shared math (the
+// CUDA backend's rows), on the vector body and the scalar tail.
+TEST(Kernels, KvRowStoreRoundsLikeTheSharedMath) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  std::vector<float> x;
+  for (float s : {1e-7f, 1e-3f, 1.0f, 300.0f, 6e4f})
+    for (int i = 0; i < 200; ++i) x.push_back(s * nd(rng));
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 6e-8f,
+                            1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
+                            3.0e38f, -3.4e38f};
+  x.insert(x.end(), std::begin(specials), std::end(specials));
+  x.push_back(NAN);
+  x.push_back(2.0f);  // count % 8 != 0: a scalar tail
+  ASSERT_NE(x.size() % 8, 0u);
+  for (DType t : {DType::F16, DType::BF16}) {
+    std::vector<uint16_t> got(x.size());
+    cpu::write_kv_rows(got.data(), t, 0, x.data(), 1, static_cast<int>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t want = t == DType::F16 ? math::f32_to_f16(x[i]) : math::f32_to_bf16(x[i]);
+      if (std::isnan(x[i])) {
+        const float back = t == DType::F16 ? math::f16_to_f32(got[i]) : math::bf16_to_f32(got[i]);
+        EXPECT_TRUE(std::isnan(back));
+      } else {
+        EXPECT_EQ(got[i], want) << dtype_name(t) << " x = " << x[i];
+      }
+    }
+  }
+  // Halfway cases go to the even neighbour.
+  EXPECT_EQ(math::f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+  EXPECT_EQ(math::f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+  EXPECT_EQ(math::f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+  EXPECT_EQ(math::f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+  // Rows land at first_row.
+  std::vector<float> one = {1.5f, -2.0f};
+  std::vector<uint16_t> store(6, 0);
+  cpu::write_kv_rows(store.data(), DType::BF16, 2, one.data(), 1, 2);
+  EXPECT_EQ(store, (std::vector<uint16_t>{0, 0, 0, 0, 0x3fc0, 0xc000}));
+  // Only float types hold KV rows.
+  EXPECT_THROW(cpu::write_kv_rows(store.data(), DType::Q8_0, 0, one.data(), 1, 2), Error);
+  AttentionArgs bad;
+  bad.kv_type = DType::Q4_0;
+  EXPECT_THROW(cpu::attention(bad), Error);
+}
+
 TEST(Kernels, TreeAttentionMatchesDenseMaskReference) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 32; ++trial) {

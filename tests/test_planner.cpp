@@ -438,8 +438,9 @@ TEST(CostModel, ResidentIsComputeOnly) {
   double bytes = 0, params = 0;
   for (const TensorExtent* t : offload::layer_matrices(L))
     bytes += static_cast<double>(t->bytes), params += t->rows * t->cols;
-  const double kv = 2.0 * 2 * 64 * (0 + 1) * 2;
+  const double kv = 2.0 * 2 * 64 * (0 + 1) * 4;  // an F32 KV cache (the default, on every backend)
   EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 1, 0), (bytes + kv) / 1000e9, 1e-15);
+  EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 1, 0, 2), (bytes + kv / 2) / 1000e9, 1e-15);
   const double n = 100000, attn = 4.0 * n * n * 256;
   EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 100000, 0), (2 * params * n + attn) / 100e12, 1e-9);
 }

@@ -113,6 +113,26 @@ TEST_F(Spec, GreedyIdentityAllTreeShapes) {
   }
 }
 
+// --kv-type: with both caches in F16 or BF16, speculative greedy output is
+// still the plain greedy output of the same model (rows are rounded when
+// written, so a tree pass and a chain see the same keys and values).
+TEST_F(Spec, GreedyIdentityForEveryKvType) {
+  const int n = 40;
+  for (DType t : {DType::F16, DType::BF16}) {
+    target_->tf->set_kv_type(t);
+    draft_->tf->set_kv_type(t);
+    for (size_t p = 0; p < 2; ++p) {
+      const auto want = greedy_reference(kPrompts[p], n);
+      for (const char* s : {"chain:3", "sequoia"})
+        EXPECT_EQ(speculative(kPrompts[p], n, spec::make_tree_shape(s, 8, 4, "")), want)
+            << dtype_name(t) << " prompt " << p << " tree " << s;
+    }
+  }
+  target_->tf->set_kv_type(DType::F32);
+  draft_->tf->set_kv_type(DType::F32);
+  EXPECT_THROW(target_->tf->set_kv_type(DType::Q8_0), Error);
+}
+
 TEST_F(Spec, GreedyIdentityWithTheTargetStreamedUnderABudget) {
   // Device budget: the planner's minimum plus a third of the layers, the draft
   // resident and counted; the rest of the target streams from storage.

@@ -7,9 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/common/math.h"
 #include "kernels/cpu/simd.h"
+#include "src/util/error.h"
 
 namespace redwood::cpu {
 
@@ -18,21 +23,41 @@ namespace {
 // New tokens per attention task when there are enough of them (tree passes).
 constexpr int kTokBlock = 8;
 
+// KV rows hold float, IEEE half (uint16_t tagged Half) or bfloat16 (Bf16):
+// every element is widened to float when read, exactly.
+struct Half {
+  uint16_t bits;
+};
+struct Bf16 {
+  uint16_t bits;
+};
+inline float widen(float x) { return x; }
+inline float widen(Half x) { return math::f16_to_f32(x.bits); }
+inline float widen(Bf16 x) { return math::bf16_to_f32(x.bits); }
+
 #ifdef REDWOOD_AVX2
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load8(const Bf16* p) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
 // Eight keys' scores q . k_j in one vector. Every key's dot product is formed
 // the same way wherever it sits among the eight (FMAs over head_dim in order,
 // then the same pairwise sum of the eight lanes), so a score does not depend
 // on which keys share its group: a token's attention in a tree pass equals
 // its attention decoded alone.
-inline __m256 dot8(const float* q, const float* const kr[8], int hd) {
+template <class T>
+inline __m256 dot8(const float* q, const T* const kr[8], int hd) {
   __m256 a[8];
   const __m256 q0 = _mm256_loadu_ps(q);
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) a[k] = _mm256_mul_ps(q0, _mm256_loadu_ps(kr[k]));
+  for (int k = 0; k < 8; ++k) a[k] = _mm256_mul_ps(q0, load8(kr[k]));
   for (int c = 8; c < hd; c += 8) {
     const __m256 qc = _mm256_loadu_ps(q + c);
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kr[k] + c), a[k]);
+    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qc, load8(kr[k] + c), a[k]);
   }
   const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
   const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
@@ -43,9 +68,10 @@ inline __m256 dot8(const float* q, const float* const kr[8], int hd) {
 struct Scratch {
   // Per token of the block: scores, then probabilities, [heads][len rounded
   // up to 8]; the key row of every attended position, padded to a multiple of
-  // 8; the value rows; 1 / sum per head.
+  // 8; the value rows (as untyped pointers: the KV element type is chosen at
+  // run time); 1 / sum per head.
   std::vector<float> s[kTokBlock];
-  std::vector<const float*> krow[kTokBlock], vrow[kTokBlock];
+  std::vector<const void*> krow[kTokBlock], vrow[kTokBlock];
   std::vector<float> inv_sum[kTokBlock];
 };
 
@@ -56,7 +82,10 @@ struct Scratch {
 // values are read once for the block while they are in L1, and each token's
 // arithmetic is the same as alone (every score is formed the same way whatever
 // its group of eight, and each output sums its positions in order).
+template <class T>
 void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1, Scratch& sc) {
+  const T* kbase = static_cast<const T*>(a.k);
+  const T* vbase = static_cast<const T*>(a.v);
   const int hd = a.head_dim, nt = i1 - i0, nh = h1 - h0;
   const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
   const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
@@ -72,8 +101,8 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
     vrow.resize(len[t]);
     for (int j = 0; j < len[t]; ++j) {
       const int64_t pos = j < a.n_past ? j : a.n_past + anc[j - a.n_past];
-      krow[j] = a.k + pos * kv_stride + kh * hd;
-      vrow[j] = a.v + pos * kv_stride + kh * hd;
+      krow[j] = kbase + pos * kv_stride + kh * hd;
+      vrow[j] = vbase + pos * kv_stride + kh * hd;
     }
     for (int j = len[t]; j < padded[t]; ++j) krow[j] = krow[0];  // scores dropped below
     sc.s[t].resize(static_cast<size_t>(nh) * padded[t]);
@@ -84,7 +113,7 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
     for (int g = 0; g < nh; ++g)
       _mm256_storeu_ps(
           sc.s[t].data() + static_cast<size_t>(g) * padded[t] + j,
-          _mm256_mul_ps(dot8(a.q + (i0 + t) * q_stride + (h0 + g) * hd, sc.krow[t].data() + j, hd), scale));
+          _mm256_mul_ps(dot8(a.q + (i0 + t) * q_stride + (h0 + g) * hd, reinterpret_cast<const T* const*>(sc.krow[t].data() + j), hd), scale));
   };
   const int shared = a.n_past / 8 * 8;  // groups of eight prefix keys, the same for every token
   for (int j = 0; j < shared; j += 8)
@@ -126,8 +155,8 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
           for (int c = 0; c < nc; ++c) o[c] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8 * c);
           for (int j = j0; j < j1; ++j) {
             const __m256 pj = _mm256_set1_ps(p[j]);
-            const float* v = sc.vrow[t][j] + c0;
-            for (int c = 0; c < nc; ++c) o[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * c), o[c]);
+            const T* v = static_cast<const T*>(sc.vrow[t][j]) + c0;
+            for (int c = 0; c < nc; ++c) o[c] = _mm256_fmadd_ps(pj, load8(v + 8 * c), o[c]);
           }
           if (j1 == len[t]) {
             const __m256 r = _mm256_set1_ps(sc.inv_sum[t][g]);
@@ -140,8 +169,11 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
 }
 #endif
 
-// The same for any head_dim, one head at a time, scalar exp.
-void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::vector<float>& s) {
+// The same for any head_dim, one head at a time, scalar exp. Rows of F16/BF16
+// are widened into `row` first.
+template <class T>
+void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::vector<float>& s,
+                    std::vector<float>& row) {
   const int hd = a.head_dim;
   const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
   const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
@@ -149,14 +181,23 @@ void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::
   const int n_anc = a.anc_off[i + 1] - a.anc_off[i];
   const int len = a.n_past + n_anc;
   s.resize(len);
-  const float* kbase = a.k + kh * hd;
-  const float* vbase = a.v + kh * hd;
+  const T* kbase = static_cast<const T*>(a.k) + kh * hd;
+  const T* vbase = static_cast<const T*>(a.v) + kh * hd;
   auto pos = [&](int j) -> int64_t { return j < a.n_past ? j : a.n_past + anc[j - a.n_past]; };
+  auto load = [&](const T* p) -> const float* {
+    if constexpr (std::is_same_v<T, float>) {
+      return p;
+    } else {
+      row.resize(hd);
+      for (int d = 0; d < hd; ++d) row[d] = widen(p[d]);
+      return row.data();
+    }
+  };
   for (int h = h0; h < h1; ++h) {
     const float* q = a.q + i * q_stride + h * hd;
     float mx = -INFINITY;
     for (int j = 0; j < len; ++j) {
-      s[j] = dot(q, kbase + pos(j) * kv_stride, hd) * a.scale;
+      s[j] = dot(q, load(kbase + pos(j) * kv_stride), hd) * a.scale;
       mx = std::max(mx, s[j]);
     }
     float sum = 0;
@@ -166,33 +207,38 @@ void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::
     }
     float* out = a.out + i * q_stride + h * hd;
     for (int d = 0; d < hd; ++d) out[d] = 0;
-    for (int j = 0; j < len; ++j) axpy(s[j], vbase + pos(j) * kv_stride, out, hd);
+    for (int j = 0; j < len; ++j) axpy(s[j], load(vbase + pos(j) * kv_stride), out, hd);
     scale(out, 1.0f / sum, hd);
   }
 }
-
-}  // namespace
 
 // One task = kTokBlock new tokens x one KV head (all its query heads, so each
 // key row is read once per group, and the prefix once per block) in tree
 // passes with enough tokens, else one token x one KV head, or, when that gives
 // too few tasks to keep every thread busy (decoding one token), one token x
-// one query head. A
-// head's arithmetic is the same either way. Scores are materialized per
-// (token, head) over prefix + ancestors (at most n_past + depth entries).
-void attention(const AttentionArgs& args) {
+// one query head. A head's arithmetic is the same either way. Scores are
+// materialized per (token, head) over prefix + ancestors (at most n_past +
+// depth entries).
+template <class T>
+void attention_typed(const AttentionArgs& args) {
   AttentionArgs a = args;
   if (a.n_past_at) a.n_past = *a.n_past_at;
   const int group = a.n_heads / a.n_kv_heads;
   const int64_t enough = 4 * static_cast<int64_t>(tbb::this_task_arena::max_concurrency());
+  struct Local {
+#ifdef REDWOOD_AVX2
+    Scratch sc;
+#endif
+    std::vector<float> s, row;
+  };
+  tbb::enumerable_thread_specific<Local> scratch;
 #ifdef REDWOOD_AVX2
   const bool fast = a.head_dim % 8 == 0 && a.head_dim <= 256;
-  tbb::enumerable_thread_specific<Scratch> scratch;
   // Blocks of kTokBlock tokens where that still leaves enough tasks.
   const int tb =
       fast && (a.n + kTokBlock - 1) / kTokBlock * static_cast<int64_t>(a.n_kv_heads) >= enough ? kTokBlock : 1;
 #else
-  tbb::enumerable_thread_specific<std::vector<float> > scratch;
+  const bool fast = false;
   const int tb = 1;
 #endif
   const int blocks = (a.n + tb - 1) / tb;
@@ -200,7 +246,7 @@ void attention(const AttentionArgs& args) {
   const int split = by_kv < enough ? group : 1;
   const int per_task = group / split;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, by_kv * split, 1), [&](const tbb::blocked_range<int64_t>& r) {
-    auto& sc = scratch.local();
+    auto& loc = scratch.local();
     for (int64_t t = r.begin(); t < r.end(); ++t) {
       const int b = static_cast<int>(t / (a.n_kv_heads * split));
       const int i0 = b * tb, i1 = std::min(a.n, i0 + tb);
@@ -208,15 +254,83 @@ void attention(const AttentionArgs& args) {
       const int h0 = kh * group + (rest % split) * per_task, h1 = h0 + per_task;
 #ifdef REDWOOD_AVX2
       if (fast) {
-        attend_avx2(a, i0, i1, kh, h0, h1, sc);
+        attend_avx2<T>(a, i0, i1, kh, h0, h1, loc.sc);
         continue;
       }
-      attend_generic(a, i0, kh, h0, h1, sc.s[0]);
-#else
-      attend_generic(a, i0, kh, h0, h1, sc);
 #endif
+      (void)fast;
+      attend_generic<T>(a, i0, kh, h0, h1, loc.s, loc.row);
     }
   });
+}
+
+// Element e of a KV row store of `type`, as float.
+float kv_elem(const void* base, DType type, int64_t e) {
+  switch (type) {
+    case DType::F16:
+      return math::f16_to_f32(static_cast<const uint16_t*>(base)[e]);
+    case DType::BF16:
+      return math::bf16_to_f32(static_cast<const uint16_t*>(base)[e]);
+    default:
+      return static_cast<const float*>(base)[e];
+  }
+}
+
+}  // namespace
+
+void check_kv_type(DType t) {
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
+    throw Error("KV cache type must be F32, F16 or BF16, not " + std::string(dtype_name(t)));
+}
+
+void attention(const AttentionArgs& a) {
+  switch (a.kv_type) {
+    case DType::F32:
+      return attention_typed<float>(a);
+    case DType::F16:
+      return attention_typed<Half>(a);
+    case DType::BF16:
+      return attention_typed<Bf16>(a);
+    default:
+      check_kv_type(a.kv_type);
+  }
+}
+
+void write_kv_rows(void* base, DType type, int64_t first_row, const float* src, int64_t rows, int row_floats) {
+  const int64_t count = rows * row_floats, off = first_row * row_floats;
+  if (type == DType::F32) {
+    memcpy(static_cast<float*>(base) + off, src, sizeof(float) * count);
+    return;
+  }
+  check_kv_type(type);
+  uint16_t* dst = static_cast<uint16_t*>(base) + off;
+  int64_t i = 0;
+#ifdef REDWOOD_AVX2
+  if (type == DType::F16) {
+    // F16C rounds to nearest even like math::f32_to_f16 (a NaN stays a NaN;
+    // its payload may differ).
+    for (; i + 8 <= count; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    // math::f32_to_bf16 on eight lanes: (x + 0x7fff + bit 16 of x) >> 16, a
+    // NaN quieted.
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    for (; i + 8 <= count; i += 8) {
+      const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+      const __m256i rounded =
+          _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
+      const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+      const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
+      // Pack the eight 32-bit lanes' low halves (each < 65536) to 16 bits.
+      const __m128i lo = _mm256_castsi256_si128(r), hi = _mm256_extracti128_si256(r, 1);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_packus_epi32(lo, hi));
+    }
+  }
+#endif
+  for (; i < count; ++i) dst[i] = type == DType::F16 ? math::f32_to_f16(src[i]) : math::f32_to_bf16(src[i]);
 }
 
 void attention_reference(const AttentionArgs& a) {
@@ -237,7 +351,7 @@ void attention_reference(const AttentionArgs& a) {
       for (int j = 0; j < a.n_past + a.n; ++j) {
         if (j >= a.n_past && !mask[static_cast<size_t>(i) * a.n + (j - a.n_past)]) continue;
         double d = 0;
-        for (int c = 0; c < hd; ++c) d += static_cast<double>(q[c]) * a.k[j * kv_stride + kh * hd + c];
+        for (int c = 0; c < hd; ++c) d += static_cast<double>(q[c]) * kv_elem(a.k, a.kv_type, j * kv_stride + kh * hd + c);
         s.push_back(d * a.scale);
         idx.push_back(j);
       }
@@ -246,7 +360,7 @@ void attention_reference(const AttentionArgs& a) {
       for (double& v : s) sum += (v = std::exp(v - mx));
       for (int c = 0; c < hd; ++c) {
         double o = 0;
-        for (size_t t = 0; t < s.size(); ++t) o += s[t] * a.v[idx[t] * kv_stride + kh * hd + c];
+        for (size_t t = 0; t < s.size(); ++t) o += s[t] * kv_elem(a.v, a.kv_type, idx[t] * kv_stride + kh * hd + c);
         a.out[i * q_stride + h * hd + c] = static_cast<float>(o / sum);
       }
     }

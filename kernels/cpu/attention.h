@@ -1,9 +1,16 @@
 // Tree-masked grouped-query attention on the CPU (see AttentionArgs).
 #pragma once
+#include <cstdint>
+
 #include "kernels/backend.h"
 
 namespace redwood::cpu {
+// Throws unless t is F32, F16 or BF16 (the KV cache element types).
+void check_kv_type(DType t);
 void attention(const AttentionArgs& a);
+// The KV cache append (Backend::write_rows) into a store of `type`: rows
+// first_row .. first_row + rows - 1, F16/BF16 rounded to nearest even.
+void write_kv_rows(void* base, DType type, int64_t first_row, const float* src, int64_t rows, int row_floats);
 // Reference: dense mask built from parents, double precision, single thread (tests).
 // Assumes an empty pending block (the n new tokens are the whole block).
 void attention_reference(const AttentionArgs& a);

@@ -89,8 +89,9 @@ class CpuBackend final : public Backend {
 
   void attention(const AttentionArgs& a) override { cpu::attention(a); }
 
-  void write_rows(float* base, const int32_t* first_row_at, const float* src, int rows, int row_floats) override {
-    memcpy(base + static_cast<int64_t>(*first_row_at) * row_floats, src, sizeof(float) * rows * row_floats);
+  void write_rows(void* base, DType type, const int32_t* first_row_at, const float* src, int rows,
+                  int row_floats) override {
+    cpu::write_kv_rows(base, type, *first_row_at, src, rows, row_floats);
   }
 
   void swiglu(float* gate, const float* up, size_t count) override {

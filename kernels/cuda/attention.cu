@@ -16,7 +16,19 @@ namespace {
 
 constexpr int kWarps = 4;
 
-template <int E>
+// A KV element widened to float: float, IEEE half or bfloat16 bits (the same
+// conversions as the CPU backend's).
+struct Half {
+  uint16_t bits;
+};
+struct Bf16 {
+  uint16_t bits;
+};
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(Half x) { return math::f16_to_f32(x.bits); }
+__device__ __forceinline__ float widen(Bf16 x) { return math::bf16_to_f32(x.bits); }
+
+template <int E, class T>
 __global__ void tree_attention_kernel(AttentionArgs a) {
   const int i = blockIdx.x / a.n_heads;
   const int h = blockIdx.x % a.n_heads;
@@ -39,21 +51,21 @@ __global__ void tree_attention_kernel(AttentionArgs a) {
   float m = -INFINITY, l = 0.0f;
   for (int j = warp; j < len; j += kWarps) {
     const int64_t row = j < a.n_past ? j : a.n_past + anc[j - a.n_past];
-    const float* k = a.k + row * kv_stride + kh * hd;
+    const T* k = static_cast<const T*>(a.k) + row * kv_stride + kh * hd;
     float s = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const int d = lane + 32 * e;
-      if (d < hd) s += q[e] * k[d];
+      if (d < hd) s += q[e] * widen(k[d]);
     }
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     float scale_old, w_new;
     math::online_softmax_add(m, l, s * a.scale, scale_old, w_new);
-    const float* v = a.v + row * kv_stride + kh * hd;
+    const T* v = static_cast<const T*>(a.v) + row * kv_stride + kh * hd;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const int d = lane + 32 * e;
-      acc[e] = acc[e] * scale_old + (d < hd ? w_new * v[d] : 0.0f);
+      acc[e] = acc[e] * scale_old + (d < hd ? w_new * widen(v[d]) : 0.0f);
     }
   }
 
@@ -85,12 +97,19 @@ void attention(cudaStream_t st, const AttentionArgs& a) {
   if (a.head_dim <= 0 || a.head_dim > 256) throw Error("CUDA attention: head_dim must be in [1, 256]");
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     throw Error("CUDA attention: n_heads must be a multiple of n_kv_heads");
+  if (a.kv_type != DType::F32 && a.kv_type != DType::F16 && a.kv_type != DType::BF16)
+    throw Error("CUDA attention: the KV cache type must be F32, F16 or BF16");
   const unsigned grid = static_cast<unsigned>(a.n) * static_cast<unsigned>(a.n_heads);
   const unsigned threads = 32 * kWarps;
   switch ((a.head_dim + 31) / 32) {
-#define RD_ATT_CASE(E)                                     \
-  case E:                                                  \
-    tree_attention_kernel<E><<<grid, threads, 0, st>>>(a); \
+#define RD_ATT_CASE(E)                                                \
+  case E:                                                             \
+    if (a.kv_type == DType::F16)                                      \
+      tree_attention_kernel<E, Half><<<grid, threads, 0, st>>>(a);   \
+    else if (a.kv_type == DType::BF16)                                \
+      tree_attention_kernel<E, Bf16><<<grid, threads, 0, st>>>(a);   \
+    else                                                              \
+      tree_attention_kernel<E, float><<<grid, threads, 0, st>>>(a);  \
     break;
     RD_ATT_CASE(1)
     RD_ATT_CASE(2)

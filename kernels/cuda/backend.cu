@@ -140,10 +140,19 @@ __global__ void rope_kernel(float* x, int n, int n_heads, int head_dim, const in
     math::rope_rotate(v[2 * i], v[2 * i + 1], c, s);
 }
 
-__global__ void write_rows_kernel(float* base, const int32_t* first_row_at, const float* src, size_t count,
+// The KV cache append; F16/BF16 round to nearest even with the shared math
+// (bit-identical to the CPU backend's rows).
+__global__ void write_rows_kernel(void* base, int type, const int32_t* first_row_at, const float* src, size_t count,
                                   int row_floats) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) base[static_cast<size_t>(*first_row_at) * row_floats + i] = src[i];
+  if (i >= count) return;
+  const size_t at = static_cast<size_t>(*first_row_at) * row_floats + i;
+  if (type == 1)
+    static_cast<uint16_t*>(base)[at] = math::f32_to_f16(src[i]);
+  else if (type == 2)
+    static_cast<uint16_t*>(base)[at] = math::f32_to_bf16(src[i]);
+  else
+    static_cast<float*>(base)[at] = src[i];
 }
 
 __global__ void swiglu_kernel(float* gate, const float* up, size_t count) {
@@ -267,10 +276,15 @@ class CudaBackend final : public Backend {
     RD_CUDA_LAUNCHED("rope_kernel");
   }
   void attention(const AttentionArgs& a) override { cuda::attention(stream_, a); }
-  void write_rows(float* base, const int32_t* first_row_at, const float* src, int rows, int row_floats) override {
+  void write_rows(void* base, DType type, const int32_t* first_row_at, const float* src, int rows,
+                  int row_floats) override {
     const size_t count = static_cast<size_t>(rows) * row_floats;
     if (count == 0) return;
-    write_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(base, first_row_at, src, count, row_floats);
+    if (type != DType::F32 && type != DType::F16 && type != DType::BF16)
+      throw Error("CUDA write_rows: the KV cache type must be F32, F16 or BF16");
+    const int t = type == DType::F16 ? 1 : type == DType::BF16 ? 2 : 0;
+    write_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(base, t, first_row_at, src, count,
+                                                                           row_floats);
     RD_CUDA_LAUNCHED("write_rows_kernel");
   }
   void swiglu(float* gate, const float* up, size_t count) override {

@@ -68,7 +68,7 @@ double short_float(float v) {
 // name does not). The draft and tree are not here: they change the speed, not
 // the distribution of the text.
 nlohmann::json output_settings(const jobs::JobConfig& job, const ModelDesc& target) {
-  return {{"target", jobs::model_file_name(job.target)},
+  nlohmann::json s = {{"target", jobs::model_file_name(job.target)},
           {"target_fingerprint", model_fingerprint(target)},
           {"max_tokens", job.max_tokens},
           {"temperature", short_float(job.sampling.temperature)},
@@ -77,6 +77,11 @@ nlohmann::json output_settings(const jobs::JobConfig& job, const ModelDesc& targ
           {"seed", job.sampling.seed},
           {"stop", job.stop},
           {"chat", job.chat}};
+  // An F16/BF16 KV cache changes the logits (slightly): such lines do not
+  // resume an F32 run's, nor the other way round. F32 is not written, so
+  // outputs of redwood before --kv-type resume as before.
+  if (job.kv_type != "f32") s["kv_type"] = job.kv_type;
+  return s;
 }
 
 }  // namespace
@@ -167,8 +172,10 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   run.host_mem = job.host_mem;
   run.ring = job.ring;
   run.verify_io = job.verify_io;
+  run.kv_type = job.kv_type;
   offload::RunShape shape;
   shape.ctx = job.ctx;
+  shape.kv_type = parse_kv_type(job.kv_type, "memory.kv_type");
   shape.max_tokens = std::max(std::min(job.ctx, job.prefill_chunk), tree_nodes + 1);
   apply_run_options(run);
   if (!job.device_mem.empty() || !job.host_mem.empty()) {
@@ -399,7 +406,8 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
               {"max_tokens", job.max_tokens},
               {"device_mem", job.device_mem},
               {"host_mem", job.host_mem},
-              {"verify_io", job.verify_io}}}};
+              {"verify_io", job.verify_io},
+              {"kv_type", job.kv_type}}}};
   if (m.streamed) s["offload"] = offload_stats(m);
   write_output_file(job.summary, s.dump(2) + "\n");
   return {std::move(s), interrupted};

@@ -22,6 +22,7 @@ namespace {
 
 struct PredictCli {
   std::string model_config, draft_config, draft_type, hardware, acceptance, device_mem;
+  std::string kv_type = "f32";
   planner::PredictOptions o;
   bool json = false;
   bool past_given = false;
@@ -45,6 +46,7 @@ int run_predict(const PredictCli& c) {
   }
   const ModelDesc draft = planner::model_desc_from_config(dc);
   planner::PredictOptions o = c.o;
+  o.kv_type = parse_kv_type(c.kv_type);
   // The default --past (256) follows a smaller --ctx; a --past given beyond it is an error (predict()).
   if (!c.past_given) o.n_past = std::min(o.n_past, o.ctx);
   o.acceptance = c.acceptance.empty() ? spec::default_acceptance(16) : spec::read_acceptance_file(c.acceptance);
@@ -87,6 +89,8 @@ Runner add_predict(CLI::App& app) {
       ->transform(int_range(1, 4096));
   s->add_option("--max-depth", c->o.max_depth, "Largest tree depth d considered (levels, root included)")
       ->transform(int_range(1, 128));
+  s->add_option("--kv-type", c->kv_type, "KV cache element type: f32 (default), f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   s->add_flag("--json", c->json, "JSON output");
   return [c, past] {
     c->past_given = past->count() > 0;

@@ -55,10 +55,12 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
     if (!run.trace.empty()) throw Error("--trace needs --device-mem (it traces the layer streaming pipeline)");
     m.weights = make_resident_weights(m.desc, *m.backend);
     m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
+    m.transformer->set_kv_type(parse_kv_type(run.kv_type));
     return;
   }
   offload::RunShape s = shape;
   s.threads = cpu_threads();
+  s.kv_type = parse_kv_type(run.kv_type);
   m.plan = offload::plan_memory(m.desc, draft, budgets_from(run), s);
   const auto& p = *m.plan;
   // Also when every layer fits: the streamer then just serves resident layers
@@ -81,6 +83,14 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
                offload::format_size(p.slot_bytes).c_str(), offload::format_size(p.device_used).c_str(),
                p.device_budget ? offload::format_size(p.device_budget).c_str() : "unlimited");
   m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
+  m.transformer->set_kv_type(s.kv_type);
+}
+
+DType parse_kv_type(const std::string& s, const char* what) {
+  if (s == "f32") return DType::F32;
+  if (s == "f16") return DType::F16;
+  if (s == "bf16") return DType::BF16;
+  throw Error(std::string(what) + ": expected f32, f16 or bf16, got '" + s + "'");
 }
 
 uint64_t peak_rss() {
@@ -132,6 +142,12 @@ void add_run_options(CLI::App* app, RunOptions& o) {
   add_budget_options(app, o);
   app->add_option("--trace", o.trace, "Write a Chrome trace JSON of the layer pipeline to FILE");
   app->add_flag("--verify-io", o.verify_io, "Checksum streamed layers against the first read");
+  app->add_option("--kv-type", o.kv_type,
+                  "KV cache element type: f32 (default: outputs match an fp32 reference), f16 or bf16 (half the "
+                  "KV memory; rows rounded to nearest even when written, speculative output still equals plain)")
+      ->check([](const std::string& s) -> std::string {
+        return s == "f32" || s == "f16" || s == "bf16" ? "" : "expected f32, f16 or bf16, got '" + s + "'";
+      });
 }
 
 void add_budget_options(CLI::App* app, RunOptions& o) {
@@ -187,6 +203,7 @@ RunOptions resident_run(const RunOptions& run) {
   RunOptions r;
   r.backend = run.backend;
   r.threads = run.threads;
+  r.kv_type = run.kv_type;
   return r;
 }
 

@@ -47,8 +47,11 @@ struct RunOptions {
   int ring = 2;
   std::string trace;
   bool verify_io = false;
+  std::string kv_type = "f32";  // --kv-type: f32 | f16 | bf16 (target and draft caches)
 };
 void add_run_options(CLI::App* app, RunOptions& o);
+// "f32" | "f16" | "bf16" as a DType; anything else is a one-line redwood::Error.
+DType parse_kv_type(const std::string& s, const char* what = "--kv-type");
 
 // An integer option's range, with a message that says so ("expected an integer
 // from 1 to 1048576, got 'abc'"; CLI11's Range and PositiveNumber print their

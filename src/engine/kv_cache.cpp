@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <string>
 
 #include "src/util/error.h"
 
@@ -12,9 +13,16 @@ uint64_t KvCache::next_id() {
   return ++n;
 }
 
-KvCache::KvCache(Backend& be, int n_layers, int kv_dim, int capacity) : be_(&be), kv_dim_(kv_dim), capacity_(capacity) {
+void KvCache::check_type(DType t) {
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
+    throw Error("the KV cache type must be f32, f16 or bf16, not " + std::string(dtype_name(t)));
+}
+
+KvCache::KvCache(Backend& be, int n_layers, int kv_dim, int capacity, DType type)
+    : be_(&be), kv_dim_(kv_dim), capacity_(capacity), type_(type) {
   if (n_layers <= 0 || kv_dim <= 0 || capacity <= 0) throw Error("invalid KV cache shape");
-  const size_t bytes = static_cast<size_t>(capacity) * kv_dim * sizeof(float);
+  check_type(type);
+  const size_t bytes = static_cast<size_t>(capacity) * kv_dim * elem_bytes(type);
   for (int l = 0; l < n_layers; ++l) {
     k_.emplace_back(be, bytes);
     v_.emplace_back(be, bytes);
@@ -22,8 +30,13 @@ KvCache::KvCache(Backend& be, int n_layers, int kv_dim, int capacity) : be_(&be)
 }
 
 KvCache::KvCache(const KvCache& o)
-    : be_(o.be_), kv_dim_(o.kv_dim_), capacity_(o.capacity_), committed_(o.committed_), block_parent_(o.block_parent_) {
-  const size_t used = static_cast<size_t>(committed_ + pending()) * kv_dim_ * sizeof(float);
+    : be_(o.be_),
+      kv_dim_(o.kv_dim_),
+      capacity_(o.capacity_),
+      type_(o.type_),
+      committed_(o.committed_),
+      block_parent_(o.block_parent_) {
+  const size_t used = static_cast<size_t>(committed_ + pending()) * kv_dim_ * elem_bytes(type_);
   for (size_t l = 0; l < o.k_.size(); ++l) {
     k_.emplace_back(*be_, o.k_[l].size());
     v_.emplace_back(*be_, o.v_[l].size());
@@ -33,7 +46,7 @@ KvCache::KvCache(const KvCache& o)
 }
 
 uint64_t KvCache::bytes() const {
-  return 2ull * k_.size() * capacity_ * kv_dim_ * sizeof(float);
+  return 2ull * k_.size() * capacity_ * kv_dim_ * elem_bytes(type_);
 }
 
 void KvCache::append_pending(std::span<const int32_t> parents) {
@@ -57,16 +70,18 @@ void KvCache::commit_path(std::span<const int32_t> rows) {
   // Row j moves down from committed + rows[j] to committed + j. In ascending
   // order no row is overwritten before it moves (rows[j] >= j); runs of
   // consecutive rows move as one copy. Copies are ordered like the ops.
-  const size_t row = static_cast<size_t>(kv_dim_) * sizeof(float);
+  const size_t row = static_cast<size_t>(kv_dim_) * elem_bytes(type_);
   for (size_t j = 0; j < rows.size();) {
     size_t e = j + 1;
     while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
     if (rows[j] != static_cast<int32_t>(j)) {
-      const size_t dst = static_cast<size_t>(committed_ + j) * kv_dim_;
-      const size_t src = static_cast<size_t>(committed_ + rows[j]) * kv_dim_;
+      const size_t dst = (committed_ + j) * row;
+      const size_t src = (committed_ + rows[j]) * row;
       for (size_t l = 0; l < k_.size(); ++l) {
-        be_->copy(k(static_cast<int>(l)) + dst, k(static_cast<int>(l)) + src, row * (e - j));
-        be_->copy(v(static_cast<int>(l)) + dst, v(static_cast<int>(l)) + src, row * (e - j));
+        char* kb = static_cast<char*>(k(static_cast<int>(l)));
+        char* vb = static_cast<char*>(v(static_cast<int>(l)));
+        be_->copy(kb + dst, kb + src, row * (e - j));
+        be_->copy(vb + dst, vb + src, row * (e - j));
       }
     }
     j = e;

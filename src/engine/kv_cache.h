@@ -1,5 +1,5 @@
 // Per-model KV cache: for each layer, K and V rows [capacity][n_kv_heads * head_dim]
-// (float32), in backend memory (VRAM on the CUDA backend). Rows 0..committed()-1 hold the committed sequence. After
+// of the cache's element type (F32, F16 or BF16), in backend memory (VRAM on the CUDA backend). Rows 0..committed()-1 hold the committed sequence. After
 // them lies the pending block: rows written by passes since the last commit (a draft tree grows level by level over
 // several passes). A pass over n new tokens appends rows committed()+pending()..+n-1; its parents index the whole block
 // (block-relative). commit_prefix(n) (a chain: prefill, decode) or commit_path(rows) (the accepted path of a tree,
@@ -15,7 +15,11 @@ namespace redwood {
 
 class KvCache {
  public:
-  KvCache(Backend& be, int n_layers, int kv_dim, int capacity);
+  KvCache(Backend& be, int n_layers, int kv_dim, int capacity, DType type = DType::F32);
+  // Throws unless t is F32, F16 or BF16.
+  static void check_type(DType t);
+  // Bytes of one element of a cache of type t.
+  static size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
   // A deep copy (new backend memory, contents copied); moves transfer it.
   KvCache(const KvCache& o);
   KvCache& operator=(const KvCache&) = delete;
@@ -32,12 +36,13 @@ class KvCache {
   // Called by the forward pass after writing n rows.
   void append_pending(std::span<const int32_t> parents);
   int kv_dim() const { return kv_dim_; }
+  DType type() const { return type_; }
   int n_layers() const { return static_cast<int>(k_.size()); }
   uint64_t bytes() const;
 
-  // Backend memory.
-  float* k(int layer) { return k_[layer].as<float>(); }
-  float* v(int layer) { return v_[layer].as<float>(); }
+  // Backend memory, rows of type() elements.
+  void* k(int layer) { return k_[layer].as(); }
+  void* v(int layer) { return v_[layer].as(); }
 
   // Commit the first n pending rows (a chain) and drop the rest of the block.
   void commit_prefix(int n);
@@ -53,6 +58,7 @@ class KvCache {
   Backend* be_;
   uint64_t id_ = next_id();
   int kv_dim_, capacity_;
+  DType type_ = DType::F32;
   int committed_ = 0;
   std::vector<int32_t> block_parent_;
   std::vector<BackendBuffer> k_, v_;

@@ -23,8 +23,13 @@ Transformer::Transformer(const ModelDesc& m, WeightSource& w, Backend& be) : hp_
   be_.upload(rope_inv_freq_.as<void>(), f.data(), f.size() * sizeof(double));
 }
 
+void Transformer::set_kv_type(DType t) {
+  KvCache::check_type(t);
+  kv_type_ = t;
+}
+
 KvCache Transformer::make_cache(int capacity) const {
-  return KvCache(be_, hp_.n_layers, hp_.n_kv_heads * hp_.head_dim, capacity);
+  return KvCache(be_, hp_.n_layers, hp_.n_kv_heads * hp_.head_dim, capacity, kv_type_);
 }
 
 void Transformer::ensure_scratch(int n) {
@@ -193,12 +198,13 @@ void Transformer::issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCac
     be_.matmul(L.wv, xn, n, v);
     be_.rope(q, n, hp_.n_heads, hd, p.positions, rope_inv_freq_.as<const double>(), hp_.rope_mode);
     be_.rope(k, n, hp_.n_kv_heads, hd, p.positions, rope_inv_freq_.as<const double>(), hp_.rope_mode);
-    be_.write_rows(kv.k(l), p.header + 1, k, n, kv_dim);  // rows committed + pending ...
-    be_.write_rows(kv.v(l), p.header + 1, v, n, kv_dim);
+    be_.write_rows(kv.k(l), kv.type(), p.header + 1, k, n, kv_dim);  // rows committed + pending ...
+    be_.write_rows(kv.v(l), kv.type(), p.header + 1, v, n, kv_dim);
     AttentionArgs a;
     a.q = q;
     a.k = kv.k(l);
     a.v = kv.v(l);
+    a.kv_type = kv.type();
     a.out = att;
     a.n = n;
     a.n_past = kv.committed();

@@ -48,6 +48,11 @@ class Transformer {
   Transformer& operator=(const Transformer&) = delete;
 
   const LlamaHParams& hparams() const { return hp_; }
+  // The element type of the KV caches make_cache() returns: F32 (default),
+  // F16 or BF16 (throws on any other). Rows are rounded to it when written,
+  // so every pass shape (chain, tree) sees the same values.
+  void set_kv_type(DType t);
+  DType kv_type() const { return kv_type_; }
   KvCache make_cache(int capacity) const;
 
   // Runs one pass. K/V of new token i are written to cache row
@@ -68,6 +73,7 @@ class Transformer {
   void drop_recordings();
 
   LlamaHParams hp_;
+  DType kv_type_ = DType::F32;
   WeightSource& w_;
   Backend& be_;
   BackendBuffer rope_inv_freq_;  // head_dim / 2 doubles (rope_inv_freqs)

@@ -72,13 +72,14 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   model.str("draft", job.draft);
 
   const Section mem = section("memory");
-  mem.only({"device", "host", "ring", "ctx", "threads", "verify_io"});
+  mem.only({"device", "host", "ring", "ctx", "threads", "verify_io", "kv_type"});
   mem.str("device", job.device_mem);
   mem.str("host", job.host_mem);
   mem.integer("ring", job.ring, 2, 64);
   mem.integer("ctx", job.ctx, 16, 1 << 24);
   mem.integer("threads", job.threads, 0, 1024);
   mem.boolean("verify_io", job.verify_io);
+  mem.choice("kv_type", job.kv_type, {"f32", "f16", "bf16"});
   check_size(job, "memory.device", job.device_mem);
   check_size(job, "memory.host", job.host_mem);
   if (job.verify_io && job.device_mem.empty() && job.host_mem.empty())

@@ -52,7 +52,8 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
     return n ? n->as_table() : nullptr;
   };
   const Section su(s.file, s.lines, table("suite"), "suite");
-  su.only({"max_tokens", "ctx", "limit", "seed", "top_p", "chat", "prefill_chunk"});
+  su.only({"max_tokens", "ctx", "limit", "seed", "top_p", "chat", "prefill_chunk", "kv_type"});
+  su.choice("kv_type", s.kv_type, {"f32", "f16", "bf16"});
   su.integer("prefill_chunk", s.prefill_chunk, 1, 1 << 20);
   su.boolean("chat", s.chat);
   su.integer("max_tokens", s.max_tokens, 1, 1 << 20);
@@ -235,12 +236,13 @@ JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& 
   for (const auto& [job_key, suite_key] : std::map<std::string, std::string>{
            {"memory.device", "matrix.device_mem"}, {"speculation.tree", "matrix.trees"},
            {"speculation.budget", "matrix.budgets"}, {"sampling.temperature", "matrix.temperatures"},
-           {"input.prompts", "matrix.prompts"}, {"memory.ctx", "suite.ctx"},
+           {"input.prompts", "matrix.prompts"}, {"memory.ctx", "suite.ctx"}, {"memory.kv_type", "suite.kv_type"},
            {"sampling.max_tokens", "suite.max_tokens"}}) {
     j.key_names[job_key] = suite_key;
     if (const auto at = s.lines.find(suite_key); at != s.lines.end()) j.lines[job_key] = at->second;
   }
   j.ctx = s.ctx;
+  j.kv_type = s.kv_type;
   if (!c.tree.empty()) {
     j.tree = tree_for_budget(c.tree.substr(0, c.tree.find('/')), c.budget);
     j.verify = c.verify;

@@ -5,6 +5,7 @@
 //
 //   name = "smoke"
 //   [suite]   max_tokens = 32  ctx = 1024  seed = 1  top_p = 1.0  limit = 4  chat = true  prefill_chunk = 64
+//             kv_type = "f32" | "f16" | "bf16"
 //   [[model]] name = "smollm2"  target = "models/x.gguf"  draft = "models/d.gguf"
 //             acceptance = "acc-T{T}.json"  # optional: the draft's profile per temperature, for sequoia and auto
 //   [matrix]  device_mem = ["", "360MiB", "80MiB+draft"]   # "" = no budget; +draft: the draft on top
@@ -33,6 +34,7 @@ std::string acceptance_for(const SuiteModel& m, double temperature);
 struct SuiteConfig {
   std::string file, name;
   int max_tokens = 32, ctx = 1024, limit = 0;  // limit: first N prompts of each set (0 = all)
+  std::string kv_type = "f32";                 // every cell's KV cache type
   int prefill_chunk = 512;                     // prompt passes of at most this many tokens
   uint64_t seed = 0;
   double top_p = 1.0;

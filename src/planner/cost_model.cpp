@@ -29,7 +29,8 @@ double link_bps(const HardwareProfile& hw, offload::Tier t) {
 
 }  // namespace
 
-double layer_compute_s(const HardwareProfile& hw, const LlamaHParams& hp, const LayerDesc& L, int n, int n_past) {
+double layer_compute_s(const HardwareProfile& hw, const LlamaHParams& hp, const LayerDesc& L, int n, int n_past,
+                       double kv_elem_bytes) {
   double bytes = 0, params = 0;
   for (const TensorExtent* t : offload::layer_matrices(L)) {
     bytes += static_cast<double>(t->bytes);
@@ -38,8 +39,7 @@ double layer_compute_s(const HardwareProfile& hw, const LlamaHParams& hp, const 
   const double kv_dim = static_cast<double>(hp.n_kv_heads) * hp.head_dim;
   const double q_dim = static_cast<double>(hp.n_heads) * hp.head_dim;
   const double ctx = static_cast<double>(n_past) + n;
-  const double kv_elem = hw.backend == offload::BackendKind::kCpu ? 4 : 2;  // f32 KV on the CPU, fp16 on a GPU
-  bytes += 2 * kv_dim * ctx * kv_elem;                                      // K and V rows read
+  bytes += 2 * kv_dim * ctx * kv_elem_bytes;  // K and V rows read
   const double flops = 2 * params * n + 4.0 * n * ctx * q_dim;
   return std::max(bytes / hw.eff_device_bps(), flops / hw.eff_flops()) + hw.layer_overhead_us * 1e-6;
 }
@@ -50,11 +50,12 @@ PassCost target_pass(const HardwareProfile& hw, const ModelDesc& target, const o
     throw Error("cost model: the memory plan does not match " + target.name);
   if (n < 1) throw Error("cost model: a pass needs at least 1 token");
   PassCost c;
+  const double kv_elem = plan.shape.kv_type == DType::F32 ? 4 : 2;
   const int K = std::max(plan.ring_slots, 1);
   std::deque<double> slot_free;  // compute end of the last K streamed layers
   double link = 0, done = 0;
   for (size_t i = 0; i < target.layers.size(); ++i) {
-    const double comp = layer_compute_s(hw, target.hp, target.layers[i], n, n_past);
+    const double comp = layer_compute_s(hw, target.hp, target.layers[i], n, n_past, kv_elem);
     c.compute_s += comp;
     double ready = 0;
     if (plan.layer_tier[i] != offload::Tier::kDevice) {
@@ -76,10 +77,10 @@ PassCost target_pass(const HardwareProfile& hw, const ModelDesc& target, const o
   return c;
 }
 
-PassCost draft_pass(const HardwareProfile& hw, const ModelDesc& draft, int w, int n_past) {
+PassCost draft_pass(const HardwareProfile& hw, const ModelDesc& draft, int w, int n_past, DType kv_type) {
   if (w < 1) throw Error("cost model: a draft pass needs at least 1 token");
   PassCost c;
-  for (const LayerDesc& L : draft.layers) c.compute_s += layer_compute_s(hw, draft.hp, L, w, n_past);
+  for (const LayerDesc& L : draft.layers) c.compute_s += layer_compute_s(hw, draft.hp, L, w, n_past, kv_type == DType::F32 ? 4 : 2);
   c.compute_s += head_compute_s(hw, draft, w);
   c.seconds = c.compute_s;
   return c;

@@ -41,9 +41,11 @@ PassCost target_pass(const HardwareProfile& hw, const ModelDesc& target, const o
                      int n_past);
 
 // One draft pass over w tokens, the draft entirely resident.
-PassCost draft_pass(const HardwareProfile& hw, const ModelDesc& draft, int w, int n_past);
+PassCost draft_pass(const HardwareProfile& hw, const ModelDesc& draft, int w, int n_past, DType kv_type = DType::F32);
 
 // Compute time of one layer (exposed for tests).
-double layer_compute_s(const HardwareProfile& hw, const LlamaHParams& hp, const LayerDesc& L, int n, int n_past);
+// kv_elem_bytes: 4 for an F32 KV cache, 2 for F16/BF16.
+double layer_compute_s(const HardwareProfile& hw, const LlamaHParams& hp, const LayerDesc& L, int n, int n_past,
+                       double kv_elem_bytes = 4);
 
 }  // namespace redwood::planner

@@ -23,6 +23,7 @@ offload::MemoryPlan make_plan(const HardwareProfile& hw, const ModelDesc& target
   s.ctx = o.ctx;
   s.max_tokens = max_tokens;
   s.threads = o.threads;
+  s.kv_type = o.kv_type;
   return offload::plan_memory(target, draft, b, s);
 }
 
@@ -36,7 +37,7 @@ Scenario sequoia_scenario(const std::string& label, const HardwareProfile& hw, c
   in.max_budget = o.max_budget;
   in.max_depth = o.max_depth;
   in.target_s = [&](int n) { return target_pass(hw, target, sc.plan, n, o.n_past).seconds; };
-  in.draft_step_s = [&](int w) { return draft_pass(hw, draft, w, o.n_past).seconds; };
+  in.draft_step_s = [&](int w) { return draft_pass(hw, draft, w, o.n_past, o.kv_type).seconds; };
   sc.choice = optimize_tree(in);
   const spec::StaticTree tree = spec::sequoia_tree(o.acceptance, sc.choice.budget, sc.choice.depth);
   sc.tree_nodes = tree.size();
@@ -115,7 +116,7 @@ Prediction predict(const HardwareProfile& hw, const ModelDesc& target, const Mod
   for (int n : {1, 16, 64, 128, 256, 512, 768, 1024})
     if (n <= o.max_budget) p.t_n.emplace_back(n, target_pass(hw, target, p.sequoia.plan, n, o.n_past));
   for (int w : {1, 8, 32, 64, 128, 256})
-    if (w <= o.max_budget) p.draft_step.emplace_back(w, draft_pass(hw, draft, w, o.n_past).seconds);
+    if (w <= o.max_budget) p.draft_step.emplace_back(w, draft_pass(hw, draft, w, o.n_past, o.kv_type).seconds);
   return p;
 }
 
@@ -176,6 +177,7 @@ nlohmann::json prediction_json(const Prediction& p) {
   j["draft"] = p.draft;
   j["acceptance"] = p.options.acceptance;
   j["ctx"] = p.options.ctx;
+  j["kv_type"] = std::string(dtype_name(p.options.kv_type));
   j["n_past"] = p.options.n_past;
   j["max_budget"] = p.options.max_budget;
   j["max_depth"] = p.options.max_depth;

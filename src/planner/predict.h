@@ -30,6 +30,7 @@ struct PredictOptions {
   int max_budget = 1024;                  // optimizer grid: n in [1, max_budget]
   int max_depth = 32;                     // d in [1, max_depth]
   int threads = 2;                        // CPU kernel workspace (planner accounting)
+  DType kv_type = DType::F32;             // KV cache element type (memory plan and attention reads)
 };
 
 struct Scenario {

@@ -2,7 +2,7 @@
 """Checks the redwood binary against the independent Python oracles.
 
     python3 tests/python/test_oracles.py --redwood build/redwood --model models/SmolLM2-135M-Instruct.Q4_1.gguf
-            [--only logits|greedy|tokenizer] [--logits-tol 1e-3] [--greedy-n 64]
+            [--only logits|greedy|tokenizer] [--logits-tol 1e-3] [--greedy-n 64] [--redwood-arg=--kv-type ...]
 
 CLI contracts exercised:
     redwood logits   --model M --tokens 1,2,3 --out F.npy          float32 .npy [n, vocab], all rows
@@ -80,7 +80,7 @@ def _tail(s: str, n: int = 1500) -> str:
 
 def run_redwood(args, cmd: list[str], timeout: float):
     """Runs redwood; returns (stdout, error message or None). Never raises."""
-    full = [args.redwood] + cmd
+    full = [args.redwood] + cmd + (args.redwood_arg if cmd[0] in ("logits", "generate") else [])
     try:
         p = subprocess.run(full, capture_output=True, text=True, timeout=timeout,
                            encoding="utf-8", errors="replace")
@@ -342,6 +342,9 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds per redwood invocation")
     ap.add_argument("--ref-dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--keep-tmp", action="store_true")
+    ap.add_argument("--redwood-arg", action="append", default=[],
+                    help="extra argument for every model-running redwood command (repeat: --redwood-arg=--kv-type "
+                         "--redwood-arg=f16)")
     args = ap.parse_args(argv)
     parts = args.only or ["logits", "greedy", "tokenizer"]
 
