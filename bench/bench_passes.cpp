@@ -1,5 +1,5 @@
-// Large passes, kernel by kernel (docs/PERFORMANCE.md, "the batched pass's
-// dequantization"): the batched matmul (n > 8) on the 1.88B model's shapes and
+// Large passes, kernel by kernel (docs/perf-log/2026-11-25.md, "the batched
+// pass's dequantization"): the batched matmul (n > 8) on the 1.88B model's shapes and
 // tree attention after a prefix, median milliseconds, and a hash of every
 // output so that two builds can be checked for bit-identical results. Uses
 // only cpu::matmul and cpu::attention, so the same file compiles against an

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Formats bench_kernels --json output as the markdown tables of docs/PERFORMANCE.md."""
+"""Formats bench_kernels --json output as the markdown tables of docs/PERFORMANCE.md and docs/perf-log/."""
 import json, sys
 
 j = json.load(open(sys.argv[1]))

@@ -2,7 +2,7 @@
 # Tokens per target pass of SmolLM2 self-drafts, greedy, --tree chain:4, 64
 # tokens of each of two prompts. Truncated drafts keep the first K of 30 blocks;
 # layer-skipping drafts keep a block list (make-draft --blocks). Reproduces the
-# table in docs/PERFORMANCE.md. Deterministic.
+# table in docs/perf-log/2026-11-23.md. Deterministic.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -10,7 +10,7 @@ a self-draft (first K blocks) resident and counted in the budget. GSM8K
 questions from ../shared/data (evaluation subset: questions 500.., disjoint from
 anything used to tune trees), chat template. Prints a Markdown table of
 seconds per token, tokens per target pass and speedup vs autoregressive at
-temperature 0 and 0.6, the numbers in docs/PERFORMANCE.md.
+temperature 0 and 0.6, the numbers in docs/perf-log/2026-11-23.md.
 """
 from __future__ import annotations
 
