@@ -371,6 +371,51 @@ TEST_F(Cuda, RecordedPassesReplayForEveryPrefixLength) {
   }
 }
 
+// --kv-type f16 / bf16 on the device: the rows written are the CPU's bits
+// (the shared rounding), so decoding with a tree and a chain stays as close to
+// the CPU as with F32 rows.
+TEST_F(Cuda, HalfKvCachesMatchTheCpu) {
+  const std::string path = ::testing::TempDir() + "cuda_kv_tiny.gguf";
+  testutil::TinyShape shape;
+  shape.layers = 2;
+  shape.type = DType::F16;
+  testutil::write_tiny_llama(path, shape);
+  const ModelDesc d = load_model_desc(path);
+  ResidentWeights host(d);
+  DeviceWeights dev(d, *gpu);
+  for (DType t : {DType::F16, DType::BF16}) {
+    Transformer tc(d, host, *cpu), tg(d, dev, *gpu);
+    tc.set_kv_type(t);
+    tg.set_kv_type(t);
+    KvCache kc = tc.make_cache(64), kg = tg.make_cache(64);
+    std::vector<float> lc(d.hp.vocab), lg(d.hp.vocab);
+    for (int step = 0; step < 6; ++step) {
+      const std::vector<int32_t> tok = {static_cast<int32_t>(3 + 7 * step)}, pos = {step}, par = {-1};
+      tc.forward({tok, pos, par}, kc, lc);
+      tg.forward({tok, pos, par}, kg, lg);
+      kc.commit_prefix(1);
+      kg.commit_prefix(1);
+      EXPECT_LT(rel_err(lg, lc), t == DType::F16 ? 3e-4 : 2e-3) << dtype_name(t) << " step " << step;
+    }
+    // The row store itself: the same floats give the CPU's bits.
+    std::mt19937 rng(4);
+    std::normal_distribution<float> nd;
+    std::vector<float> src(3 * 40);
+    for (float& x : src) x = 100 * nd(rng);
+    src[5] = INFINITY, src[6] = 65520.0f, src[7] = 1.0f + 0x1p-11f;
+    std::vector<uint16_t> want(5 * 40), got(want.size());
+    cpu::write_kv_rows(want.data(), t, 2, src.data(), 3, 40);
+    BackendBuffer dst(*gpu, want.size() * 2), dsrc(*gpu, src.size() * 4), first(*gpu, 4);
+    const int32_t row = 2;
+    gpu->upload(dst.as(), want.data(), 2 * 40 * 2);  // rows 0-1 (zero) as on the CPU
+    gpu->upload(dsrc.as(), src.data(), src.size() * 4);
+    gpu->upload(first.as(), &row, 4);
+    gpu->write_rows(dst.as(), t, first.as<int32_t>(), dsrc.as<float>(), 3, 40);
+    gpu->download(got.data(), dst.as(), got.size() * 2);
+    EXPECT_EQ(got, want) << dtype_name(t);
+  }
+}
+
 TEST_F(Cuda, GreedySpeculativeDecodeMatchesCpu) {
   const std::string path = ::testing::TempDir() + "cuda_spec_tiny.gguf";
   testutil::TinyShape shape;
