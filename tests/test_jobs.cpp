@@ -620,6 +620,22 @@ TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
 // another exception or a crash (the ASan/UBSan build runs this too). The
 // libFuzzer target tests/fuzz/fuzz_jobs.cpp explores further; its corpus is
 // replayed below.
+// Every job and bench suite shipped in configs/ parses (a key renamed in the
+// parser, or a config edited by hand, fails here rather than in a user's run).
+TEST(JobConfig, ShippedConfigsParse) {
+  int n = 0;
+  for (const char* dir : {"/configs/jobs", "/configs/bench"})
+    for (const auto& e : std::filesystem::directory_iterator(std::string(REDWOOD_SOURCE_DIR) + dir)) {
+      if (e.path().extension() != ".toml") continue;
+      ++n;
+      if (std::string(dir) == "/configs/jobs")
+        EXPECT_NO_THROW(parse_job_file(e.path().string())) << e.path();
+      else
+        EXPECT_NO_THROW(parse_suite_file(e.path().string())) << e.path();
+    }
+  EXPECT_GE(n, 4);
+}
+
 TEST(JobParsers, SurviveMutatedInput) {
   const std::string seeds[] = {
       "name = \"x\"\n[model]\ntarget = \"t\"\ndraft = \"d\"\n[memory]\ndevice = \"1GiB\"\nring = 3\n"
