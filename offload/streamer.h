@@ -86,6 +86,7 @@ class StreamedWeights final : public WeightSource {
   };
 
   void io_loop();
+  static void raise_io_priority();
   void load(uint64_t seq, Slot& s, int k);
   uint64_t checksum(int layer, const uint8_t* slot) const;
   void wait_ready(uint64_t seq, int layer);
