@@ -13,6 +13,7 @@
 
 #include "kernels/common/math.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/device.h"
 #include "src/util/error.h"
 
@@ -170,11 +171,11 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int device) : device_(device) {
     RD_CUDA_CHECK(cudaSetDevice(device));
     RD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    RD_CUDA_CHECK(cublasCreate(&mm_.blas));
-    RD_CUDA_CHECK(cublasSetStream(mm_.blas, stream_));
+    RD_CUDA_CHECK(cublas().create(&mm_.blas));
+    RD_CUDA_CHECK(cublas().set_stream(mm_.blas, stream_));
     // An explicit workspace: cuBLAS must not allocate while a pass is recorded.
     RD_CUDA_CHECK(cudaMalloc(&blas_workspace_, kBlasWorkspace));
-    RD_CUDA_CHECK(cublasSetWorkspace(mm_.blas, blas_workspace_, kBlasWorkspace));
+    RD_CUDA_CHECK(cublas().set_workspace(mm_.blas, blas_workspace_, kBlasWorkspace));
     mm_.stream = stream_;
     mm_.acts.geometric = true;
     // REDWOOD_CUDA_GEMM: fp16 (default: tensor cores for n > 8) or fp32 (exact
@@ -194,7 +195,7 @@ class CudaBackend final : public Backend {
     if (blas_workspace_) cudaFree(blas_workspace_);
     mm_.weights.free();
     mm_.acts.free();
-    cublasDestroy(mm_.blas);
+    if (mm_.blas) cublas().destroy(mm_.blas);
     cudaStreamDestroy(stream_);
   }
 

@@ -19,6 +19,7 @@
 
 #include "kernels/common/math.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/workspace.h"
 #include "src/util/error.h"
 
@@ -457,7 +458,7 @@ void matmul(MatmulContext& c, const WeightView& w, const float* x, int n, float*
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const float alpha = 1.0f, beta = 0.0f;
   if (w.type == DType::F32) {
-    RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w.data, CUDA_R_32F, cols, x,
+    RD_CUDA_CHECK(cublas().gemm_ex(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w.data, CUDA_R_32F, cols, x,
                                CUDA_R_32F, cols, &beta, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
@@ -474,7 +475,7 @@ void matmul(MatmulContext& c, const WeightView& w, const float* x, int n, float*
       RD_DTYPE_DISPATCH(w.type,
                         dequant_kernel<T, float><<<grid, kThreads, 0, c.stream>>>(base, r0, m, w.cols, rb, w32));
       RD_CUDA_LAUNCHED("dequant_kernel");
-      RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), n, cols, &alpha, w32,
+      RD_CUDA_CHECK(cublas().gemm_ex(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), n, cols, &alpha, w32,
                                  CUDA_R_32F, cols, x, CUDA_R_32F, cols, &beta, y + r0, CUDA_R_32F, rows,
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
@@ -500,7 +501,7 @@ void matmul(MatmulContext& c, const WeightView& w, const float* x, int n, float*
   }
   RD_CUDA_LAUNCHED("convert_kernel");
   if (w.type == DType::F16 || w.type == DType::BF16) {
-    RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w.data, t16, cols, x16, t16,
+    RD_CUDA_CHECK(cublas().gemm_ex(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w.data, t16, cols, x16, t16,
                                cols, &beta, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
     // Quantized: dequantize a chunk of rows, multiply it, next chunk.
@@ -509,7 +510,7 @@ void matmul(MatmulContext& c, const WeightView& w, const float* x, int n, float*
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t m = std::min<int64_t>(chunk, rows - r0);
       dequant_rows_half(c.stream, w, r0, m, w16);
-      RD_CUDA_CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), n, cols, &alpha, w16, t16, cols,
+      RD_CUDA_CHECK(cublas().gemm_ex(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), n, cols, &alpha, w16, t16, cols,
                                  x16, t16, cols, &beta, y + r0, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
     }
