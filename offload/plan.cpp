@@ -8,7 +8,6 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/workspace.h"
 #include "offload/layer_layout.h"
-#include "offload/size.h"
 #include "src/engine/weights.h"
 #include "src/util/error.h"
 
@@ -208,12 +207,9 @@ void add_layer_items(MemoryPlan& p) {
 }  // namespace
 
 void parse_device_budget(const std::string& s, Budgets& b, const char* what) {
-  static const std::string kSuffix = "+draft";
-  const bool on_top = s.size() > kSuffix.size() && s.compare(s.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
-  b.device = parse_size(on_top ? s.substr(0, s.size() - kSuffix.size()) : s, what);
-  if (b.device == 0)  // 0 is the planner's "no limit": leave the budget out for that
-    throw Error(std::string(what) + ": a device budget of 0 bytes cannot hold anything (leave it out for no limit)");
-  b.draft_on_top = on_top;
+  const DeviceBudget d = redwood::parse_device_budget(s, what);
+  b.device = d.bytes;
+  b.draft_on_top = d.draft_on_top;
 }
 
 MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Budgets& budgets, const RunShape& shape) {
