@@ -159,6 +159,8 @@ case "$MODE" in
     ;;
   test)
     install_apt "${APT_PACKAGES[@]}" "${APT_TEST_PACKAGES[@]}"
+    log "include order (tools/check-includes)"
+    tools/check-includes
     install_python
     tools/fetch-models.sh
     mapfile -t cuda_opts < <(full_cuda_opts)
