@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/common/dtype.h"
 
@@ -142,6 +143,25 @@ class BackendBuffer {
   void* p_ = nullptr;
   size_t n_ = 0;
 };
+
+// ---- kernel workspace ----
+// What a backend's kernels take of its memory besides the caller's buffers
+// (weights, KV cache, activations, logits), for passes of up to max_tokens
+// tokens. Answered from shapes alone, without a backend or a device, so that
+// the memory planner (offload/plan.h) can size a run for a backend this
+// machine does not have.
+struct WorkspaceShape {
+  std::vector<WeightView> matrices;  // every matrix the passes multiply by (type, rows, cols; data unused)
+  int n_heads = 0, n_kv_heads = 0;   // attention: query heads per KV head
+  int ctx = 0;                       // KV cache capacity in tokens
+  int max_tokens = 0;                // most tokens in one pass
+  int threads = 1;                   // CPU workers
+};
+// The CPU backend's, all worker threads together (kernels/cpu/workspace.cpp).
+uint64_t cpu_workspace_bytes(const WorkspaceShape& s);
+// The CUDA backend's, per backend instance (kernels/cuda/workspace.cpp; built
+// with or without CUDA).
+uint64_t cuda_workspace_bytes(const WorkspaceShape& s);
 
 // The CPU backend (oneTBB, AVX2/FMA/F16C when compiled for it, scalar otherwise).
 std::unique_ptr<Backend> make_cpu_backend();

@@ -3,12 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <set>
 
-#include "kernels/cpu/matmul.h"
-#include "kernels/cuda/workspace.h"
+#include "kernels/backend.h"
 #include "offload/layer_layout.h"
-#include "offload/size.h"
 #include "src/engine/weights.h"
 #include "src/util/error.h"
 
@@ -85,61 +82,19 @@ uint64_t activation_bytes(const LlamaHParams& hp, int n) {
   return floats * kF32 + ints * sizeof(int32_t);
 }
 
-// Kernel workspace on the CPU backend (kernels/cpu), for passes of up to n tokens:
-//  - matmul, n > kGemvMaxN: each worker thread keeps one dequantized row tile of
-//    rb x cols floats, rb <= clamp(2^19 / cols, 16, 512) (about 2 MiB; more for cols > 32768);
-//  - matmul, n <= kGemvMaxN: one vector of n * cols / 32 block sums per call (Q4_1);
-//  - attention: each worker keeps (n_past + ancestors) x group floats of scores, at most ctx x group.
-// OpenBLAS's own packing buffers are reserved by the library at start-up and not counted.
-uint64_t workspace_bytes(const ModelDesc& m, const RunShape& s) {
-  const auto& hp = m.hp;
-  const uint64_t all_cols[] = {static_cast<uint64_t>(hp.dim), static_cast<uint64_t>(hp.n_heads) * hp.head_dim,
-                               static_cast<uint64_t>(hp.ffn_dim)};  // matrix widths (the LM head's is dim)
-  uint64_t per_thread = 0, per_call = 0;
-  for (uint64_t cols : all_cols) {
-    if (s.max_tokens > cpu::kGemvMaxN) {
-      const uint64_t tile_rows = std::clamp<uint64_t>((2u << 20) / kF32 / std::max<uint64_t>(cols, 1), 16, 512);
-      per_thread = std::max(per_thread, tile_rows * cols * kF32);
-    } else {
-      per_call = std::max(per_call, static_cast<uint64_t>(s.max_tokens) * (cols / 32) * kF32);
-    }
-  }
-  const uint64_t group = hp.n_kv_heads > 0 ? static_cast<uint64_t>(hp.n_heads / hp.n_kv_heads) : 1;
-  per_thread += static_cast<uint64_t>(s.ctx) * group * kF32;
-  return static_cast<uint64_t>(std::max(s.threads, 1)) * per_thread + per_call;
-}
-
-// Kernel workspace on the CUDA backend (kernels/cuda/workspace.h), per backend
-// instance (the target and the draft each have one): the cuBLAS workspace and,
-// for passes of more than kGemvMaxN tokens, the matmul scratch, which only
-// grows and keeps outgrown buffers:
-//  - weights dequantized in chunks of at most kGemmScratchElems (fp16; fp32
-//    in exact mode; F16/BF16 used in place, F32 never converted): sizes that
-//    do not depend on n, so the sum of the distinct ones bounds what it holds;
-//  - activations in 16 bits plus a scale per token (not in exact mode), for
-//    any n up to max_tokens: that scratch grows geometrically, so it holds
-//    less than 4x its largest request.
-uint64_t cuda_workspace_bytes(const ModelDesc& m, const RunShape& s) {
-  uint64_t b = cuda::kBlasWorkspaceBytes;
-  if (s.max_tokens <= cuda::kGemvMaxN) return b;
-  const bool exact = cuda::exact_gemm_requested();
-  const uint64_t n = static_cast<uint64_t>(s.max_tokens);
-  std::set<uint64_t> weight_sizes;
-  uint64_t act_max = 0;
-  auto add = [&](const TensorExtent& t) {
-    if (t.type == DType::F32 || t.cols <= 0) return;
-    const uint64_t rows = static_cast<uint64_t>(t.rows), cols = static_cast<uint64_t>(t.cols);
-    if (exact || (t.type != DType::F16 && t.type != DType::BF16)) {
-      const uint64_t chunk = std::max<uint64_t>(1, std::min<uint64_t>(rows, cuda::kGemmScratchElems / cols));
-      weight_sizes.insert(chunk * cols * (exact ? 4 : 2));
-    }
-    if (!exact) act_max = std::max(act_max, (n * cols * 2 + 255) / 256 * 256 + n * kF32);
-  };
+// Kernel workspace (kernels/backend.h: each backend answers for its own
+// kernels) for passes over this model's matrices: the CPU backend's for all
+// worker threads, the CUDA backend's per backend instance (the target and the
+// draft each have one).
+uint64_t workspace_bytes(BackendKind backend, const ModelDesc& m, const RunShape& s) {
+  WorkspaceShape w;
+  auto add = [&](const TensorExtent& t) { w.matrices.push_back(WeightView{t.type, t.rows, t.cols, nullptr}); };
   for (const LayerDesc& L : m.layers)
     for (const TensorExtent* t : layer_matrices(L)) add(*t);
   add(m.hp.tied_lm_head ? m.tok_embd : m.lm_head);
-  for (uint64_t x : weight_sizes) b += x;
-  return b + 4 * act_max;
+  w.n_heads = m.hp.n_heads, w.n_kv_heads = m.hp.n_kv_heads;
+  w.ctx = s.ctx, w.max_tokens = s.max_tokens, w.threads = s.threads;
+  return backend == BackendKind::kCuda ? cuda_workspace_bytes(w) : cpu_workspace_bytes(w);
 }
 
 std::string model_label(const ModelDesc& m) {
@@ -209,12 +164,9 @@ void add_layer_items(MemoryPlan& p) {
 }  // namespace
 
 void parse_device_budget(const std::string& s, Budgets& b, const char* what) {
-  static const std::string kSuffix = "+draft";
-  const bool on_top = s.size() > kSuffix.size() && s.compare(s.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
-  b.device = parse_size(on_top ? s.substr(0, s.size() - kSuffix.size()) : s, what);
-  if (b.device == 0)  // 0 is the planner's "no limit": leave the budget out for that
-    throw Error(std::string(what) + ": a device budget of 0 bytes cannot hold anything (leave it out for no limit)");
-  b.draft_on_top = on_top;
+  const DeviceBudget d = redwood::parse_device_budget(s, what);
+  b.device = d.bytes;
+  b.draft_on_top = d.draft_on_top;
 }
 
 MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Budgets& budgets, const RunShape& shape) {
@@ -242,9 +194,7 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.items.push_back(
       {"activations + logits (target, " + toks + ")", Tier::kDevice, activation_bytes(target.hp, shape.max_tokens)});
   const bool cuda = budgets.backend == BackendKind::kCuda;
-  auto workspace_of = [&](const ModelDesc& m) {
-    return cuda ? cuda_workspace_bytes(m, shape) : workspace_bytes(m, shape);
-  };
+  auto workspace_of = [&](const ModelDesc& m) { return workspace_bytes(budgets.backend, m, shape); };
   uint64_t workspace = workspace_of(target);
   uint64_t device_budget = budgets.device;
   if (draft) {

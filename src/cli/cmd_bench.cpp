@@ -18,11 +18,11 @@
 #ifdef REDWOOD_HAVE_CUDA
 #include "kernels/cuda/device.h"
 #endif
-#include "offload/size.h"
 #include "offload/streamer.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/util/error.h"
+#include "src/util/size.h"
 
 namespace redwood::cli {
 

@@ -7,7 +7,6 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
-#include "offload/size.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/planner/hardware.h"
@@ -15,6 +14,7 @@
 #include "src/planner/predict.h"
 #include "src/spec/sequoia_dp.h"
 #include "src/util/error.h"
+#include "src/util/size.h"
 
 namespace redwood::cli {
 

@@ -14,9 +14,9 @@
 #include <random>
 
 #include "kernels/cpu/threads.h"
-#include "offload/size.h"
 #include "src/util/error.h"
 #include "src/util/output_path.h"
+#include "src/util/size.h"
 
 namespace redwood::cli {
 

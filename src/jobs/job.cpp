@@ -9,29 +9,27 @@
 #include <set>
 #include <sstream>
 
-#include "offload/plan.h"
-#include "offload/size.h"
-#include "src/jobs/toml_section.h"
 #include "src/util/error.h"
-#include "src/util/output_path.h"
 #include "src/util/io.h"
+#include "src/util/output_path.h"
+#include "src/util/size.h"
+#include "src/util/toml_section.h"
 
 namespace redwood::jobs {
 
 namespace fs = std::filesystem;
 
-using detail::Section;
+using config::Section;
 
 namespace {
 
 void check_size(const JobConfig& job, const std::string& key, const std::string& v) {
   if (v.empty()) return;
   try {
-    offload::Budgets b;
     if (key == "memory.device")
-      offload::parse_device_budget(v, b, "memory.device");
+      (void)parse_device_budget(v, "memory.device");
     else
-      (void)offload::parse_size(v);
+      (void)parse_size(v);
   } catch (const Error& e) {
     throw Error(job.where(key) + ": " + e.what());
   }
@@ -55,7 +53,7 @@ std::string JobConfig::where(const std::string& key) const {
 JobConfig parse_job_text(std::string_view text, const std::string& name) {
   JobConfig job;
   job.file = name;
-  toml::table root = detail::parse_toml(text, name);
+  toml::table root = config::parse_toml(text, name);
   Section top(job.file, job.lines, &root, "");
   top.only({"name", "model", "memory", "speculation", "sampling", "input", "output"});
   top.str("name", job.name);

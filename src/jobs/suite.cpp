@@ -6,15 +6,15 @@
 #include <set>
 #include <sstream>
 
-#include "offload/plan.h"
 #include "src/jobs/job.h"
-#include "src/jobs/toml_section.h"
 #include "src/util/error.h"
+#include "src/util/size.h"
+#include "src/util/toml_section.h"
 #include "src/util/io.h"
 
 namespace redwood::jobs {
 
-using detail::Section;
+using config::Section;
 
 namespace {
 
@@ -42,7 +42,7 @@ std::string acceptance_for(const SuiteModel& m, double temperature) {
 SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   SuiteConfig s;
   s.file = name;
-  const toml::table root = detail::parse_toml(text, name);
+  const toml::table root = config::parse_toml(text, name);
   Section top(s.file, s.lines, &root, "");
   top.only({"name", "suite", "model", "matrix"});
   top.str("name", s.name);
@@ -130,8 +130,7 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   numbers("temperatures", s.temperatures, 0, 100);
   for (const auto& d : s.device_mem)
     if (!d.empty()) try {
-        offload::Budgets b;
-        offload::parse_device_budget(d, b, "matrix.device_mem");
+        (void)parse_device_budget(d, "matrix.device_mem");
       } catch (const Error& e) {
         throw Error(s.file + ":" + std::to_string(s.lines["matrix.device_mem"]) + ": matrix.device_mem: " + e.what());
       }

@@ -4,16 +4,15 @@
 #include <map>
 #include <sstream>
 
-#include "offload/size.h"
-#include "src/jobs/toml_section.h"
-#include "src/planner/toml_util.h"
 #include "src/util/error.h"
+#include "src/util/toml_section.h"
+#include "src/util/toml_util.h"
 
 namespace redwood::planner {
 
 HardwareProfile parse_hardware(std::string_view text, const std::string& name) {
-  using jobs::detail::Section;
-  const toml::table root = jobs::detail::parse_toml(text, name);
+  using config::require, config::Section, config::size;
+  const toml::table root = config::parse_toml(text, name);
   std::map<std::string, int> lines;
   const Section s(name, lines, &root, "");
   s.only({"name", "source", "kind", "device_memory", "device_reserved", "host_memory", "device_bandwidth",

@@ -2,8 +2,8 @@
 
 #include <map>
 
-#include "src/jobs/toml_section.h"
-#include "src/planner/toml_util.h"
+#include "src/util/toml_section.h"
+#include "src/util/toml_util.h"
 #include "src/util/error.h"
 
 namespace redwood::planner {
@@ -11,13 +11,13 @@ namespace redwood::planner {
 namespace {
 
 // Reads key into out if present; a name that is not a weight type is an error.
-void dtype_choice(const jobs::detail::Section& s, const char* key, std::string& out) {
+void dtype_choice(const config::Section& s, const char* key, std::string& out) {
   s.choice(key, out,
            {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
             "IQ4_NL", "IQ4_XS"});
 }
 
-DType dtype_from(const jobs::detail::Section& s, const char* key, const std::string& v) {
+DType dtype_from(const config::Section& s, const char* key, const std::string& v) {
   for (const DTypeInfo& i : kDTypes)
     if (i.name == v) return i.type;
   return DType::F32;  // unreachable: choice() checked the name
@@ -26,8 +26,8 @@ DType dtype_from(const jobs::detail::Section& s, const char* key, const std::str
 }  // namespace
 
 ModelConfig parse_model_config(std::string_view text, const std::string& name) {
-  using jobs::detail::Section;
-  const toml::table root = jobs::detail::parse_toml(text, name);
+  using config::require, config::Section;
+  const toml::table root = config::parse_toml(text, name);
   std::map<std::string, int> lines;
   const Section s(name, lines, &root, "");
   s.only({"name", "source", "layers", "dim", "heads", "kv_heads", "head_dim", "ffn", "vocab", "tied", "dtype",

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "offload/size.h"
 #include "src/spec/sequoia_dp.h"
 #include "src/util/error.h"
+#include "src/util/size.h"
 
 namespace redwood::planner {
 
@@ -148,9 +148,9 @@ std::string prediction_table(const Prediction& p) {
   for (const Scenario* s : {&p.sequoia, &p.sequoia_min, &p.autoregressive, &p.autoregressive_min}) {
     const auto& pl = s->plan;
     std::snprintf(buf, sizeof buf, "  %-20s %8s %8d %8d %11s %5d %6d %8.2f %8.3f %8.3f %9.3f %8.3f", s->label.c_str(),
-                  offload::format_size(pl.device_used).c_str(), pl.count(Tier::kDevice),
+                  format_size(pl.device_used).c_str(), pl.count(Tier::kDevice),
                   pl.count(Tier::kHost) + pl.count(Tier::kStorage),
-                  offload::format_size(pl.host_bytes_per_pass + pl.storage_bytes_per_pass).c_str(), s->choice.budget,
+                  format_size(pl.host_bytes_per_pass + pl.storage_bytes_per_pass).c_str(), s->choice.budget,
                   s->choice.depth, s->choice.tokens, s->choice.target_s, s->choice.draft_s,
                   s->choice.seconds_per_token(), s->choice.tokens_per_second());
     line(buf);

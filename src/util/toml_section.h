@@ -1,6 +1,7 @@
-// Typed, line-aware access to one TOML table, shared by the job and bench
-// suite parsers (internal to src/jobs). Every getter records the key's line;
-// errors read "file:line: section.key: message".
+// Typed, line-aware access to one TOML table, shared by the TOML readers (job
+// and bench suite files in src/jobs, hardware profiles and model configs in
+// src/planner). Every getter records the key's line; errors read
+// "file:line: section.key: message".
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -16,7 +17,7 @@
 
 #include "src/util/error.h"
 
-namespace redwood::jobs::detail {
+namespace redwood::config {
 
 inline const char* type_name(const toml::node& n) {
   switch (n.type()) {
@@ -161,4 +162,4 @@ inline toml::table parse_toml(std::string_view text, const std::string& name) {
   }
 }
 
-}  // namespace redwood::jobs::detail
+}  // namespace redwood::config

@@ -1,4 +1,4 @@
-#include "offload/size.h"
+#include "src/util/size.h"
 
 #include <cctype>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "src/util/error.h"
 
-namespace redwood::offload {
+namespace redwood {
 
 namespace {
 
@@ -78,4 +78,15 @@ std::string format_size(uint64_t bytes) {
   return buf;
 }
 
-}  // namespace redwood::offload
+DeviceBudget parse_device_budget(const std::string& s, const char* what) {
+  static const std::string kSuffix = "+draft";
+  const bool on_top = s.size() > kSuffix.size() && s.compare(s.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  DeviceBudget b;
+  b.bytes = parse_size(on_top ? s.substr(0, s.size() - kSuffix.size()) : s, what);
+  if (b.bytes == 0)  // 0 is the planner's "no limit": leave the budget out for that
+    throw Error(std::string(what) + ": a device budget of 0 bytes cannot hold anything (leave it out for no limit)");
+  b.draft_on_top = on_top;
+  return b;
+}
+
+}  // namespace redwood

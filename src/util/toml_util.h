@@ -1,5 +1,5 @@
-// Small helpers shared by the planner's TOML readers (hardware profiles, model
-// configs), on top of src/jobs/toml_section.h's Section.
+// Small helpers for TOML readers (the planner's hardware profiles and model
+// configs), on top of src/util/toml_section.h's Section.
 #pragma once
 #include <cstdint>
 #include <fstream>
@@ -7,22 +7,21 @@
 #include <sstream>
 #include <string>
 
-#include "offload/size.h"
-#include "src/jobs/toml_section.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
+#include "src/util/size.h"
+#include "src/util/toml_section.h"
 
-namespace redwood::planner {
+namespace redwood::config {
 
 // "file: missing required key 'k'" for the first absent key.
-inline void require(const std::string& file, const jobs::detail::Section& s, std::initializer_list<const char*> keys) {
+inline void require(const std::string& file, const Section& s, std::initializer_list<const char*> keys) {
   for (const char* k : keys)
     if (!s.has(k)) throw Error(file + ": missing required key '" + k + "'");
 }
 
 // A memory size written as a string ("48GB", "44GiB") or a number of bytes.
-inline void size(const std::string& file, const toml::table& t, const jobs::detail::Section& s, const char* key,
-                 uint64_t& out) {
+inline void size(const std::string& file, const toml::table& t, const Section& s, const char* key, uint64_t& out) {
   const toml::node* n = t.get(key);
   if (!n) return;
   if (n->is_integer()) {
@@ -34,10 +33,10 @@ inline void size(const std::string& file, const toml::table& t, const jobs::deta
   if (!n->is_string()) s.wrong_type(key, *n, "a size string (\"48GB\", \"44GiB\") or a number of bytes");
   const std::string v = *n->value<std::string>();
   try {
-    out = offload::parse_size(v, key);
+    out = parse_size(v, key);
   } catch (const Error&) {
     s.fail(key, *n, "invalid size '" + v + "' (expected e.g. \"48GB\", \"44GiB\", \"512MiB\")");
   }
 }
 
-}  // namespace redwood::planner
+}  // namespace redwood::config
