@@ -47,9 +47,9 @@ void dequant_blocks512(const uint8_t* p, int64_t cols, float* out) {
     const uint8_t* blk = p + b * bb;
     __m512 w0, w1;
     load_block512<t>(blk, w0, w1);
-    const __m512 d = _mm512_set1_ps(h2f(blk));
+    const __m512 d = _mm512_set1_ps(h2f_in_block(blk));
     if constexpr (t == DType::Q4_1) {
-      const __m512 m = _mm512_set1_ps(h2f(blk + 2));
+      const __m512 m = _mm512_set1_ps(h2f_in_block(blk + 2));
       _mm512_storeu_ps(out + b * 32, _mm512_fmadd_ps(w0, d, m));
       _mm512_storeu_ps(out + b * 32 + 16, _mm512_fmadd_ps(w1, d, m));
     } else {

@@ -43,7 +43,7 @@ inline void load_q8(const int8_t* qs, __m256 w[4]) {
 template <DType t>
 inline void dequant_block(const uint8_t* blk, __m256 w[4]) {
   static_assert(t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1);
-  const float dv = h2f(blk);
+  const float dv = h2f_in_block(blk);
   __m256 off = _mm256_setzero_ps();
   if constexpr (t == DType::Q8_0) {
     load_q8(reinterpret_cast<const int8_t*>(blk + 2), w);
@@ -52,7 +52,7 @@ inline void dequant_block(const uint8_t* blk, __m256 w[4]) {
     off = _mm256_set1_ps(-8.0f * dv);
   } else {
     load_q4(blk + 4, w);
-    off = _mm256_set1_ps(h2f(blk + 2));
+    off = _mm256_set1_ps(h2f_in_block(blk + 2));
   }
   const __m256 d = _mm256_set1_ps(dv);
   for (int j = 0; j < 4; ++j) w[j] = _mm256_fmadd_ps(w[j], d, off);

@@ -99,6 +99,15 @@ inline float h2f(const uint8_t* p) {
   memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
+// The same for a half with at least two more readable bytes after it (a block
+// scale followed by the block's quants): one 32-bit load into the vector
+// register, where a 16-bit one is an insert (two operations, without
+// AVX512-FP16's VMOVW) in every block of the dequantizing loops.
+inline float h2f_in_block(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(v))));
+}
 #endif
 
 // ---- scalar reference and fallback (matmul_scalar.cpp) --------------------------
