@@ -173,28 +173,34 @@ double peak_of(Chains chains, double flop_per_thread) {
   return best;
 }
 
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+// Ten independent 512-bit FMA chains (compiled for AVX-512 whatever the
+// baseline; run only where the CPU has it).
+__attribute__((target("avx512f"))) float fma_chains512(int k, long iters) {
+  __m512 acc[10];
+  for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * (i + k));
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 10; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, c);
+  alignas(64) float tmp[16];
+  float s = 0;
+  for (int i = 0; i < 10; ++i) {
+    _mm512_store_ps(tmp, acc[i]);
+    s += tmp[0];
+  }
+  return s;
+}
+#endif
+
 double fma_peak() {
   [[maybe_unused]] const long iters = 20'000'000;
-#if defined(__AVX512F__)
-  // 512-bit FMAs when the build uses them (the GEMV and compiler-vectorised
-  // code do): the machine's real peak, not the AVX2 half of it.
-  return peak_of(
-      [&](int k) {
-        __m512 acc[10];
-        for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * (i + k));
-        const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-        for (long it = 0; it < iters; ++it)
-          for (int i = 0; i < 10; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, c);
-        alignas(64) float tmp[16];
-        float s = 0;
-        for (int i = 0; i < 10; ++i) {
-          _mm512_store_ps(tmp, acc[i]);
-          s += tmp[0];
-        }
-        return s;
-      },
-      static_cast<double>(iters) * 10 * 16 * 2);
-#elif defined(__AVX2__) && defined(__FMA__)
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+  // 512-bit FMAs where the kernels use them (the AVX-512 GEMM does): the
+  // machine's real peak, not the AVX2 half of it.
+  if (cpu::kernel_isa() >= cpu::Isa::avx512)
+    return peak_of([&](int k) { return fma_chains512(k, iters); }, static_cast<double>(iters) * 10 * 16 * 2);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
   return peak_of(
       [&](int k) {
         __m256 acc[10];
@@ -479,7 +485,7 @@ static int run(int argc, char** argv) {
         if (t == DType::BF16) continue;  // of the 16-bit types, F16 only
         std::string line = "  " + std::string(dtype_name(t));
         line.resize(8, ' ');
-        for (int64_t c : {int64_t{2048}, int64_t{8192}}) {  // short and long rows (kernels/cpu/matmul.cpp kLongRow)
+        for (int64_t c : {int64_t{2048}, int64_t{8192}}) {  // short and long rows (kernels/cpu/matmul_kernels.h kLongRow)
           const int64_t r = std::max<int64_t>(16, (256 << 10) / static_cast<int64_t>(*row_bytes(t, c)) / 16 * 16);
           Mat m = random_matrix(t, r, c);  // about 256 KiB
           std::vector<float> x(c, 0.5f), y(m.view.rows);

@@ -1,36 +1,35 @@
-// Runs a test binary built for another instruction set (argv[1], with its
-// arguments) only where this CPU has that set: otherwise exits 77, which CTest
-// reports as skipped (SKIP_RETURN_CODE). Built like the rest of the tree, for
-// the machine that runs it.
+// Runs a test binary (argv[2], with its arguments) with the CPU kernels
+// restricted to one instruction set: sets REDWOOD_ISA=argv[1] (scalar, avx2,
+// avx512 or avx512vnni; kernels/cpu/matmul.h) for it and its children. Where
+// this CPU or build lacks that set, exits 77, which CTest reports as skipped
+// (SKIP_RETURN_CODE).
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+
+#include "kernels/cpu/matmul.h"
+
+using redwood::cpu::Isa;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: isa_launcher avx512 BINARY [ARGS...]\n");
+    std::fprintf(stderr, "usage: isa_launcher scalar|avx2|avx512|avx512vnni BINARY [ARGS...]\n");
     return 2;
   }
-  if (std::strcmp(argv[1], "avx512") != 0) {
-    std::fprintf(stderr, "isa_launcher: unknown instruction set '%s'\n", argv[1]);
+  const Isa best = redwood::cpu::best_isa();
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_vnni}) {
+    if (std::strcmp(argv[1], redwood::cpu::isa_name(isa)) != 0) continue;
+    if (isa > best) {
+      std::printf("skipped: this CPU or build has only %s, not %s\n", redwood::cpu::isa_name(best), argv[1]);
+      return 77;
+    }
+    setenv("REDWOOD_ISA", argv[1], 1);
+    execv(argv[2], argv + 2);
+    std::perror("isa_launcher: exec");
     return 2;
   }
-  __builtin_cpu_init();
-  // What tests/CMakeLists.txt builds test_kernels_avx512 for.
-  const char* missing = !__builtin_cpu_supports("avx512f")      ? "avx512f"
-                        : !__builtin_cpu_supports("avx512bw")   ? "avx512bw"
-                        : !__builtin_cpu_supports("avx512dq")   ? "avx512dq"
-                        : !__builtin_cpu_supports("avx512vl")   ? "avx512vl"
-                        : !__builtin_cpu_supports("avx512cd")   ? "avx512cd"
-                        : !__builtin_cpu_supports("avx512vnni") ? "avx512vnni"
-                        : !__builtin_cpu_supports("avx512vbmi") ? "avx512vbmi"
-                                                                : nullptr;
-  if (missing) {
-    std::printf("skipped: this CPU has no %s; %s is built for AVX-512 (VNNI, VBMI)\n", missing, argv[2]);
-    return 77;
-  }
-  execv(argv[2], argv + 2);
-  std::perror("isa_launcher: exec");
+  std::fprintf(stderr, "isa_launcher: unknown instruction set '%s'\n", argv[1]);
   return 2;
 }

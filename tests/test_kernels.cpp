@@ -3,6 +3,8 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "kernels/backend.h"
@@ -86,9 +88,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
 // FMA chain over k with the AVX-512 or AVX2 kernel, so a token's logits do not
 // depend on how many other tokens share the pass (a tree's size, a prefill chunk).
 TEST(Kernels, BatchedMatmulIsBatchInvariant) {
-#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
-  GTEST_SKIP() << "the OpenBLAS path (no AVX2) is not batch-invariant";
-#else
+  if (cpu::kernel_isa() == cpu::Isa::scalar) GTEST_SKIP() << "the OpenBLAS path (no AVX2) is not batch-invariant";
   for (DType t : {DType::F16, DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
     const int64_t rows = 77, cols = t == DType::Q4_K ? 768 : 608;
     Mat m = random_matrix(t, rows, cols, 5);
@@ -107,7 +107,38 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
       }
     }
   }
-#endif
+}
+
+// The kernels run on the instruction set REDWOOD_ISA names (tests/CMakeLists.txt
+// runs this binary on each one the CPU has), and the dispatch table picks that
+// set's kernels: the AVX2 ones are really tested on an AVX-512 machine.
+TEST(Kernels, KernelIsaFollowsEnvironment) {
+  const char* env = std::getenv("REDWOOD_ISA");
+  const cpu::Isa isa = cpu::kernel_isa();
+  std::printf("CPU kernels: %s (best here: %s)\n", cpu::isa_name(isa), cpu::isa_name(cpu::best_isa()));
+  if (env && *env)
+    EXPECT_STREQ(cpu::isa_name(isa), env);
+  else
+    EXPECT_EQ(isa, cpu::best_isa());
+  struct Want {
+    DType t;
+    int n;
+    const char* kernel[4];  // scalar, avx2, avx512, avx512vnni
+  };
+  const Want table[] = {
+      {DType::Q4_0, 1, {"scalar_gemv", "intdot_avx2", "intdot_avx2", "intdot_avx512_vnni"}},
+      {DType::Q4_0, 2, {"scalar_gemv", "gemv_dequantized_avx2", "gemv_dequantized_avx2", "intdot_avx512_vnni"}},
+      {DType::F16, 1, {"scalar_gemv", "gemv_plain_avx2", "gemv_plain_avx512", "gemv_plain_avx512"}},
+      {DType::Q4_K, 3, {"scalar_gemv", "gemv_chunked_avx2", "gemv_chunked_avx2", "kquant_avx512_vnni"}},
+      {DType::Q6_K, 2, {"scalar_gemv", "gemv_chunked_avx2", "gemv_chunked_avx2", "gemv_chunked_avx2"}},
+      {DType::IQ4_XS, 1, {"scalar_gemv", "intdot_avx2", "intdot_avx2", "intdot_avx512_vnni"}},
+      {DType::Q5_0, 1, {"scalar_gemv", "gemv_chunked_avx2", "gemv_chunked_avx2", "intdot_avx512_vnni"}},
+      {DType::Q8_0, 9, {"blas_gemm", "gemm_avx2", "gemm_avx512", "gemm_avx512"}},
+  };
+  for (const Want& w : table)
+    for (cpu::Isa i : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512_vnni})
+      EXPECT_STREQ(cpu::matmul_kernel(w.t, w.n, i), w.kernel[static_cast<int>(i)])
+          << dtype_name(w.t) << " n " << w.n << " on " << cpu::isa_name(i);
 }
 
 // Decode processes several rows at once (eight over long rows; four for the

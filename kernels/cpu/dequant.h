@@ -1,9 +1,9 @@
 // Dequantization and dot products for the block types without an integer dot
 // kernel (Q5_0, Q5_1, the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and the
 // non-linear IQ4_NL, IQ4_XS: the types of llama.cpp's Q2_K ... Q6_K and IQ4_*
-// files and their fallbacks; AVX-512 VNNI builds take the K-quants GEMVs (where faster)
-// to matmul.cpp's intdot::rows_dot_k, and Q5_0, Q5_1, IQ4_NL and IQ4_XS GEMVs
-// to intdot::rows_dot instead, see gemv_n). Both work
+// files and their fallbacks; on AVX-512 VNNI CPUs the K-quants GEMVs (where faster)
+// and the Q5_0, Q5_1, IQ4_NL and IQ4_XS GEMVs take intdot_avx512_vnni.cpp
+// instead, see matmul.cpp's dispatch table). Both work
 // on 32-element sub-blocks dequantized to fp32 vectors. Values are exactly
 // math::dequant_* (kernels/common/math.h), the per-element reference that the
 // CUDA backend uses too.

@@ -5,9 +5,40 @@
 #include <cstddef>
 #include <cstdint>
 
+// ---- instruction sets ------------------------------------------------------------
+// REDWOOD_AVX2: this translation unit is compiled for AVX2 + FMA + F16C (the
+// x86-64-v3 baseline, or -march=native on such a CPU); the helpers below use them.
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define REDWOOD_AVX2 1
 #include <immintrin.h>
+#endif
+
+// REDWOOD_AVX512_KERNELS: the build holds the AVX-512 matmul kernels
+// (gemv_avx512.cpp, intdot_avx512_vnni.cpp, gemm_avx512.cpp), which matmul.cpp
+// runs only where the CPU has AVX-512. Their code lies between
+// REDWOOD_TARGET_AVX512_BEGIN (or _VNNI_BEGIN) and REDWOOD_TARGET_END, after
+// every #include: the functions defined there are compiled for AVX-512
+// (F, BW, DQ, VL, CD; the VNNI form adds VNNI and VBMI), while inline functions
+// and templates from headers (the standard library, oneTBB, this file) keep the
+// build's baseline, so no AVX-512 code can end up in a copy that other files
+// share. (Per-file -mavx512f would compile those copies for AVX-512 too, and
+// the linker keeps any one of them.)
+#if defined(REDWOOD_AVX2) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define REDWOOD_AVX512_KERNELS 1
+#if defined(__clang__)
+#define REDWOOD_TARGET_AVX512_BEGIN \
+  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512cd\"))), apply_to = function)")
+#define REDWOOD_TARGET_AVX512_VNNI_BEGIN \
+  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512cd,avx512vnni,avx512vbmi\"))), apply_to = function)")
+#define REDWOOD_TARGET_END _Pragma("clang attribute pop")
+#else
+#define REDWOOD_TARGET_AVX512_BEGIN \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512cd\")")
+#define REDWOOD_TARGET_AVX512_VNNI_BEGIN \
+  _Pragma("GCC push_options")            \
+      _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512cd,avx512vnni,avx512vbmi\")")
+#define REDWOOD_TARGET_END _Pragma("GCC pop_options")
+#endif
 #endif
 
 namespace redwood::cpu {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "src/cli/commands.h"
 #include "src/util/error.h"
 
@@ -30,7 +31,14 @@ int finish_stdout(int rc) {
 int main(int argc, char** argv) {
   CLI::App app{"redwood: run models too big for one GPU (CPU backend, tree speculative decoding)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "redwood 0.1.0");
+  // The version and the CPU kernels' instruction set (REDWOOD_ISA may lower it).
+  std::string version = "redwood 0.1.0";
+  try {
+    version += std::string(" (CPU kernels: ") + redwood::cpu::isa_name(redwood::cpu::kernel_isa()) + ")";
+  } catch (const redwood::Error& e) {
+    version += std::string(" (") + e.what() + ")";
+  }
+  app.set_version_flag("--version", version);
   std::vector<std::pair<CLI::App*, redwood::cli::Runner>> cmds;
   auto reg = [&](redwood::cli::Runner r, const char* name) {
     cmds.emplace_back(app.get_subcommand(name), std::move(r));
