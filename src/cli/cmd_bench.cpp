@@ -14,10 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "kernels/cpu/threads.h"
-#ifdef REDWOOD_HAVE_CUDA
-#include "kernels/cuda/device.h"
-#endif
+#include "kernels/backend.h"
 #include "offload/size.h"
 #include "offload/streamer.h"
 #include "src/cli/commands.h"
@@ -154,12 +151,10 @@ int run_bench_offload(BenchOffloadOptions& o) {
   // host-staged layers both cross it).
   std::unique_ptr<Backend> be = o.run.backend == "cuda" ? make_cuda_backend() : make_cpu_backend();
   double link_bw = 0;
-#ifdef REDWOOD_HAVE_CUDA
   if (!be->host_memory()) {
-    link_bw = cuda::host_to_device_bandwidth(std::max<uint64_t>(plan.slot_bytes, 64u << 20));
+    link_bw = host_to_device_bandwidth(std::max<uint64_t>(plan.slot_bytes, 64u << 20));
     std::fprintf(stderr, "host -> device bandwidth: %.1f GB/s (pinned)\n", link_bw / 1e9);
   }
-#endif
 
   // 2. streamed passes under the budget; peak RSS of this phase only
   std::vector<Timing> streamed;
