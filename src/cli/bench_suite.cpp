@@ -19,10 +19,10 @@
 #include <set>
 #include <sstream>
 
-#include "src/cli/batch.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/jobs/suite.h"
+#include "src/runtime/job_runner.h"
 #include "src/spec/speculate.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
@@ -223,14 +223,14 @@ int run_suite(SuiteOptions& o) {
     jobs_.push_back(std::move(j));
   }
   install_stop_signals();
-  JobHooks hooks;
+  runtime::JobHooks hooks;
   hooks.quiet = true;
   hooks.cancelled = [] { return stop_signal() != 0; };
   std::vector<Row> rows;
   for (size_t i = 0; i < cells.size(); ++i) {
     std::fprintf(stderr, "bench: cell %zu/%zu %s ... ", i + 1, cells.size(), cells[i].id().c_str());
     std::fflush(stderr);
-    const JobOutcome r = run_job(jobs_[i], hooks);
+    const runtime::JobOutcome r = runtime::run_job(jobs_[i], hooks);
     if (r.interrupted) {
       std::fprintf(stderr,
                    "\nredwood: interrupted: %zu of %zu cells done in %s; run the same command again to resume\n", i,

@@ -1,7 +1,8 @@
 // redwood generate: autoregressive decoding, or speculative decoding with a
 // draft model and a token tree (--draft), with streaming output.
+#include <signal.h>
+
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -9,9 +10,9 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/cli/profiling.h"
 #include "src/engine/sampler.h"
 #include "src/model/chat_template.h"
+#include "src/runtime/session.h"
 #include "src/spec/speculate.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
@@ -29,6 +30,7 @@ struct GenerateOptions {
   bool chat = false;
   int ctx = 0;
   int prefill_chunk = 512;
+  std::vector<std::string> stop;
   // speculative decoding
   std::string draft, tree = "sequoia", verify, acceptance, hardware_profile;
   // Parsed by redwood (one-line errors, exit 1); empty = not given.
@@ -61,10 +63,6 @@ spec::TreeOptions tree_options(const GenerateOptions& o) {
   return t;
 }
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 int run_generate(GenerateOptions& o) {
   std::vector<std::string> inputs = {o.draft, o.acceptance, o.hardware_profile};
   if (o.tree.rfind("sequoia:", 0) == 0) inputs.push_back(o.tree.substr(8));
@@ -75,29 +73,33 @@ int run_generate(GenerateOptions& o) {
   if (const std::string f = spec_flags_without_draft(o); !f.empty())
     throw Error(f + ": speculative decoding needs --draft MODEL");
   check_draft_budget(o.run, o.draft);
-  // Speculation flags are checked before any model loads.
-  std::optional<spec::SpecConfig> cfg;
   const bool auto_tree = !o.draft.empty() && o.tree == "auto";
-  int auto_budget = 0, auto_depth = 0;
   if (!o.hardware_profile.empty() && !auto_tree) throw Error("--hardware-profile is only for --draft ... --tree auto");
   // Profiles given are read late (after weights load, --tree auto after measuring): not a FIFO or device.
   if (!o.acceptance.empty()) require_regular_input(o.acceptance, "an acceptance file");
   if (!o.hardware_profile.empty()) require_regular_input(o.hardware_profile, "a hardware profile");
+  runtime::SessionConfig sc;
+  sc.run = o.run;
+  sc.draft = o.draft;
+  sc.sampling = o.sampling;
+  sc.prefill_chunk = o.prefill_chunk;
+  sc.hardware_profile = o.hardware_profile;
+  if (!o.draft.empty()) sc.tree = tree_options(o);  // flags parsed before any model loads
   if (auto_tree) {
-    // --budget and --depth cap the optimizer's search; nothing else applies.
-    const spec::TreeOptions t = tree_options(o);
+    const spec::TreeOptions& t = sc.tree;
     if (t.threshold || t.delta || t.width || !t.verifier.empty() || t.is_alphabet)
       throw Error(
           "--tree auto chooses the tree, its parameters and its verifier: it takes only --budget and --depth "
-          "(caps), "
-          "--acceptance and --hardware-profile");
-    auto_budget = t.budget;
-    auto_depth = t.depth;
-  } else if (!o.draft.empty()) {
-    cfg = spec::make_spec_config(tree_options(o), o.sampling);
-    cfg->prefill_chunk = o.prefill_chunk;
+          "(caps), --acceptance and --hardware-profile");
   }
-  LoadedModel m = load_model(o.run.model, /*with_weights=*/false);
+  std::optional<runtime::Session> session;
+  try {
+    session.emplace(sc);
+  } catch (const runtime::SetupError& e) {
+    if (e.key() == "draft") throw Error(o.draft + ": " + e.what());
+    throw;
+  }
+  LoadedModel& m = session->target();
   std::vector<int32_t> prompt;
   if (!o.prompt_tokens.empty()) {
     prompt = parse_int_list(o.prompt_tokens, "--prompt-tokens");
@@ -117,6 +119,8 @@ int run_generate(GenerateOptions& o) {
     prompt = m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
   }
   if (prompt.empty()) throw Error("the prompt encodes to no tokens");
+  for (const std::string& st : o.stop)
+    if (st.empty()) throw Error("--stop: the stop text is empty");
   const int capacity = o.ctx > 0 ? o.ctx : static_cast<int>(prompt.size()) + o.max_tokens + 1;
   if (static_cast<int>(prompt.size()) + o.max_tokens > capacity)
     throw Error("prompt + --max-tokens exceed --ctx " + std::to_string(capacity));
@@ -125,101 +129,48 @@ int run_generate(GenerateOptions& o) {
                  "redwood: note: the prompt (%zu tokens) + --max-tokens %d go past the %d positions the model was "
                  "trained on; text beyond them is usually poor\n",
                  prompt.size(), o.max_tokens, trained);
-  // The draft is always resident; the target's plan counts it.
-  std::optional<LoadedModel> d;
-  offload::RunShape shape;
-  shape.ctx = capacity;
-  shape.max_tokens = std::min(static_cast<int>(prompt.size()), o.prefill_chunk);
-  if (!o.draft.empty()) {
-    d = load_model(o.draft, /*with_weights=*/false);
-    load_weights(*d, resident_run(o.run), offload::RunShape{});
-    const int nodes = auto_tree ? auto_budget : cfg->max_tree_nodes();
-    shape.ctx = capacity + nodes + 2;
-    shape.max_tokens = std::max(shape.max_tokens, nodes + 1);
-  }
-  load_weights(m, o.run, shape, d ? &d->desc : nullptr);
-  std::optional<AutoTreeResult> auto_result;
-  if (auto_tree) {
-    auto_result =
-        choose_tree_auto(m, *d, o.run, o.sampling, auto_budget, auto_depth, stderr, o.acceptance, o.hardware_profile);
-    if (auto_result->config) {
-      cfg = auto_result->config;
-      cfg->prefill_chunk = o.prefill_chunk;
-    }
-  }
-  Utf8Stream utf8;
-  std::string text;
-  std::vector<int32_t> out;
-  std::string finish = "length";
+  // The draft is always resident; the target's plan counts it and one tree.
+  const int nodes = session->tree_nodes();
+  session->load(capacity + (nodes ? nodes + 2 : 0), std::min(static_cast<int>(prompt.size()), o.prefill_chunk));
 
-  // Emits one token; returns false when generation must stop.
-  auto emit = [&](int32_t tok) {
-    if (static_cast<int>(out.size()) >= o.max_tokens) return false;
-    if (m.tokenizer->is_eog(tok)) {
-      finish = "stop";
-      return false;
-    }
-    out.push_back(tok);
-    const std::string piece = utf8.push(m.tokenizer->token_bytes(tok));
-    text += piece;
-    if (!o.json) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    return static_cast<int>(out.size()) < o.max_tokens;
-  };
-
-  double t_prefill = 0, t1 = 0;
-  std::optional<spec::SpecStats> sstats;
-  if (!cfg) {
-    KvCache kv = m.transformer->make_cache(capacity);
-    Sampler sampler(o.sampling);
-    std::vector<float> logits(m.desc.hp.vocab);
-    const double t0 = now();
-    prefill(*m.transformer, kv, prompt, o.prefill_chunk, logits);
-    t_prefill = now() - t0;
-    t1 = now();
-    while (true) {
-      const int32_t tok = sampler.sample(logits);
-      if (!emit(tok)) break;
-      const int32_t pos = kv.committed();
-      const int32_t parent = -1;
-      m.transformer->forward(Batch{{&tok, 1}, {&pos, 1}, {&parent, 1}}, kv, logits, LogitsRows::kLast);
-      kv.commit_prefix(1);
-    }
-  } else {
-    spec::SpecDecoder dec(*m.transformer, *d->transformer, m.desc, d->desc, *cfg, shape.ctx);
-    const double t0 = now();
-    dec.start(prompt);
-    t_prefill = now() - t0;
-    t1 = now();
-    bool go = true;
-    while (go) {
-      for (int32_t tok : dec.step())
-        if (!(go = emit(tok))) break;
-    }
-    sstats = dec.stats();
-  }
-  const std::string tail = utf8.flush();
-  text += tail;
-  const double secs = now() - t1;
-  const double spt = out.empty() ? 0.0 : secs / static_cast<double>(out.size());
+  spec::GenerationRequest req;
+  req.prompt = prompt;
+  req.sampling = o.sampling;
+  req.max_tokens = o.max_tokens;
+  req.prefill_chunk = o.prefill_chunk;
+  req.stop = o.stop;
+  // Ctrl-C (or SIGTERM): the loop stops between steps; the text so far stays.
+  install_stop_signals();
+  const spec::Generation g = session->generate(
+      req,
+      [&](std::string_view piece) {
+        if (o.json) return;
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      },
+      [] { return stop_signal() != 0; });
+  const std::optional<spec::SpecStats>& sstats = g.spec;
+  const spec::SpecConfig* cfg = session->spec_config();
+  const std::optional<runtime::AutoTreeResult>& auto_result = session->auto_choice();
+  const double secs = g.decode_seconds;
+  const double spt = g.s_per_token();
   // An instruct model given a bare prompt often ends its turn at once: say why
   // nothing came out, and what usually helps.
-  if (out.empty() && finish == "stop" && !o.chat && !o.prompt.empty() && !m.desc.chat_template.empty())
+  if (g.tokens.empty() && g.finish == "stop" && !o.chat && !o.prompt.empty() &&
+      !m.desc.chat_template.empty())
     std::fprintf(stderr,
                  "redwood: note: the model ended its reply at once (end-of-sequence token); it has a chat template: "
                  "try --chat\n");
   if (o.json) {
     nlohmann::json j;
-    j["text"] = text;
-    j["tokens"] = out;
-    j["n_tokens"] = out.size();
+    j["text"] = g.text;
+    j["tokens"] = g.tokens;
+    j["n_tokens"] = g.tokens.size();
     j["prompt_tokens"] = prompt.size();
     j["seconds"] = secs;
-    j["prefill_seconds"] = t_prefill;
+    j["prefill_seconds"] = g.prefill_seconds;
     j["s_per_token"] = spt;
-    j["finish_reason"] = finish;
+    j["finish_reason"] = g.finish;
     if (auto_result) {
       // What --tree auto chose (also when it chose plain decoding) and its prediction.
       j["tree_auto_choice"] = auto_result->choice;
@@ -263,11 +214,19 @@ int run_generate(GenerateOptions& o) {
     if (m.streamed) j["offload"] = offload_stats(m);
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);  // the text ends before the stats line on stderr
+  }
+  if (g.finish == "cancelled") {  // one line; the text printed so far stays
+    finish_run(m, o.run);
+    const int sig = stop_signal();
+    std::fprintf(stderr, "redwood: interrupted by %s after %zu tokens\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                 g.tokens.size());
+    return 128 + sig;
+  }
+  if (!o.json) {
     std::fprintf(stderr, "[%zu prompt tokens in %.3f s; %zu tokens, %.4f s/token, %.2f tokens/s", prompt.size(),
-                 t_prefill, out.size(), spt, spt > 0 ? 1.0 / spt : 0.0);
+                 g.prefill_seconds, g.tokens.size(), spt, spt > 0 ? 1.0 / spt : 0.0);
     if (sstats && sstats->target_passes)
       std::fprintf(stderr, "; %d target passes, %.2f tokens/pass", sstats->target_passes,
                    double(sstats->emitted) / sstats->target_passes);
@@ -300,6 +259,10 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--ctx", o->ctx, "KV cache capacity (default: prompt + max tokens)")->transform(int_range(1, 1 << 24));
   c->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per pass (bounds activation memory)")
       ->transform(int_range(1, 1 << 20));
+  c->add_option("--stop", o->stop,
+                "Stop before this text (repeatable); the tokens that completed it are counted, the text is cut")
+      ->allow_extra_args(false)
+      ->type_name("TEXT");
   c->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   c->add_option("--draft", o->draft, "Draft model (same vocabulary): enables speculative decoding");
   c->add_option("--tree", o->tree,

@@ -14,13 +14,13 @@
 #include <cstdio>
 #include <memory>
 
-#include "kernels/cpu/threads.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/cli/profiling.h"
 #include "src/jobs/prompts.h"
 #include "src/model/chat_template.h"
 #include "src/planner/measured.h"
+#include "src/runtime/tree_auto.h"
+#include "src/spec/acceptance_measure.h"
 #include "src/spec/acceptance_profile.h"
 #include "src/spec/generation.h"
 #include "src/util/error.h"
@@ -91,7 +91,7 @@ int run_profile(const ProfileOptions& o) {
   load_weights(m, run, shape, &d.desc);
   load_weights(d, resident_run(run), shape);
 
-  AcceptanceRun ar;
+  spec::AcceptanceRun ar;
   ar.sampling = sp;
   ar.width = width;
   ar.count = count;
@@ -99,7 +99,7 @@ int run_profile(const ProfileOptions& o) {
   ar.max_tokens = max_tokens;
   ar.chain_depth = chain_depth;
   ar.quiet = o.quiet;
-  measure_acceptance(m, d, prompts, ar, prof);
+  spec::measure_acceptance({*m.transformer, m.desc, *m.tokenizer, *d.transformer, d.desc}, prompts, ar, prof);
   if (prof.positions == 0) throw Error(o.prompts + ": the target produced no continuation to measure on");
   write_output_file(o.out, spec::profile_json(prof));
   const auto& v = prof.vectors[0];
@@ -153,14 +153,14 @@ int run_hardware(const HardwareOptions& o) {
   shape.max_tokens = std::max(max_n, o.prefix);
   load_weights(m, run, shape, &d.desc);
   load_weights(d, resident_run(run), shape);
-  HardwareRun hr;
+  runtime::HardwareRun hr;
   hr.sizes = sizes;
   hr.widths = widths;
   hr.repeats = o.repeats;
   hr.warmup = o.warmup;
   hr.prefix = o.prefix;
   hr.quiet = o.quiet;
-  measure_hardware(m, d, hr, prof);
+  runtime::measure_hardware(m, d, hr, prof);
   write_output_file(o.out, planner::measured_json(prof));
   std::fprintf(stderr, "redwood: t(1) = %.4f s, t(%d) = %.4f s; c(1) = %.4f s -> %s\n",
                prof.target_pass.seconds.front(), sizes.back(), prof.target_pass.seconds.back(),
