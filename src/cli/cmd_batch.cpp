@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 
 #include "src/cli/commands.h"
@@ -14,32 +13,6 @@
 namespace redwood::cli {
 
 using nlohmann::json;
-
-namespace {
-
-std::atomic<int> g_signal{0};
-static_assert(std::atomic<int>::is_always_lock_free);
-
-extern "C" void on_stop_signal(int sig) {
-  g_signal.store(sig);
-}
-
-}  // namespace
-
-void install_stop_signals() {
-  // The first SIGINT/SIGTERM finishes cleanly (the line in flight is
-  // abandoned, everything written stays); a second one kills at once.
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
-
-int stop_signal() {
-  return g_signal.load();
-}
 
 namespace {
 
@@ -56,12 +29,12 @@ int run_batch(BatchOptions& o) {
   runtime::JobHooks hooks;
   hooks.quiet = o.quiet;
   hooks.tty = ::isatty(STDERR_FILENO) == 1;
-  hooks.cancelled = [] { return g_signal.load() != 0; };
+  hooks.cancelled = [] { return stop_signal() != 0; };
   install_stop_signals();
   const runtime::JobOutcome out = runtime::run_job(job, hooks);
   const json& p = out.summary["prompts"];
   if (out.interrupted) {
-    const int sig = g_signal.load();
+    const int sig = stop_signal();
     std::fprintf(stderr,
                  "redwood: interrupted by %s: %lld of %lld prompts done in %s; run the same command again to resume\n",
                  sig == SIGTERM ? "SIGTERM" : "SIGINT", p["done"].get<long long>(), p["total"].get<long long>(),

@@ -86,21 +86,5 @@ std::vector<int32_t> parse_int_list(const std::string& s, const char* what) {
   return out;
 }
 
-std::string npy_f32(const float* data, size_t rows, size_t cols) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
-                       std::to_string(cols) + "), }";
-  const size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
-  header.push_back('\n');
-  std::string out = "\x93NUMPY";
-  out.push_back(1);
-  out.push_back(0);
-  const uint16_t hl = static_cast<uint16_t>(header.size());
-  out.push_back(static_cast<char>(hl & 0xff));
-  out.push_back(static_cast<char>(hl >> 8));
-  out += header;
-  out.append(reinterpret_cast<const char*>(data), rows * cols * sizeof(float));
-  return out;
-}
 
 }  // namespace redwood::cli

@@ -1,6 +1,5 @@
-// Shared pieces of the CLI subcommands: option parsing and output formats.
-// Running models is src/runtime's (model.h, session.h); its names are used
-// here unqualified.
+// Shared pieces of the CLI subcommands: option parsing. Running models is
+// src/runtime's (model.h, session.h); its names are used here unqualified.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -8,28 +7,12 @@
 #include <vector>
 
 #include "src/runtime/model.h"
+#include "src/runtime/stop_signal.h"
 #include "src/util/output_path.h"
 
 namespace redwood::cli {
 
-using runtime::apply_run_options;
-using runtime::budgets_from;
-using runtime::check_draft_budget;
-using runtime::check_output;
-using runtime::default_model_path;
-using runtime::finish_run;
-using runtime::kPromptBytesPerToken;
-using runtime::load_model;
-using runtime::load_weights;
-using runtime::LoadedModel;
-using runtime::max_prompt_bytes;
-using runtime::offload_stats;
-using runtime::peak_rss;
-using runtime::random_tree;
-using runtime::reset_peak_rss;
-using runtime::resident_run;
-using runtime::RunOptions;
-using runtime::TreeBatch;
+using namespace runtime;  // the CLI is the runtime's client
 
 void add_run_options(CLI::App* app, RunOptions& o);
 
@@ -48,13 +31,5 @@ double parse_double_arg(const std::string& s, const char* what);
 
 // Parses "1,2,3" into token ids.
 std::vector<int32_t> parse_int_list(const std::string& s, const char* what);
-
-// A .npy (v1.0) of float32 [rows][cols].
-std::string npy_f32(const float* data, size_t rows, size_t cols);
-
-// SIGINT/SIGTERM handlers for long runs (batch, bench run): the first signal
-// asks to stop (see stop_signal), a second one kills at once.
-void install_stop_signals();
-int stop_signal();  // 0 while none arrived, else the signal number
 
 }  // namespace redwood::cli

@@ -99,6 +99,61 @@ spec::Generation Session::generate(const spec::GenerationRequest& req,
                         cancelled);
 }
 
+nlohmann::json Session::report(const spec::Generation& g, size_t prompt_tokens) const {
+  nlohmann::json j;
+  j["text"] = g.text;
+  j["tokens"] = g.tokens;
+  j["n_tokens"] = g.tokens.size();
+  j["prompt_tokens"] = prompt_tokens;
+  j["seconds"] = g.decode_seconds;
+  j["prefill_seconds"] = g.prefill_seconds;
+  j["s_per_token"] = g.s_per_token();
+  j["finish_reason"] = g.finish;
+  if (const auto& auto_result = auto_result_) {
+    // What --tree auto chose (also when it chose plain decoding) and its prediction.
+    j["tree_auto_choice"] = auto_result->choice;
+    j["tree_auto_predicted_s_per_token"] =
+        auto_result->config ? auto_result->best.seconds_per_token() : auto_result->autoregressive.seconds_per_token();
+    j["tree_auto_predicted_tokens_per_pass"] = auto_result->config ? auto_result->best.tokens : 1.0;
+  }
+  if (const auto& sstats = g.spec) {
+    const spec::SpecConfig* cfg = spec_config();
+    j["target_passes"] = sstats->target_passes;
+    j["draft_passes"] = sstats->draft_passes;
+    j["mean_accepted"] = sstats->target_passes ? double(sstats->emitted) / sstats->target_passes : 0.0;
+    j["accepted_by_depth"] = sstats->accepted_by_depth;
+    j["draft_seconds"] = sstats->draft_seconds;
+    j["verify_seconds"] = sstats->verify_seconds;
+    j["draft_tokens"] = sstats->draft_tokens;
+    // The tree settings in effect and the realised tree size per step (root included).
+    nlohmann::json t;
+    t["tree"] = c_.tree.tree;
+    t["kind"] = spec::tree_kind_name(cfg->tree.kind);
+    t["verify"] = spec::verifier_name(cfg->verifier);
+    if (cfg->verify_options.is_alphabet > 0) t["is_alphabet"] = cfg->verify_options.is_alphabet;
+    if (cfg->tree.kind == spec::TreeKind::kStatic) {
+      t["nodes"] = cfg->shape.size();
+      t["depth"] = cfg->shape.max_depth();
+    } else {
+      t["budget"] = cfg->tree.budget;
+      t["depth"] = cfg->tree.depth;
+      if (cfg->tree.kind == spec::TreeKind::kDySpec) t["threshold"] = cfg->tree.threshold;
+      if (cfg->tree.kind == spec::TreeKind::kOptTree) t["delta"] = cfg->tree.delta;
+      if (cfg->tree.kind == spec::TreeKind::kSpecExec) t["width"] = cfg->tree.width;
+    }
+    j["tree"] = t;
+    const auto& ts = sstats->tree_nodes;
+    j["tree_nodes"] = ts;
+    int64_t sum = 0;
+    for (int32_t x : ts) sum += x;
+    j["tree_nodes_mean"] = ts.empty() ? 0.0 : double(sum) / double(ts.size());
+    j["tree_nodes_min"] = ts.empty() ? 0 : *std::min_element(ts.begin(), ts.end());
+    j["tree_nodes_max"] = ts.empty() ? 0 : *std::max_element(ts.begin(), ts.end());
+  }
+  if (target_.streamed) j["offload"] = offload_stats(target_);
+  return j;
+}
+
 SessionConfig session_config(const jobs::JobConfig& job) {
   SessionConfig c;
   c.run.model = job.target;

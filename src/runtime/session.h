@@ -80,6 +80,10 @@ class Session {
   spec::Generation generate(const spec::GenerationRequest& req,
                             const std::function<void(std::string_view)>& on_text = {},
                             const std::function<bool()>& cancelled = {});
+  // One generation as `redwood generate --json` reports it: text, tokens,
+  // finish reason, times; --tree auto's choice; speculation statistics and the
+  // tree in effect; offload statistics.
+  nlohmann::json report(const spec::Generation& g, size_t prompt_tokens) const;
 
  private:
   offload::RunShape shape(int ctx, int batch_tokens) const;
