@@ -1,10 +1,11 @@
 // redwood bench run SUITE.toml --out DIR: a matrix of batch jobs, tables and
 // plots (src/runtime/bench_suite.h).
+#include "src/runtime/bench_suite.h"
+
 #include <cstdio>
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/runtime/bench_suite.h"
 
 namespace redwood::cli {
 

@@ -58,9 +58,9 @@ int run_bench_offload(BenchOffloadOptions& o) {
   if (const double link = j["link_bandwidth"].get<double>(); link > 0)
     std::printf("backend %s: host -> device %.2f GB/s (pinned)\n", j["backend"].get<std::string>().c_str(), link / 1e9);
   const double over = j["rss_over_budget"].get<double>() / (1 << 20);
-  std::printf("storage %.1f MB/s (%s); peak RSS %s, %.1f MiB %s the budget\n", j["storage_bandwidth"].get<double>() / 1e6,
-              j["reader"].get<std::string>().c_str(), format_size(rss).c_str(), std::abs(over),
-              over > 0 ? "over" : "under");
+  std::printf("storage %.1f MB/s (%s); peak RSS %s, %.1f MiB %s the budget\n",
+              j["storage_bandwidth"].get<double>() / 1e6, j["reader"].get<std::string>().c_str(),
+              format_size(rss).c_str(), std::abs(over), over > 0 ? "over" : "under");
   std::printf("%6s %9s %11s %8s %9s %9s %9s %9s %6s %8s\n", "n", "pass s", "streamed", "stall s", "I/O floor",
               "resident", "floor", "I/O busy", "ratio", "pipeline");
   for (const auto& r : j["passes"])

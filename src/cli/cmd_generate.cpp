@@ -71,7 +71,8 @@ int run_generate(GenerateOptions& o) {
   for (const std::string& st : o.stop)
     if (st.empty()) throw Error("--stop: the stop text is empty");
   const bool auto_tree = !o.s.draft.empty() && o.tree == "auto";
-  if (!o.s.hardware_profile.empty() && !auto_tree) throw Error("--hardware-profile is only for --draft ... --tree auto");
+  if (!o.s.hardware_profile.empty() && !auto_tree)
+    throw Error("--hardware-profile is only for --draft ... --tree auto");
   // Profiles given are read late (after weights load, --tree auto after measuring): not a FIFO or device.
   if (!o.acceptance.empty()) require_regular_input(o.acceptance, "an acceptance file");
   if (!o.s.hardware_profile.empty()) require_regular_input(o.s.hardware_profile, "a hardware profile");
@@ -135,8 +136,7 @@ int run_generate(GenerateOptions& o) {
   const double spt = g.s_per_token();
   // An instruct model given a bare prompt often ends its turn at once: say why
   // nothing came out, and what usually helps.
-  if (g.tokens.empty() && g.finish == "stop" && !o.chat && !o.prompt.empty() &&
-      !m.desc.chat_template.empty())
+  if (g.tokens.empty() && g.finish == "stop" && !o.chat && !o.prompt.empty() && !m.desc.chat_template.empty())
     std::fprintf(stderr,
                  "redwood: note: the model ended its reply at once (end-of-sequence token); it has a chat template: "
                  "try --chat\n");

@@ -54,7 +54,8 @@ int run_info(const std::string& path, bool json) {
               m.tokenizer.tokens.size());
   std::printf("  weights       %s (largest layer %s)\n", human(m.total_bytes()).c_str(), human(max_layer).c_str());
   for (const auto& [t, e] : j["tensor_types"].items())
-    std::printf("    %-6s %4d tensors  %s\n", t.c_str(), e["count"].get<int>(), human(e["bytes"].get<uint64_t>()).c_str());
+    std::printf("    %-6s %4d tensors  %s\n", t.c_str(), e["count"].get<int>(),
+                human(e["bytes"].get<uint64_t>()).c_str());
   std::printf("  fingerprint   %s (what batch jobs compare on resume)\n", j["fingerprint"].get<std::string>().c_str());
   std::printf("                covers %s\n", j["fingerprint_covers"].get<std::string>().c_str());
   return 0;

@@ -86,5 +86,4 @@ std::vector<int32_t> parse_int_list(const std::string& s, const char* what) {
   return out;
 }
 
-
 }  // namespace redwood::cli

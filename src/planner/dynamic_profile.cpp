@@ -134,8 +134,7 @@ void measure_dynamic(Transformer& draft, int vocab, const std::vector<std::vecto
   if (done == 0) throw Error("--tree auto: no text positions to measure the dynamic trees on");
 }
 
-std::string dynamic_json(const RankOneQ& denominators, bool greedy,
-                         const std::vector<DynamicCandidate>& cands) {
+std::string dynamic_json(const RankOneQ& denominators, bool greedy, const std::vector<DynamicCandidate>& cands) {
   nlohmann::json j;
   j["format"] = "redwood-dynamic-tree-profile";
   j["version"] = 1;

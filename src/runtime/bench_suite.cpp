@@ -189,8 +189,7 @@ SuiteReport run_suite(const SuiteRun& o) {
     inputs.push_back(m.target);
     if (!m.draft.empty()) inputs.push_back(m.draft);
   }
-  for (const char* f : {"/results.csv", "/results.md", "/results.json"})
-    check_output_path(o.out + f, inputs, "--out");
+  for (const char* f : {"/results.csv", "/results.md", "/results.json"}) check_output_path(o.out + f, inputs, "--out");
   for (const char* sub : {"/cells", "/prompts"}) {
     std::error_code ec;
     fs::create_directories(o.out + sub, ec);
@@ -273,8 +272,8 @@ SuiteReport run_suite(const SuiteRun& o) {
            num(r.summary["s_per_token"]["p50"].get<double>()) + "," +
            num(r.summary["s_per_token"]["p90"].get<double>()) + "," + num(r.tokens_per_pass) + "," + num(r.tree_nodes) +
            "," + std::to_string(r.summary["target_passes"].get<int64_t>()) + "," + num(r.draft_share) + "," +
-           num(r.stall_per_pass) + "," + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.1f") + "," +
-           num(speedup) + "\n";
+           num(r.stall_per_pass) + "," + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.1f") + "," + num(speedup) +
+           "\n";
     md += "| " + r.cell.model + " | " + mem + " | " + tree + " | " +
           (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " + num(r.cell.temperature) +
           " | " + ps + " | " + num(r.s_per_token, "%.4f") + " | " + num(r.tokens_per_pass, "%.2f") + " | " +

@@ -115,9 +115,10 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     std::vector<int32_t> t;
     std::string err;
     if (static_cast<int64_t>(bytes) > max_prompt_bytes(job.ctx))
-      err = "id " + it.id.dump() + ": the prompt is " + std::to_string(bytes) + " bytes; memory.ctx = " +
-            std::to_string(job.ctx) + " allows at most " + std::to_string(kPromptBytesPerToken) +
-            " bytes per token (" + std::to_string(max_prompt_bytes(job.ctx)) + "), so it is not tokenized";
+      err = "id " + it.id.dump() + ": the prompt is " + std::to_string(bytes) +
+            " bytes; memory.ctx = " + std::to_string(job.ctx) + " allows at most " +
+            std::to_string(kPromptBytesPerToken) + " bytes per token (" + std::to_string(max_prompt_bytes(job.ctx)) +
+            "), so it is not tokenized";
     if (err.empty()) {
       t = encode_prompt(it, job, m);
       if (t.empty())

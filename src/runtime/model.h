@@ -89,7 +89,9 @@ void check_output(const std::string& path, const std::vector<std::string>& input
 // memory in proportion to the text): at most kPromptBytesPerToken bytes per
 // token of the context. Generous: real text is 3-5 bytes per token.
 inline constexpr int64_t kPromptBytesPerToken = 64;
-inline int64_t max_prompt_bytes(int ctx) { return kPromptBytesPerToken * static_cast<int64_t>(ctx); }
+inline int64_t max_prompt_bytes(int ctx) {
+  return kPromptBytesPerToken * static_cast<int64_t>(ctx);
+}
 
 // A reproducible tree of n nodes for timing passes: each node's parent is one
 // of the 4 nodes before it (or the root), positions from `start` + depth,

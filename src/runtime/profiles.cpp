@@ -45,7 +45,6 @@ spec::AcceptanceProfile profile_acceptance(const RunOptions& run, const std::str
 
   spec::measure_acceptance({*m.transformer, m.desc, *m.tokenizer, *d.transformer, d.desc}, prompts, ar, prof);
   return prof;
-
 }
 
 planner::MeasuredProfile profile_hardware(const RunOptions& run, const std::string& draft, const HardwareRun& hr) {

@@ -35,7 +35,8 @@ Session::Session(SessionConfig c) : c_(std::move(c)) {
   target_ = load_model(c_.run.model, /*with_weights=*/false);
   if (!c_.draft.empty()) {
     draft_ = load_model(c_.draft, /*with_weights=*/false);
-    if (draft_->desc.hp.vocab != target_.desc.hp.vocab || draft_->desc.tokenizer.tokens != target_.desc.tokenizer.tokens)
+    if (draft_->desc.hp.vocab != target_.desc.hp.vocab ||
+        draft_->desc.tokenizer.tokens != target_.desc.tokenizer.tokens)
       throw SetupError("draft", "the draft's vocabulary differs from the target's");
     setup_.emplace();
     setup_->target_desc = &target_.desc;
@@ -95,8 +96,7 @@ spec::Generation Session::generate(const spec::GenerationRequest& req,
     setup_->draft_desc = &draft_->desc;
     setup_->draft = draft_->transformer.get();
   }
-  return spec::generate(*target_.transformer, *target_.tokenizer, req, setup_ ? &*setup_ : nullptr, on_text,
-                        cancelled);
+  return spec::generate(*target_.transformer, *target_.tokenizer, req, setup_ ? &*setup_ : nullptr, on_text, cancelled);
 }
 
 nlohmann::json Session::report(const spec::Generation& g, size_t prompt_tokens) const {
@@ -163,7 +163,7 @@ SessionConfig session_config(const jobs::JobConfig& job) {
   c.run.ring = job.ring;
   c.run.verify_io = job.verify_io;
   c.draft = job.draft;
-  c.tree = spec::TreeOptions{job.tree,  job.budget, job.depth,      job.threshold, job.delta,
+  c.tree = spec::TreeOptions{job.tree,  job.budget, job.depth,      job.threshold,  job.delta,
                              job.width, job.verify, job.acceptance, job.is_alphabet};
   c.sampling = job.sampling;
   c.prefill_chunk = job.prefill_chunk;

@@ -27,11 +27,11 @@ struct JobConfig;
 namespace redwood::runtime {
 
 struct SessionConfig {
-  RunOptions run;            // the target's: model, backend, threads, budgets
-  std::string draft;         // empty: plain decoding
-  spec::TreeOptions tree;    // with a draft; tree.tree == "auto": chosen at load (budget, depth: caps)
-  bool tree_given = false;   // tree/verifier settings were given (an error without a draft)
-  SamplingParams sampling;   // the tree's sampling mode (requests carry their own seed)
+  RunOptions run;           // the target's: model, backend, threads, budgets
+  std::string draft;        // empty: plain decoding
+  spec::TreeOptions tree;   // with a draft; tree.tree == "auto": chosen at load (budget, depth: caps)
+  bool tree_given = false;  // tree/verifier settings were given (an error without a draft)
+  SamplingParams sampling;  // the tree's sampling mode (requests carry their own seed)
   int prefill_chunk = 512;
   std::string hardware_profile;  // --tree auto: a profile-hardware file instead of the cache
 };

@@ -141,7 +141,8 @@ void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, plan
 std::optional<double> rank1_acceptance(const spec::AcceptanceProfile& acc, spec::Verifier v, bool greedy) {
   for (const spec::AcceptanceVector& x : acc.vectors)
     if (x.verifier == v && !x.acceptance.empty()) return x.acceptance[0];
-  if (acc.vectors.empty() && !acc.acceptance.empty() && v == (greedy ? spec::Verifier::kGreedy : spec::Verifier::kSequoia))
+  if (acc.vectors.empty() && !acc.acceptance.empty() &&
+      v == (greedy ? spec::Verifier::kGreedy : spec::Verifier::kSequoia))
     return acc.acceptance[0];
   return std::nullopt;
 }
@@ -265,7 +266,6 @@ AutoTreeResult choose_tree(const spec::AcceptanceProfile& acc, const planner::Me
                  res.autoregressive.seconds_per_token());
   return res;
 }
-
 
 AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run, const SamplingParams& sampling,
                                 int max_budget, int max_depth, std::FILE* log, const std::string& acceptance_file,

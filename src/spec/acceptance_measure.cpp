@@ -83,8 +83,8 @@ void measure_acceptance(const ModelPair& models, const std::vector<std::vector<i
     ds.draft = &models.draft;
     ds.target_desc = &models.target_desc;
     ds.draft_desc = &models.draft_desc;
-    ds.config = make_spec_config(
-        TreeOptions{"chain:" + std::to_string(r.chain_depth), 64, 8, {}, {}, {}, "", "", {}}, sp);
+    ds.config =
+        make_spec_config(TreeOptions{"chain:" + std::to_string(r.chain_depth), 64, 8, {}, {}, {}, "", "", {}}, sp);
     for (const size_t i : used) {
       GenerationRequest req;
       req.prompt = prompts[i];
