@@ -77,6 +77,11 @@ int run_generate(GenerateOptions& o) {
   if (!o.acceptance.empty()) require_regular_input(o.acceptance, "an acceptance file");
   if (!o.s.hardware_profile.empty()) require_regular_input(o.s.hardware_profile, "a hardware profile");
   if (!o.s.draft.empty()) o.s.tree = tree_options(o);  // flags parsed before any model loads
+  if (const spec::TreeOptions& t = o.s.tree;
+      auto_tree && (t.threshold || t.delta || t.width || !t.verifier.empty() || t.is_alphabet))
+    throw Error(
+        "--tree auto chooses the tree, its parameters and its verifier: it takes only --budget and --depth "
+        "(caps), --acceptance and --hardware-profile");
   std::optional<runtime::Session> session;
   try {
     session.emplace(o.s);
