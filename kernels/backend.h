@@ -173,4 +173,14 @@ std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 // Whether make_cuda_backend can succeed (built with CUDA and a device present).
 bool cuda_backend_available();
 
+// ---- process-wide settings and queries (callers ask here, not a backend's own headers) ----
+// CPU worker threads for the CPU backend's ops, one process-wide limit (n <= 0:
+// all hardware threads; OpenBLAS is pinned to one thread, oneTBB owns parallelism).
+void set_cpu_threads(int n);
+int cpu_threads();
+// Host -> device copy bandwidth (bytes/s) of the current CUDA device from
+// pinned memory, best of a few copies of `bytes`: the link a streamed layer
+// crosses. 0 when built without CUDA.
+double host_to_device_bandwidth(size_t bytes);
+
 }  // namespace redwood

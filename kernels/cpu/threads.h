@@ -1,8 +1,4 @@
-// Thread control for the CPU backend: one process-wide oneTBB limit.
+// Thread control for the CPU backend: one process-wide oneTBB limit, declared
+// with the backend interface (set_cpu_threads, cpu_threads in kernels/backend.h).
 #pragma once
-
-namespace redwood {
-// n <= 0: all hardware threads. Also pins OpenBLAS to one thread (TBB owns parallelism).
-void set_cpu_threads(int n);
-int cpu_threads();
-}  // namespace redwood
+#include "kernels/backend.h"

@@ -13,4 +13,8 @@ bool cuda_backend_available() {
   return false;
 }
 
+double host_to_device_bandwidth(size_t) {
+  return 0;
+}
+
 }  // namespace redwood

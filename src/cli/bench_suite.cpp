@@ -1,180 +1,15 @@
-// redwood bench run SUITE.toml --out DIR: runs a matrix of batch jobs (see
-// src/jobs/suite.h) and writes DIR/results.{csv,json,md} plus one PNG per
-// group (model, memory budget, temperature, prompt set): s/token and tokens
-// per target pass against the tree budget, one series per tree policy, the
-// autoregressive baseline dashed. Plots are drawn by gnuplot (a separate
-// program; the script is kept beside the PNG so it can be re-run by hand).
-// Cells already complete are not re-run: the suite resumes like a job.
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
+// redwood bench run SUITE.toml --out DIR: a matrix of batch jobs, tables and
+// plots (src/runtime/bench_suite.h).
+#include "src/runtime/bench_suite.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <map>
-#include <set>
-#include <sstream>
 
-#include "src/cli/batch.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/jobs/suite.h"
-#include "src/spec/speculate.h"
-#include "src/util/error.h"
-#include "src/util/io.h"
-
-extern char** environ;
 
 namespace redwood::cli {
 
-namespace fs = std::filesystem;
-using nlohmann::json;
-
 namespace {
-
-// Series colours, in policy order; the baseline is dark grey. The bench test
-// looks for these exact colours in the PNG.
-constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-                                    "#e377c2", "#17becf", "#bcbd22", "#000080", "#ff1493", "#8fbc8f"};
-constexpr const char* kBaselineColour = "#444444";
-
-struct Row {
-  jobs::SuiteCell cell;
-  json summary;
-  double s_per_token = 0, tokens_per_pass = 0, tree_nodes = 0, draft_share = 0;
-  double stall_per_pass = 0;  // target passes' wait for streamed layers (prefill passes included)
-  uint64_t peak_rss = 0;      // the cell's peak resident set
-  int64_t tokens = 0, prompts = 0;
-};
-
-// The first `limit` prompt lines of a set, written once per suite directory.
-std::string prompt_subset(const std::string& src, int limit, const std::string& dir) {
-  if (limit <= 0) return src;
-  require_regular_input(src, "the prompt file");
-  std::ifstream in(src, std::ios::binary);
-  if (!in) throw Error(src + ": cannot open the prompt file");
-  std::string line, text;
-  int n = 0;
-  while (n < limit && std::getline(in, line))
-    if (line.find_first_not_of(" \t\r") != std::string::npos) {
-      text += line + "\n";
-      ++n;
-    }
-  const std::string out =
-      dir + "/prompts/" + fs::path(src).stem().string() + ".first" + std::to_string(limit) + ".jsonl";
-  check_output_path(out, {src}, "prompts");
-  std::ifstream old(out, std::ios::binary);
-  std::ostringstream cur;
-  if (old) cur << old.rdbuf();
-  if (!old || cur.str() != text) write_output_file(out, text);
-  return out;
-}
-
-std::string num(double v, const char* f = "%.6g") {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return o + "\"";
-}
-
-// Runs gnuplot on a script; false (and a message) when it is not installed.
-bool run_gnuplot(const std::string& script) {
-  pid_t pid = 0;
-  std::string prog = "gnuplot";
-  char* argv[] = {prog.data(), const_cast<char*>(script.c_str()), nullptr};
-  if (posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv, environ) != 0) return false;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) throw Error("gnuplot: waitpid failed");
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw Error("gnuplot failed on " + script + " (exit " + std::to_string(WEXITSTATUS(status)) + ")");
-  return true;
-}
-
-std::string gp_quote(const std::string& s) {
-  std::string o = "'";
-  for (char c : s) o += c == '\'' ? std::string("''") : std::string(1, c);
-  return o + "'";
-}
-
-// One PNG per group; returns the PNG paths written (empty when no gnuplot).
-std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<std::string>& policies,
-                              const std::string& dir, bool& have_gnuplot) {
-  std::map<std::string, std::vector<const Row*>> groups;
-  for (const Row& r : rows) groups[r.cell.group()].push_back(&r);
-  std::vector<std::string> pngs;
-  std::error_code ec;
-  fs::create_directories(dir + "/plots", ec);
-  if (ec) throw Error(dir + "/plots: cannot create the directory: " + ec.message());
-  for (const auto& [g, rs] : groups) {
-    const Row* base = nullptr;
-    for (const Row* r : rs)
-      if (r->cell.tree.empty()) base = r;
-    std::string gp = "set terminal pngcairo size 1200,560 font ',10'\n";
-    const std::string png = dir + "/plots/" + g + ".png";
-    gp += "set output " + gp_quote(png + ".tmp") + "\n";
-    gp += "set multiplot layout 1,2 title " + gp_quote(g) + " noenhanced\n";
-    gp += "set key below noenhanced\nset grid\nset xlabel 'tree budget (nodes per target pass)'\nset logscale x 2\n";
-    std::set<int> budgets;  // one budget alone: an explicit range (gnuplot warns of an empty x range)
-    for (const Row* r : rs)
-      if (!r->cell.tree.empty()) budgets.insert(r->cell.budget);
-    if (budgets.size() == 1)
-      gp += "set xrange [" + num(*budgets.begin() / 1.5) + ":" + num(*budgets.begin() * 1.5) + "]\n";
-    // Data: one block per policy (index i), budget vs metric.
-    std::string dat;
-    std::vector<size_t> present;
-    for (size_t i = 0; i < policies.size(); ++i) {
-      std::string block;
-      for (const Row* r : rs)
-        if (r->cell.tree == policies[i])
-          block += std::to_string(r->cell.budget) + " " + num(r->s_per_token) + " " + num(r->tokens_per_pass) + "\n";
-      if (block.empty()) continue;
-      dat += "# " + policies[i] + "\n" + block + "\n\n";
-      present.push_back(i);
-    }
-    const std::string datf = dir + "/plots/" + g + ".dat";
-    write_output_file(datf, dat);
-    for (int panel = 0; panel < 2; ++panel) {
-      gp += panel == 0 ? "set ylabel 's/token'\nset yrange [0:*]\n"
-                       : "set ylabel 'tokens per target pass'\nset yrange [0:*]\n";
-      std::string cmd = "plot ";
-      for (size_t k = 0; k < present.size(); ++k) {
-        const size_t i = present[k];
-        cmd += gp_quote(datf) + " index " + std::to_string(k) + " using 1:" + (panel == 0 ? "2" : "3") +
-               " with linespoints lw 2 pt 7 lc rgb '" + kColours[i % std::size(kColours)] + "' title " +
-               gp_quote(policies[i]) + ", ";
-      }
-      const double y = base ? (panel == 0 ? base->s_per_token : 1.0) : NAN;
-      if (base)
-        cmd += num(y) + " with lines dt 2 lw 2 lc rgb '" + kBaselineColour + "' title 'autoregressive'";
-      else if (!present.empty())
-        cmd.resize(cmd.size() - 2);
-      if (present.empty() && !base) continue;
-      gp += cmd + "\n";
-    }
-    gp += "unset multiplot\nset output\n";
-    const std::string gpf = dir + "/plots/" + g + ".gp";
-    write_output_file(gpf, gp);
-    if (!have_gnuplot) continue;
-    if (!run_gnuplot(gpf)) {
-      have_gnuplot = false;
-      continue;
-    }
-    rename_output_into_place(png + ".tmp", png);
-    pngs.push_back(png);
-  }
-  return pngs;
-}
 
 struct SuiteOptions {
   std::string suite, out;
@@ -182,141 +17,26 @@ struct SuiteOptions {
 };
 
 int run_suite(SuiteOptions& o) {
-  const jobs::SuiteConfig s = jobs::parse_suite_file(o.suite);
   if (o.out.empty()) throw Error("--out DIR is required");
-  // The output-path policy (src/util/output_path.h) for the suite's reports,
-  // before any folder is made: the inputs are the suite file, its prompt sets
-  // and models.
-  std::vector<std::string> inputs = {o.suite};
-  inputs.insert(inputs.end(), s.prompts.begin(), s.prompts.end());
-  for (const auto& m : s.models) {
-    inputs.push_back(m.target);
-    if (!m.draft.empty()) inputs.push_back(m.draft);
-  }
-  for (const char* f : {"/results.csv", "/results.md", "/results.json"})
-    check_output_path(o.out + f, inputs, "--out");
-  for (const char* sub : {"/cells", "/prompts"}) {
-    std::error_code ec;
-    fs::create_directories(o.out + sub, ec);
-    if (ec) throw Error(o.out + sub + ": cannot create the directory: " + ec.message());
-  }
-  std::map<std::string, std::string> prompt_file;
-  for (const auto& p : s.prompts) prompt_file[p] = prompt_subset(p, s.limit, o.out);
-  const auto cells = jobs::suite_cells(s);
-  // Validate every cell's job before running any.
-  std::vector<jobs::JobConfig> jobs_;
-  for (const auto& c : cells) {
-    jobs::JobConfig j = jobs::cell_job(s, c, o.out, prompt_file.at(c.prompts));
-    if (o.threads >= 0) j.threads = o.threads;
-    jobs::check_job(j);
-    if (!c.tree.empty() && j.tree != "auto") {  // (auto: the job checks its caps; the choice is made at run time)
-      try {
-        (void)spec::make_spec_config(spec::TreeOptions{j.tree, j.budget, j.depth, j.threshold, j.delta, j.width,
-                                                       j.verify, j.acceptance, j.is_alphabet},
-                                     j.sampling);
-      } catch (const Error& e) {
-        const auto at = s.lines.find("matrix.trees");
-        throw Error(s.file + ":" + std::to_string(at == s.lines.end() ? 0 : at->second) + ": matrix.trees: cell " +
-                    c.id() + ": " + e.what());
-      }
-    }
-    jobs_.push_back(std::move(j));
-  }
+  runtime::SuiteRun r;
+  r.suite = o.suite;
+  r.out = o.out;
+  r.threads = o.threads;
+  r.cancelled = [] { return stop_signal() != 0; };
   install_stop_signals();
-  JobHooks hooks;
-  hooks.quiet = true;
-  hooks.cancelled = [] { return stop_signal() != 0; };
-  std::vector<Row> rows;
-  for (size_t i = 0; i < cells.size(); ++i) {
-    std::fprintf(stderr, "bench: cell %zu/%zu %s ... ", i + 1, cells.size(), cells[i].id().c_str());
-    std::fflush(stderr);
-    const JobOutcome r = run_job(jobs_[i], hooks);
-    if (r.interrupted) {
-      std::fprintf(stderr,
-                   "\nredwood: interrupted: %zu of %zu cells done in %s; run the same command again to resume\n", i,
-                   cells.size(), o.out.c_str());
-      return 128 + stop_signal();
-    }
-    Row row;
-    row.cell = cells[i];
-    row.summary = r.summary;
-    row.tokens = r.summary["tokens"].get<int64_t>();
-    row.prompts = r.summary["prompts"]["done"].get<int64_t>();
-    row.s_per_token = r.summary["s_per_token_overall"].get<double>();
-    row.tokens_per_pass = r.summary["mean_accepted"].is_number() ? r.summary["mean_accepted"].get<double>() : 1.0;
-    row.tree_nodes = r.summary["mean_tree_nodes"].is_number() ? r.summary["mean_tree_nodes"].get<double>() : 1.0;
-    const double dsec = r.summary["draft_seconds"].get<double>(), vsec = r.summary["verify_seconds"].get<double>();
-    row.draft_share = dsec + vsec > 0 ? dsec / (dsec + vsec) : 0.0;
-    if (const int64_t sp = r.summary.value("streamed_passes", int64_t{0}); sp > 0)
-      row.stall_per_pass = r.summary.value("stall_seconds", 0.0) / static_cast<double>(sp);
-    row.peak_rss = r.summary.value("peak_rss_bytes", uint64_t{0});
-    std::fprintf(stderr, "%.4f s/token, %.2f tokens/pass\n", row.s_per_token, row.tokens_per_pass);
-    rows.push_back(std::move(row));
+  const runtime::SuiteReport rep = runtime::run_suite(r);
+  if (rep.interrupted) {
+    std::fprintf(stderr, "\nredwood: interrupted: %zu of %zu cells done in %s; run the same command again to resume\n",
+                 rep.cells_done, rep.cells, o.out.c_str());
+    return 128 + stop_signal();
   }
-
-  // ---- tables ----
-  std::map<std::string, double> base_spt;
-  for (const Row& r : rows)
-    if (r.cell.tree.empty()) base_spt[r.cell.group()] = r.s_per_token;
-  std::string csv =
-      "model,device_mem,tree,budget,temperature,prompts,n_prompts,tokens,s_per_token,s_per_token_p50,s_per_token_p90,"
-      "tokens_per_pass,tree_nodes,target_passes,draft_share,stall_s_per_pass,peak_rss_mib,speedup_vs_ar\n";
-  std::string md =
-      "| model | device mem | tree | budget | T | prompts | s/token | tokens/pass | tree nodes | draft share | stall "
-      "s/pass | peak RSS MiB | vs AR |\n"
-      "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
-  json all = json::array();
-  for (const Row& r : rows) {
-    const double b = base_spt.count(r.cell.group()) ? base_spt[r.cell.group()] : 0.0;
-    const double speedup = r.s_per_token > 0 && b > 0 ? b / r.s_per_token : 0.0;
-    const std::string tree = r.cell.tree.empty() ? "autoregressive" : r.cell.tree;
-    const std::string mem = r.cell.device_mem.empty() ? "resident" : r.cell.device_mem;
-    const std::string ps = fs::path(r.cell.prompts).stem().string();
-    csv += csv_field(r.cell.model) + "," + csv_field(mem) + "," + csv_field(tree) + "," +
-           std::to_string(r.cell.budget) + "," + num(r.cell.temperature) + "," + csv_field(ps) + "," +
-           std::to_string(r.prompts) + "," + std::to_string(r.tokens) + "," + num(r.s_per_token) + "," +
-           num(r.summary["s_per_token"]["p50"].get<double>()) + "," +
-           num(r.summary["s_per_token"]["p90"].get<double>()) + "," + num(r.tokens_per_pass) + "," + num(r.tree_nodes) +
-           "," + std::to_string(r.summary["target_passes"].get<int64_t>()) + "," + num(r.draft_share) + "," +
-           num(r.stall_per_pass) + "," + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.1f") + "," +
-           num(speedup) + "\n";
-    md += "| " + r.cell.model + " | " + mem + " | " + tree + " | " +
-          (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " + num(r.cell.temperature) +
-          " | " + ps + " | " + num(r.s_per_token, "%.4f") + " | " + num(r.tokens_per_pass, "%.2f") + " | " +
-          num(r.tree_nodes, "%.1f") + " | " + num(r.draft_share, "%.2f") + " | " + num(r.stall_per_pass, "%.3f") +
-          " | " + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.0f") + " | " + num(speedup, "%.2f") + " |\n";
-    all.push_back({{"model", r.cell.model},
-                   {"device_mem", r.cell.device_mem},
-                   {"tree", r.cell.tree},
-                   {"budget", r.cell.budget},
-                   {"temperature", r.cell.temperature},
-                   {"prompts", r.cell.prompts},
-                   {"s_per_token", r.s_per_token},
-                   {"tokens_per_pass", r.tokens_per_pass},
-                   {"tree_nodes", r.tree_nodes},
-                   {"draft_share", r.draft_share},
-                   {"stall_s_per_pass", r.stall_per_pass},
-                   {"peak_rss_bytes", r.peak_rss},
-                   {"speedup_vs_ar", speedup},
-                   {"summary", r.summary}});
-  }
-  write_output_file(o.out + "/results.csv", csv);
-  write_output_file(o.out + "/results.md", "# " + (s.name.empty() ? o.suite : s.name) + "\n\n" + md);
-  bool have_gnuplot = true;
-  std::vector<std::string> series;  // every tree entry in first-seen order: its colour index
-  for (const Row& r : rows)
-    if (!r.cell.tree.empty() && std::find(series.begin(), series.end(), r.cell.tree) == series.end())
-      series.push_back(r.cell.tree);
-  const auto pngs = plot(rows, series, o.out, have_gnuplot);
-  json doc = {{"suite", s.name.empty() ? o.suite : s.name}, {"file", o.suite}, {"cells", all}, {"plots", pngs}};
-  write_output_file(o.out + "/results.json", doc.dump(2) + "\n");
-  std::printf("%s", md.c_str());
-  if (!have_gnuplot)
+  std::printf("%s", rep.markdown.c_str());
+  if (!rep.have_gnuplot)
     std::fprintf(stderr,
                  "redwood: gnuplot not found: plots skipped (install gnuplot-nox, then run gnuplot on %s/plots/*.gp)\n",
                  o.out.c_str());
-  std::fprintf(stderr, "redwood: %zu cells -> %s/results.{csv,json,md}, %zu plots\n", rows.size(), o.out.c_str(),
-               pngs.size());
+  std::fprintf(stderr, "redwood: %zu cells -> %s/results.{csv,json,md}, %zu plots\n", rep.cells_done, o.out.c_str(),
+               rep.pngs.size());
   return 0;
 }
 

@@ -4,23 +4,13 @@
 // with the storage bandwidth measured by the bench itself (sequential
 // O_DIRECT reads of the same file, same run) and the peak RSS of the
 // streamed phase against the budgets.
-#include <sys/stat.h>
-
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 
-#include "kernels/cpu/threads.h"
-#ifdef REDWOOD_HAVE_CUDA
-#include "kernels/cuda/device.h"
-#endif
-#include "offload/streamer.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/runtime/bench_offload.h"
 #include "src/util/error.h"
 #include "src/util/size.h"
 
@@ -39,215 +29,41 @@ struct BenchOffloadOptions {
   bool skip_resident = false;
 };
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// One round of storage_bandwidth (below).
-double storage_bandwidth_once(const ModelDesc& d, const offload::MemoryPlan& plan, const offload::ReaderOptions& ro,
-                              uint64_t min_bytes) {
-  std::vector<offload::SlotRead> ranges;
-  for (size_t l = 0; l < d.layers.size(); ++l)
-    if (plan.layer_tier[l] == offload::Tier::kStorage)
-      for (const auto& r : offload::layout_layer(d.layers[l]).reads) ranges.push_back(r);
-  if (ranges.empty())  // nothing streams: measure the first layer's bytes
-    for (const auto& r : offload::layout_layer(d.layers.at(0)).reads) ranges.push_back(r);
-  auto reader = offload::open_storage_reader(d.files, ro);
-  constexpr uint64_t kReq = 64u << 20;
-  AlignedBuffer buf(kReq, offload::kIoAlign);
-  uint64_t done = 0;
-  const double t0 = now();
-  while (done < min_bytes)
-    for (const auto& r : ranges)
-      for (uint64_t off = 0; off < r.bytes; off += kReq) {
-        const uint64_t n = std::min(kReq, r.bytes - off);
-        const uint64_t req = r.required > off ? std::min(n, r.required - off) : 0;
-        const offload::ReadRequest q{r.file, r.file_offset + off, n, req, buf.data()};
-        reader->read({&q, 1});
-        done += n;
-      }
-  const double dt = now() - t0;
-  if (dt <= 0) throw Error("cannot measure storage bandwidth");
-  return static_cast<double>(done) / dt;
-}
-
-// Sequential O_DIRECT read bandwidth (bytes/s) over the file ranges the
-// streamed layers occupy (the bytes a pass reads, in file order, in 64 MiB
-// requests through the same reader), repeated until at least `min_bytes`;
-// the faster of two such rounds, as the passes are timed best of --repeat.
-// (On a GPU VM's virtual disk, a single round gave 1.2-1.4 GB/s while the
-// fastest passes read the same bytes at 2.6 GB/s: a "floor" above the pass
-// time. A first read can be slower than a repeated one.)
-double storage_bandwidth(const ModelDesc& d, const offload::MemoryPlan& plan, const offload::ReaderOptions& ro,
-                         uint64_t min_bytes) {
-  const double first = storage_bandwidth_once(d, plan, ro, min_bytes);
-  const double second = storage_bandwidth_once(d, plan, ro, min_bytes);
-  std::fprintf(stderr, "storage bandwidth rounds: %.1f, %.1f MB/s\n", first / 1e6, second / 1e6);
-  return std::max(first, second);
-}
-
-struct Timing {
-  double seconds = 0;  // fastest pass
-  offload::PassIo io;  // of that pass
-};
-
-// Prefills `prefix` tokens, then times `repeat` passes of each size (best of).
-std::vector<Timing> time_passes(const ModelDesc& d, WeightSource& w, Backend& be, const std::vector<int>& sizes,
-                                int prefix, int repeat, offload::StreamedWeights* streamed) {
-  Transformer tf(d, w, be);
-  const int max_n = *std::max_element(sizes.begin(), sizes.end());
-  KvCache kv = tf.make_cache(prefix + max_n + 1);
-  std::vector<float> logits(static_cast<size_t>(std::max(max_n, prefix)) * d.hp.vocab);
-  std::vector<int32_t> pre(prefix);
-  for (int i = 0; i < prefix; ++i) pre[i] = (i * 7919) % d.hp.vocab;
-  tf.forward(ChainBatch(pre, 0).view(), kv, logits, LogitsRows::kLast);
-  kv.commit_prefix(prefix);
-  std::vector<Timing> out;
-  for (int n : sizes) {
-    const TreeBatch b = random_tree(n, prefix, d.hp.vocab);
-    std::vector<std::pair<double, offload::PassIo>> runs;
-    for (int r = 0; r < repeat; ++r) {
-      const double t0 = now();
-      tf.forward(b.view(), kv, logits, LogitsRows::kAll);
-      runs.emplace_back(now() - t0, streamed ? streamed->last_pass() : offload::PassIo{});
-      kv.discard();
-    }
-    // Best of `repeat`: this shared 2-vCPU VM shows +-20% between identical
-    // passes, and the fastest is the least disturbed estimate of the true cost.
-    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& c) { return a.first < c.first; });
-    out.push_back({runs.front().first, runs.front().second});
-    std::fprintf(stderr, "  n=%d: best %.3f s of %d passes (median %.3f, max %.3f)\n", n, out.back().seconds, repeat,
-                 runs[runs.size() / 2].first, runs.back().first);
-  }
-  return out;
-}
-
 int run_bench_offload(BenchOffloadOptions& o) {
   apply_run_options(o.run);
   check_draft_budget(o.run, "");
   if (o.run.device_mem.empty()) throw Error("bench offload needs --device-mem (the budget to stream under)");
-  std::vector<int> sizes;
+  runtime::OffloadBench b;
   for (int32_t n : parse_int_list(o.tokens, "--tokens")) {
     if (n < 1 || n > 8192) throw Error("--tokens: each size must be in 1..8192");
-    sizes.push_back(n);
+    b.sizes.push_back(n);
   }
-  if (sizes.empty()) throw Error("--tokens: give at least one size");
-  const int max_n = *std::max_element(sizes.begin(), sizes.end());
-  const ModelDesc d = load_model_desc(o.run.model.empty() ? default_model_path() : o.run.model);
-  offload::RunShape shape;
-  shape.ctx = o.prefix + max_n + 1;
-  shape.max_tokens = std::max(max_n, o.prefix);
-  shape.threads = cpu_threads();
-  const offload::Budgets budgets = budgets_from(o.run);
-  const offload::MemoryPlan plan = offload::plan_memory(d, nullptr, budgets, shape);
-  std::fprintf(stderr, "model %s: %s; %d layers resident, %d host-staged, %d streamed from storage\n", d.name.c_str(),
-               format_size(d.total_bytes()).c_str(), plan.count(offload::Tier::kDevice),
-               plan.count(offload::Tier::kHost), plan.count(offload::Tier::kStorage));
-
-  // 1. storage bandwidth (same reader, O_DIRECT, sequential), at least one pass's worth of bytes
-  offload::ReaderOptions ro;
-  const uint64_t bw_bytes = std::max<uint64_t>(plan.storage_bytes_per_pass, 256u << 20);
-  const double bw = storage_bandwidth(d, plan, ro, bw_bytes);
-  std::fprintf(stderr, "storage bandwidth: %.1f MB/s (%s read)\n", bw / 1e6, format_size(bw_bytes).c_str());
-
-  // CUDA: the host -> device link is a second floor (storage reads and
-  // host-staged layers both cross it).
-  std::unique_ptr<Backend> be = o.run.backend == "cuda" ? make_cuda_backend() : make_cpu_backend();
-  double link_bw = 0;
-#ifdef REDWOOD_HAVE_CUDA
-  if (!be->host_memory()) {
-    link_bw = cuda::host_to_device_bandwidth(std::max<uint64_t>(plan.slot_bytes, 64u << 20));
-    std::fprintf(stderr, "host -> device bandwidth: %.1f GB/s (pinned)\n", link_bw / 1e9);
-  }
-#endif
-
-  // 2. streamed passes under the budget; peak RSS of this phase only
-  std::vector<Timing> streamed;
-  uint64_t rss = 0;
-  std::string reader_kind;
-  {
-    reset_peak_rss();
-    offload::Trace trace;
-    offload::StreamOptions so;
-    so.trace = o.run.trace.empty() ? nullptr : &trace;
-    so.backend = be.get();
-    offload::StreamedWeights w(d, plan, so);
-    reader_kind = std::string(w.reader_kind()) + (w.reader_direct() ? ", O_DIRECT" : ", buffered");
-    std::fprintf(stderr, "streamed passes (%s, ring %d x %s):\n", reader_kind.c_str(), plan.ring_slots,
-                 format_size(plan.slot_bytes).c_str());
-    streamed = time_passes(d, w, *be, sizes, o.prefix, o.repeat, &w);
-    rss = peak_rss();
-    if (!o.run.trace.empty()) write_output_file(o.run.trace, trace.json(), /*fifo_ok=*/true);
-  }
-  // 3. the same passes with every weight resident (compute floor)
-  std::vector<Timing> resident;
-  if (!o.skip_resident) {
-    std::fprintf(stderr, "resident passes:\n");
-    const std::unique_ptr<WeightSource> w = make_resident_weights(d, *be);
-    resident = time_passes(d, *w, *be, sizes, o.prefix, o.repeat, nullptr);
-  }
-
-  const uint64_t budget = plan.device_budget + plan.host_budget;
-  nlohmann::json rows = nlohmann::json::array();
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const double storage_floor = static_cast<double>(streamed[i].io.storage_bytes) / bw;
-    const double link_floor =
-        link_bw > 0 ? static_cast<double>(streamed[i].io.storage_bytes + streamed[i].io.host_bytes) / link_bw : 0.0;
-    const double io_floor = std::max(storage_floor, link_floor);
-    const double compute = resident.empty() ? 0.0 : resident[i].seconds;
-    const double floor = std::max(io_floor, compute);
-    // The same against this pass's own I/O time (the I/O thread's busy time for
-    // its layers): how well the pipeline overlaps, independent of how far the
-    // storage bandwidth drifted since it was measured.
-    const double own_floor = std::max(streamed[i].io.io_seconds, compute);
-    rows.push_back({{"n", sizes[i]},
-                    {"pass_seconds", streamed[i].seconds},
-                    {"storage_bytes", streamed[i].io.storage_bytes},
-                    {"host_bytes", streamed[i].io.host_bytes},
-                    {"stall_seconds", streamed[i].io.stall_seconds},
-                    {"io_floor_seconds", io_floor},
-                    {"link_floor_seconds", link_floor},
-                    {"resident_seconds", compute},
-                    {"floor_seconds", floor},
-                    {"ratio", floor > 0 ? streamed[i].seconds / floor : 0.0},
-                    {"io_seconds", streamed[i].io.io_seconds},
-                    {"pipeline_ratio", own_floor > 0 ? streamed[i].seconds / own_floor : 0.0}});
-  }
-  nlohmann::json j = {{"model", d.path},
-                      {"model_bytes", d.total_bytes()},
-                      {"device_budget", plan.device_budget},
-                      {"host_budget", plan.host_budget},
-                      {"device_planned", plan.device_used},
-                      {"layers_resident", plan.count(offload::Tier::kDevice)},
-                      {"layers_host", plan.count(offload::Tier::kHost)},
-                      {"layers_streamed", plan.count(offload::Tier::kStorage)},
-                      {"ring_slots", plan.ring_slots},
-                      {"slot_bytes", plan.slot_bytes},
-                      {"reader", reader_kind},
-                      {"storage_bandwidth", bw},
-                      {"backend", be->name()},
-                      {"link_bandwidth", link_bw},
-                      {"peak_rss", rss},
-                      {"rss_over_budget", static_cast<double>(rss) - static_cast<double>(budget)},
-                      {"prefix_tokens", o.prefix},
-                      {"repeat", o.repeat},
-                      {"passes", rows}};
+  if (b.sizes.empty()) throw Error("--tokens: give at least one size");
+  b.run = o.run;
+  b.repeat = o.repeat;
+  b.prefix = o.prefix;
+  b.skip_resident = o.skip_resident;
+  const nlohmann::json j = runtime::bench_offload(b);
   if (o.json) {
     std::puts(j.dump().c_str());
     return 0;
   }
+  const auto u64 = [&](const char* k) { return j[k].get<uint64_t>(); };
+  const uint64_t host = u64("host_budget"), rss = u64("peak_rss");
   std::printf("%s (%s) under --device-mem %s%s: %d resident / %d host / %d streamed layers, ring %d x %s\n",
-              d.name.c_str(), format_size(d.total_bytes()).c_str(), format_size(plan.device_budget).c_str(),
-              plan.host_budget ? (" --host-mem " + format_size(plan.host_budget)).c_str() : "",
-              plan.count(offload::Tier::kDevice), plan.count(offload::Tier::kHost), plan.count(offload::Tier::kStorage),
-              plan.ring_slots, format_size(plan.slot_bytes).c_str());
-  if (link_bw > 0) std::printf("backend %s: host -> device %.2f GB/s (pinned)\n", be->name(), link_bw / 1e9);
-  const double over = (static_cast<double>(rss) - static_cast<double>(budget)) / (1 << 20);
-  std::printf("storage %.1f MB/s (%s); peak RSS %s, %.1f MiB %s the budget\n", bw / 1e6, reader_kind.c_str(),
+              j["model_name"].get<std::string>().c_str(), format_size(u64("model_bytes")).c_str(),
+              format_size(u64("device_budget")).c_str(), host ? (" --host-mem " + format_size(host)).c_str() : "",
+              j["layers_resident"].get<int>(), j["layers_host"].get<int>(), j["layers_streamed"].get<int>(),
+              j["ring_slots"].get<int>(), format_size(u64("slot_bytes")).c_str());
+  if (const double link = j["link_bandwidth"].get<double>(); link > 0)
+    std::printf("backend %s: host -> device %.2f GB/s (pinned)\n", j["backend"].get<std::string>().c_str(), link / 1e9);
+  const double over = j["rss_over_budget"].get<double>() / (1 << 20);
+  std::printf("storage %.1f MB/s (%s); peak RSS %s, %.1f MiB %s the budget\n",
+              j["storage_bandwidth"].get<double>() / 1e6, j["reader"].get<std::string>().c_str(),
               format_size(rss).c_str(), std::abs(over), over > 0 ? "over" : "under");
   std::printf("%6s %9s %11s %8s %9s %9s %9s %9s %6s %8s\n", "n", "pass s", "streamed", "stall s", "I/O floor",
               "resident", "floor", "I/O busy", "ratio", "pipeline");
-  for (const auto& r : rows)
+  for (const auto& r : j["passes"])
     std::printf("%6d %9.3f %11s %8.3f %9.3f %9.3f %9.3f %9.3f %6.3f %8.3f\n", r["n"].get<int>(),
                 r["pass_seconds"].get<double>(), format_size(r["storage_bytes"].get<uint64_t>()).c_str(),
                 r["stall_seconds"].get<double>(), r["io_floor_seconds"].get<double>(),

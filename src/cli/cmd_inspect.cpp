@@ -1,13 +1,11 @@
 // redwood info | tokenize | logits: look inside models and passes.
 #include <algorithm>
 #include <cstdio>
-#include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/model/fingerprint.h"
+#include "src/runtime/inspect.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
@@ -27,50 +25,14 @@ std::string human(uint64_t b) {
 }
 
 int run_info(const std::string& path, bool json) {
-  ModelDesc m = load_model_desc(path);
-  std::map<std::string, std::pair<int, uint64_t>> types;
-  auto count = [&](const TensorExtent& t) {
-    auto& e = types[std::string(dtype_name(t.type))];
-    e.first++;
-    e.second += t.bytes;
-  };
-  count(m.tok_embd);
-  count(m.output_norm);
-  if (!m.hp.tied_lm_head) count(m.lm_head);
-  uint64_t max_layer = 0;
-  for (const auto& L : m.layers) {
-    for (const auto* t : L.tensors()) count(*t);
-    max_layer = std::max(max_layer, L.bytes());
-  }
-  const auto& hp = m.hp;
+  const ModelDesc m = load_model_desc(path);
+  const nlohmann::json j = runtime::model_info(m);
   if (json) {
-    nlohmann::json j;
-    j["path"] = m.path;
-    j["format"] = m.format == ModelFormat::kGguf ? "gguf" : "safetensors";
-    j["name"] = m.name;
-    j["architecture"] = "llama";
-    j["layers"] = hp.n_layers;
-    j["dim"] = hp.dim;
-    j["heads"] = hp.n_heads;
-    j["kv_heads"] = hp.n_kv_heads;
-    j["head_dim"] = hp.head_dim;
-    j["ffn_dim"] = hp.ffn_dim;
-    j["vocab"] = hp.vocab;
-    j["context_length"] = hp.ctx_len;
-    j["rope_base"] = hp.rope_base;
-    j["rms_eps"] = hp.rms_eps;
-    j["rope_layout"] = hp.rope_mode == RopeMode::kInterleaved ? "interleaved" : "half";
-    if (!hp.rope_freq_factors.empty()) j["rope_freq_factors"] = hp.rope_freq_factors;
-    j["tied_lm_head"] = hp.tied_lm_head;
-    j["total_bytes"] = m.total_bytes();
-    j["fingerprint"] = model_fingerprint(m);
-    j["fingerprint_covers"] = kFingerprintCovers;
-    j["max_layer_bytes"] = max_layer;
-    j["tokenizer"] = m.tokenizer.kind == TokenizerKind::kByteLevelBpe ? "byte-level BPE" : "SentencePiece BPE";
-    for (auto& [t, e] : types) j["tensor_types"][t] = {{"count", e.first}, {"bytes", e.second}};
     std::puts(j.dump(2).c_str());
     return 0;
   }
+  const auto& hp = m.hp;
+  const uint64_t max_layer = j["max_layer_bytes"].get<uint64_t>();
   std::printf("%s\n", m.path.c_str());
   std::printf("  name          %s\n", m.name.c_str());
   std::printf("  format        %s, architecture llama\n", m.format == ModelFormat::kGguf ? "GGUF" : "safetensors");
@@ -91,32 +53,21 @@ int run_info(const std::string& path, bool json) {
               m.tokenizer.kind == TokenizerKind::kByteLevelBpe ? "byte-level BPE" : "SentencePiece BPE",
               m.tokenizer.tokens.size());
   std::printf("  weights       %s (largest layer %s)\n", human(m.total_bytes()).c_str(), human(max_layer).c_str());
-  for (auto& [t, e] : types) std::printf("    %-6s %4d tensors  %s\n", t.c_str(), e.first, human(e.second).c_str());
-  std::printf("  fingerprint   %s (what batch jobs compare on resume)\n", model_fingerprint(m).c_str());
-  std::printf("                covers %s\n", kFingerprintCovers);
+  for (const auto& [t, e] : j["tensor_types"].items())
+    std::printf("    %-6s %4d tensors  %s\n", t.c_str(), e["count"].get<int>(),
+                human(e["bytes"].get<uint64_t>()).c_str());
+  std::printf("  fingerprint   %s (what batch jobs compare on resume)\n", j["fingerprint"].get<std::string>().c_str());
+  std::printf("                covers %s\n", j["fingerprint_covers"].get<std::string>().c_str());
   return 0;
 }
 
 int run_tokenize(RunOptions& o, const std::string& text, const std::string& jsonl, bool raw) {
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
-  auto enc = [&](const std::string& s) { return nlohmann::json(m.tokenizer->encode(s, !raw, !raw)).dump(); };
   if (!jsonl.empty()) {
-    std::istringstream in(read_text_file(jsonl, "the JSONL file", uint64_t{1} << 34));
-    std::string line;
-    int lineno = 0;
-    std::string out;
-    while (std::getline(in, line)) {
-      ++lineno;
-      if (line.empty()) continue;
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
-        throw Error(jsonl + ":" + std::to_string(lineno) + ": expected a JSON object with a string \"text\"");
-      out += enc(j["text"].get<std::string>()) + "\n";
-    }
-    std::fputs(out.c_str(), stdout);
+    std::fputs(runtime::tokenize_jsonl(*m.tokenizer, jsonl, raw).c_str(), stdout);
     return 0;
   }
-  std::puts(enc(text).c_str());
+  std::puts(nlohmann::json(m.tokenizer->encode(text, !raw, !raw)).dump().c_str());
   return 0;
 }
 
@@ -131,26 +82,17 @@ int run_logits(RunOptions& o, const std::string& tokens, const std::string& pare
   offload::RunShape shape;
   shape.ctx = shape.max_tokens = static_cast<int>(toks.size());
   load_weights(m, o, shape);
-  ChainBatch chain(toks, 0);
-  std::vector<int32_t> parents = chain.parents, positions = chain.positions;
+  std::vector<int32_t> parents, positions;
   if (!parents_s.empty()) {
     parents = parse_int_list(parents_s, "--parents");
     if (parents.size() != toks.size()) throw Error("--parents must have one entry per token");
-    positions.clear();  // depth in the tree
-    for (size_t i = 0; i < parents.size(); ++i) {
-      if (parents[i] < -1 || parents[i] >= static_cast<int32_t>(i))
-        throw Error("--parents: entry " + std::to_string(i) + " must be -1 or an earlier index");
-      positions.push_back(parents[i] < 0 ? 0 : positions[parents[i]] + 1);
-    }
   }
   if (!positions_s.empty()) {
     positions = parse_int_list(positions_s, "--positions");
     if (positions.size() != toks.size()) throw Error("--positions must have one entry per token");
   }
-  KvCache kv = m.transformer->make_cache(static_cast<int>(toks.size()));
-  std::vector<float> logits(toks.size() * m.desc.hp.vocab);
-  m.transformer->forward(Batch{toks, positions, parents}, kv, logits, LogitsRows::kAll);
-  write_output_file(out, npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
+  const std::vector<float> logits = runtime::tree_logits(m, toks, parents, positions);
+  write_output_file(out, runtime::npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
   finish_run(m, o);
   return 0;
 }

@@ -1,82 +1,63 @@
-// redwood plan-memory: where every layer of a model would live under given
-// memory budgets (device-resident, host-staged, streamed from storage), and what
-// else takes memory. Reads model descriptions only, never weights.
+// redwood plan: options and output; the prediction is src/runtime/predict.h.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 
-#include "kernels/cpu/threads.h"
-#include "offload/plan.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/runtime/predict.h"
 
 namespace redwood::cli {
 
 namespace {
 
-struct PlanOptions {
-  RunOptions run;
-  std::string draft;
-  std::string backend = "cpu";
-  offload::RunShape shape;
+struct PredictCli {
+  runtime::PredictRun r;
+  std::string kv_type = "f32";
   bool json = false;
 };
 
-int run_plan_memory(const PlanOptions& o) {
-  check_draft_budget(o.run, o.draft);
-  const ModelDesc target = load_model_desc(o.run.model.empty() ? default_model_path() : o.run.model);
-  std::optional<ModelDesc> draft;
-  if (!o.draft.empty()) draft = load_model_desc(o.draft);
-  offload::Budgets budgets = budgets_from(o.run);
-  budgets.backend = o.backend == "cuda" ? offload::BackendKind::kCuda : offload::BackendKind::kCpu;
-  offload::RunShape shape = o.shape;
-  shape.threads = o.run.threads > 0 ? o.run.threads : cpu_threads();
-  shape.kv_type = parse_kv_type(o.run.kv_type);
-  offload::MemoryPlan plan;
-  try {
-    plan = offload::plan_memory(target, draft ? &*draft : nullptr, budgets, shape);
-  } catch (const offload::BudgetError& e) {
-    // A script asking "does it fit?" gets its answer on stdout as well; the
-    // one-line error and exit code 1 stay as for every other failure.
-    if (o.json) {
-      const nlohmann::json j = {{"fits", false},
-                                {"error", e.what()},
-                                {"budget", e.budget},
-                                {"given_bytes", e.given},
-                                {"min_bytes", e.minimum}};
-      std::puts(j.dump(2).c_str());
-    }
-    throw;
-  }
-  if (o.json)
-    std::puts(offload::plan_json(plan).dump(2).c_str());
+int run_predict(PredictCli& c) {
+  c.r.o.kv_type = runtime::parse_kv_type(c.kv_type);
+  const planner::Prediction p = runtime::predict_run(c.r);
+  if (c.json)
+    std::puts(planner::prediction_json(p).dump(2).c_str());
   else
-    std::fputs(offload::plan_table(plan).c_str(), stdout);
+    std::fputs(planner::prediction_table(p).c_str(), stdout);
   return 0;
 }
 
 }  // namespace
 
-Runner add_plan_memory(CLI::App& app) {
-  auto o = std::make_shared<PlanOptions>();
-  auto* c =
-      app.add_subcommand("plan-memory", "Show where each layer would live under memory budgets (no weights read)");
-  c->add_option("--model,-m", o->run.model, "Model: GGUF file or safetensors directory (default: SmolLM2-135M)");
-  c->add_option("--draft", o->draft, "Draft model, kept resident on the device");
-  add_budget_options(c, o->run);
-  c->add_option("--ctx", o->shape.ctx, "KV cache capacity in tokens (target and draft)")
-      ->transform(int_range(1, 1 << 24));
-  c->add_option("--tokens", o->shape.max_tokens, "Most tokens in one pass (prompt chunk, tree size)")
-      ->transform(int_range(1, 1 << 20));
-  c->add_option("--threads,-t", o->run.threads, "CPU threads for kernel workspace (default: all cores)")
-      ->transform(int_range(0, 4096));
-  c->add_option("--backend", o->backend, "cpu | cuda (CUDA adds pinned host staging slots)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  c->add_option("--kv-type", o->run.kv_type, "KV cache element type: f32 (default), f16 or bf16")
+Runner add_plan(CLI::App& app) {
+  auto c = std::make_shared<PredictCli>();
+  auto* s = app.add_subcommand(
+      "plan",
+      "Predict the memory plan, pass times, best Sequoia tree and s/token on a hardware profile (runs nothing)");
+  s->add_option("--model-config", c->r.model_config, "Target model config (configs/models/*.toml)")->required();
+  s->add_option("--draft-config", c->r.draft_config, "Draft model config (configs/models/*.toml)");
+  s->add_option("--draft-type", c->r.draft_type,
+                "The draft stored as this type (Q2_K, Q3_K, Q4_0, ...); without --draft-config, a requantized "
+                "copy of the target");
+  s->add_option("--hardware", c->r.hardware, "Hardware profile (configs/hardware/*.toml)")->required();
+  s->add_option("--acceptance", c->r.acceptance,
+                "Acceptance vector JSON {\"acceptance\": [p1, p2, ...]} (default: a power law over 16)");
+  s->add_option("--device-mem", c->r.device_mem, "Device budget (default: the profile's device memory - reserved)");
+  s->add_option("--ctx", c->r.o.ctx, "KV cache capacity in tokens")->transform(int_range(1, 1 << 24));
+  auto* past = s->add_option("--past", c->r.o.n_past,
+                             "Tokens already in the KV cache when attention is costed (default 256, at most --ctx)")
+                   ->transform(int_range(0, 1 << 24));
+  s->add_option("--max-budget", c->r.o.max_budget, "Largest tree budget n considered (root included)")
+      ->transform(int_range(1, 4096));
+  s->add_option("--max-depth", c->r.o.max_depth, "Largest tree depth d considered (levels, root included)")
+      ->transform(int_range(1, 128));
+  s->add_option("--kv-type", c->kv_type, "KV cache element type: f32 (default), f16 or bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  c->add_flag("--json", o->json, "JSON output");
-  return [o] { return run_plan_memory(*o); };
+  s->add_flag("--json", c->json, "JSON output");
+  return [c, past] {
+    c->r.past_given = past->count() > 0;
+    return run_predict(*c);
+  };
 }
 
 }  // namespace redwood::cli

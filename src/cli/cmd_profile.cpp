@@ -1,28 +1,11 @@
-// redwood profile-acceptance and profile-hardware.
-//
-// profile-acceptance: the positional acceptance vector of a draft for a
-// target, measured Sequoia's way (one-level trees at many positions of real
-// text), plus the per-depth acceptance of chains. See src/spec/acceptance_profile.h.
-//
-// Text: each prompt (chat template as in batch jobs) continued by the target
-// itself at the profile's temperature. One target pass and one draft pass over
-// the whole sequence give p and q at every continuation position; each position
-// gets --repeats draws of W children per scheme. Chains: speculative decoding
-// with chain:D over the same prompts, counting how deep each step accepted.
-#include <algorithm>
-#include <chrono>
+// redwood profile-acceptance and profile-hardware: options and the files
+// written; the measurements are src/runtime/profiles.h.
 #include <cstdio>
 #include <memory>
 
-#include "kernels/cpu/threads.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/cli/profiling.h"
-#include "src/jobs/prompts.h"
-#include "src/model/chat_template.h"
-#include "src/planner/measured.h"
-#include "src/spec/acceptance_profile.h"
-#include "src/spec/generation.h"
+#include "src/runtime/profiles.h"
 #include "src/util/error.h"
 
 namespace redwood::cli {
@@ -41,17 +24,19 @@ int run_profile(const ProfileOptions& o) {
   if (o.draft.empty()) throw Error("--draft is required");
   if (o.prompts.empty()) throw Error("--prompts FILE.jsonl is required");
   if (o.out.empty()) throw Error("--out FILE.json is required");
-  SamplingParams sp;
+  spec::AcceptanceRun ar;
+  SamplingParams& sp = ar.sampling;
   sp.temperature = static_cast<float>(parse_double_arg(o.temperature, "--temperature"));
   sp.top_p = static_cast<float>(parse_double_arg(o.top_p, "--top-p"));
   if (sp.temperature < 0 || sp.temperature > 100) throw Error("--temperature must be in [0, 100]");
   if (!(sp.top_p > 0 && sp.top_p <= 1)) throw Error("--top-p must be in (0, 1]");
   sp.seed = static_cast<uint64_t>(parse_int_arg(o.seed, "--seed", 0, INT32_MAX));
-  const int width = parse_int_arg(o.width, "--width", 1, 64);
-  const int count = parse_int_arg(o.count, "--count", 1, 1 << 24);
-  const int repeats = parse_int_arg(o.repeats, "--repeats", 1, 1024);
-  const int max_tokens = parse_int_arg(o.max_tokens, "--max-tokens", 1, 1 << 16);
-  const int chain_depth = parse_int_arg(o.chain_depth, "--chain-depth", 0, 64);
+  ar.width = parse_int_arg(o.width, "--width", 1, 64);
+  ar.count = parse_int_arg(o.count, "--count", 1, 1 << 24);
+  ar.repeats = parse_int_arg(o.repeats, "--repeats", 1, 1024);
+  ar.max_tokens = parse_int_arg(o.max_tokens, "--max-tokens", 1, 1 << 16);
+  ar.chain_depth = parse_int_arg(o.chain_depth, "--chain-depth", 0, 64);
+  ar.quiet = o.quiet;
 
   // Everything that can be wrong is found before weights load.
   const jobs::PromptFile pf = jobs::read_prompts(o.prompts, /*skip_bad=*/false, /*fail_hint=*/"");
@@ -59,47 +44,8 @@ int run_profile(const ProfileOptions& o) {
   RunOptions run = o.run;
   apply_run_options(run, {o.draft, o.prompts});
   check_output(o.out, {run.model.empty() ? default_model_path() : run.model, o.draft, o.prompts}, "--out");
-  LoadedModel m = load_model(run.model.empty() ? default_model_path() : run.model, /*with_weights=*/false);
-  LoadedModel d = load_model(o.draft, /*with_weights=*/false);
-  if (d.desc.hp.vocab != m.desc.hp.vocab || d.desc.tokenizer.tokens != m.desc.tokenizer.tokens)
-    throw Error(o.draft + ": the draft's vocabulary differs from the target's");
-  std::vector<std::vector<int32_t>> prompts;
-  for (const auto& it : pf.items) {
-    std::string text = it.prompt;
-    if (!it.messages.empty())
-      text = apply_chat_template(m.desc.chat_template, it.messages);
-    else if (o.chat)
-      text = apply_chat_template(m.desc.chat_template, {{"user", it.prompt}});
-    prompts.push_back(m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true));
-    if (prompts.back().empty())
-      throw Error(o.prompts + ":" + std::to_string(it.line) + ": the prompt encodes to no tokens");
-  }
-  spec::AcceptanceProfile prof;
-  prof.target = spec::identify_files(m.desc.path, m.desc.files);
-  prof.draft = spec::identify_files(d.desc.path, d.desc.files);
-  prof.prompts = spec::identify_files(o.prompts, {o.prompts});
-  prof.temperature = sp.temperature;
-  prof.top_p = sp.top_p;
-  prof.seed = sp.seed;
-  prof.repeats = repeats;
-
-  offload::RunShape shape;
-  size_t longest = 0;
-  for (const auto& p : prompts) longest = std::max(longest, p.size());
-  shape.ctx = static_cast<int>(longest) + max_tokens + chain_depth + 2;
-  shape.max_tokens = shape.ctx;
-  load_weights(m, run, shape, &d.desc);
-  load_weights(d, resident_run(run), shape);
-
-  AcceptanceRun ar;
-  ar.sampling = sp;
-  ar.width = width;
-  ar.count = count;
-  ar.repeats = repeats;
-  ar.max_tokens = max_tokens;
-  ar.chain_depth = chain_depth;
-  ar.quiet = o.quiet;
-  measure_acceptance(m, d, prompts, ar, prof);
+  run.model = run.model.empty() ? default_model_path() : run.model;
+  const spec::AcceptanceProfile prof = runtime::profile_acceptance(run, o.draft, o.prompts, pf, o.chat, ar);
   if (prof.positions == 0) throw Error(o.prompts + ": the target produced no continuation to measure on");
   write_output_file(o.out, spec::profile_json(prof));
   const auto& v = prof.vectors[0];
@@ -138,29 +84,15 @@ int run_hardware(const HardwareOptions& o) {
   RunOptions run = o.run;
   apply_run_options(run, {o.draft});
   check_output(o.out, {run.model.empty() ? default_model_path() : run.model, o.draft}, "--out");
-  LoadedModel m = load_model(run.model.empty() ? default_model_path() : run.model, /*with_weights=*/false);
-  LoadedModel d = load_model(o.draft, /*with_weights=*/false);
-  if (d.desc.hp.vocab != m.desc.hp.vocab) throw Error(o.draft + ": the draft's vocabulary differs from the target's");
-  planner::MeasuredProfile prof;
-  prof.target = spec::identify_files(m.desc.path, m.desc.files);
-  prof.draft = spec::identify_files(d.desc.path, d.desc.files);
-  prof.device_mem = run.device_mem;
-  prof.host_mem = run.host_mem;
-  prof.ring = run.ring;
-  const int max_n = std::max(sizes.back(), widths.back());
-  offload::RunShape shape;
-  shape.ctx = o.prefix + max_n + 1;
-  shape.max_tokens = std::max(max_n, o.prefix);
-  load_weights(m, run, shape, &d.desc);
-  load_weights(d, resident_run(run), shape);
-  HardwareRun hr;
+  runtime::HardwareRun hr;
   hr.sizes = sizes;
   hr.widths = widths;
   hr.repeats = o.repeats;
   hr.warmup = o.warmup;
   hr.prefix = o.prefix;
   hr.quiet = o.quiet;
-  measure_hardware(m, d, hr, prof);
+  run.model = run.model.empty() ? default_model_path() : run.model;
+  const planner::MeasuredProfile prof = runtime::profile_hardware(run, o.draft, hr);
   write_output_file(o.out, planner::measured_json(prof));
   std::fprintf(stderr, "redwood: t(1) = %.4f s, t(%d) = %.4f s; c(1) = %.4f s -> %s\n",
                prof.target_pass.seconds.front(), sizes.back(), prof.target_pass.seconds.back(),

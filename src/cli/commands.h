@@ -13,7 +13,7 @@ Runner add_logits(CLI::App& app);
 Runner add_make_draft(CLI::App& app);
 Runner add_quantize(CLI::App& app);
 Runner add_plan_memory(CLI::App& app);
-Runner add_predict(CLI::App& app);  // `plan`
+Runner add_plan(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_batch(CLI::App& app);
 Runner add_profile_acceptance(CLI::App& app);

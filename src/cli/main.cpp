@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_make_draft(app), "make-draft");
   reg(redwood::cli::add_quantize(app), "quantize");
   reg(redwood::cli::add_plan_memory(app), "plan-memory");
-  reg(redwood::cli::add_predict(app), "plan");
+  reg(redwood::cli::add_plan(app), "plan");
   reg(redwood::cli::add_bench(app), "bench");
   reg(redwood::cli::add_batch(app), "batch");
   reg(redwood::cli::add_profile_acceptance(app), "profile-acceptance");

@@ -15,7 +15,7 @@
 // Dynamic trees (DySpec, OPT-Tree, SpecExec) have no positional G(n, d): their
 // shape follows the draft's confidence on the text. They are scored from
 // DynamicTreeSamples, trees grown with the real draft at real text positions
-// (src/cli/profiling.cpp), each with its verified node count, its draft
+// (src/planner/dynamic_profile.h), each with its verified node count, its draft
 // passes and a calibrated expected-tokens estimate (calibrated_tokens below):
 //
 //     tokens/s = mean E[tokens] / (mean t(n_i) + mean (c(1) + sum_l c(w_il)))

@@ -167,17 +167,17 @@ SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDes
   stats_.accepted_by_depth.assign(static_cast<size_t>(policy_->max_levels()) + 1, 0);
 }
 
-void SpecDecoder::dist(std::span<const float> logits, std::vector<float>& out) const {
+void SpecDecoder::target_probs(std::span<const float> logits, std::vector<float>& out) const {
   probs(cfg_.sampling, logits, out);
 }
 
-void SpecDecoder::set_q(std::span<const float> logits, std::vector<float>& out) const {
+void SpecDecoder::draft_probs(std::span<const float> logits, std::vector<float>& out) const {
   if (cfg_.verifier == Verifier::kGreedy) {
     SamplingParams t1;
     t1.temperature = 1.0f;  // greedy drafts use the draft's top-k (and values) under its own softmax
     probs(t1, logits, out);
   } else {
-    dist(logits, out);
+    target_probs(logits, out);
   }
 }
 
@@ -211,7 +211,7 @@ std::vector<int32_t> SpecDecoder::step() {
   DraftTree& T = tree_;
   T.reset(root_, verifier_reads_q || policy_->needs_old_dists());
   T.begin_batch();
-  set_q(dlog, T.set_dist(0));
+  draft_probs(dlog, T.set_dist(0));
   std::vector<int32_t> draft_row = {m - 1};  // draft block row per node (-1: not run)
   int block_rows = m;
   std::vector<float> lg;
@@ -231,7 +231,7 @@ std::vector<int32_t> SpecDecoder::step() {
     draft_row.resize(T.size(), -1);
     for (size_t i = 0; i < nodes.size(); ++i) {
       draft_row[nodes[i]] = block_rows + static_cast<int32_t>(i);
-      set_q(std::span<const float>(lg).subspan(i * vocab_, vocab_), T.set_dist(nodes[i]));
+      draft_probs(std::span<const float>(lg).subspan(i * vocab_, vocab_), T.set_dist(nodes[i]));
     }
     block_rows += static_cast<int>(nodes.size());
   };
@@ -296,7 +296,7 @@ std::vector<int32_t> SpecDecoder::step() {
   DistFn target_dist = [&](int32_t u) -> std::span<const float> {
     const int v = u + 1;
     if (pcache[v].empty())
-      dist(std::span<const float>(tlog).subspan(static_cast<size_t>(pos_in[v]) * vocab_, vocab_), pcache[v]);
+      target_probs(std::span<const float>(tlog).subspan(static_cast<size_t>(pos_in[v]) * vocab_, vocab_), pcache[v]);
     return pcache[v];
   };
   DistFn draft_dist = [&](int32_t u) -> std::span<const float> { return T.dist(keep[u + 1]); };

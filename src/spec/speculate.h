@@ -102,8 +102,10 @@ class SpecDecoder {
   const std::vector<int32_t>& draft_pending_tokens() const { return draft_todo_; }
 
  private:
-  void dist(std::span<const float> logits, std::vector<float>& out) const;
-  void set_q(std::span<const float> logits, std::vector<float>& out) const;
+  // The target's filtered distribution for one row of logits (the run's sampling).
+  void target_probs(std::span<const float> logits, std::vector<float>& out) const;
+  // The draft's: the same, except greedy runs (the draft's T = 1 softmax).
+  void draft_probs(std::span<const float> logits, std::vector<float>& out) const;
 
   Transformer& target_;
   Transformer& draft_;

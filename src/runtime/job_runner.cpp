@@ -1,30 +1,23 @@
-// redwood batch JOB.toml: config-driven generation over a JSONL prompt file,
-// resumable and crash-safe (see src/jobs/results.h).
-#include "src/cli/batch.h"
+#include "src/runtime/job_runner.h"
 
-#include <signal.h>
-#include <unistd.h>
-
-#include <atomic>
+#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
-#include <map>
+#include <unordered_set>
 
-#include "kernels/cpu/threads.h"
-#include "src/cli/commands.h"
-#include "src/cli/common.h"
-#include "src/cli/profiling.h"
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
+#include "src/jobs/summary.h"
 #include "src/model/chat_template.h"
 #include "src/model/fingerprint.h"
-#include "src/spec/generation.h"
+#include "src/runtime/session.h"
 #include "src/util/error.h"
 #include "src/util/file_version.h"
+#include "src/util/io.h"
+#include "src/util/output_path.h"
 
-namespace redwood::cli {
+namespace redwood::runtime {
 
 using nlohmann::json;
 
@@ -90,38 +83,21 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   // ---- everything that can be wrong is found before the weights load ----
   jobs::PromptFile pf = jobs::read_prompts(job.prompts, job.skip_bad_lines);
   reset_peak_rss();
-  LoadedModel m = load_model(job.target, /*with_weights=*/false);
+  std::optional<Session> session;
+  try {
+    session.emplace(session_config(job));
+  } catch (const SetupError& e) {
+    if (e.key() == "draft") throw Error(job.where("model.draft") + ": " + e.what());
+    if (e.key() == "tree" && job.tree == "auto") throw Error(job.where("speculation.tree") + ": " + e.what());
+    throw Error(job.where("speculation") + ": " + e.what());
+  }
+  LoadedModel& m = session->target();
   // The model files as loaded: checked again before each prompt and before
   // its line is written (a file changed under the job stops it).
   std::vector<FileVersion> model_files;
   for (const std::string& f : m.desc.files) model_files.push_back(file_version(f));
-  std::optional<LoadedModel> d;
-  std::optional<spec::DraftSetup> ds;
-  const bool auto_tree = !job.draft.empty() && job.tree == "auto";
-  std::string auto_choice;  // what --tree auto chose (summary)
-  if (!job.draft.empty()) {
-    d = load_model(job.draft, /*with_weights=*/false);
+  if (const LoadedModel* d = session->draft())
     for (const std::string& f : d->desc.files) model_files.push_back(file_version(f));
-    if (d->desc.hp.vocab != m.desc.hp.vocab || d->desc.tokenizer.tokens != m.desc.tokenizer.tokens)
-      throw Error(job.where("model.draft") + ": the draft's vocabulary differs from the target's");
-    ds.emplace();
-    ds->target_desc = &m.desc;
-    ds->draft_desc = &d->desc;
-    if (auto_tree) {
-      if (job.threshold || job.delta || job.width || !job.verify.empty() || job.is_alphabet)
-        throw Error(job.where("speculation.tree") +
-                    ": tree = \"auto\" chooses the tree, its parameters and its verifier; it takes only budget and "
-                    "depth (caps) and acceptance (a profile)");
-    } else {
-      try {
-        ds->config = spec::make_spec_config(spec::TreeOptions{job.tree, job.budget, job.depth, job.threshold, job.delta,
-                                                              job.width, job.verify, job.acceptance, job.is_alphabet},
-                                            job.sampling);
-      } catch (const Error& e) {
-        throw Error(job.where("speculation") + ": " + e.what());
-      }
-    }
-  }
   bool chat_needed = job.chat;
   for (const auto& it : pf.items) chat_needed |= !it.messages.empty();
   if (chat_needed) {
@@ -133,7 +109,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     }
   }
   // Tokenize every prompt: too long for memory.ctx is a bad line.
-  const int tree_nodes = ds ? (auto_tree ? job.budget : ds->config.max_tree_nodes()) : 0;
+  const int tree_nodes = session->tree_nodes();
   std::vector<std::vector<int32_t>> tokens;
   std::vector<jobs::PromptItem> items;
   for (auto& it : pf.items) {
@@ -144,9 +120,10 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     std::vector<int32_t> t;
     std::string err;
     if (static_cast<int64_t>(bytes) > max_prompt_bytes(job.ctx))
-      err = "id " + it.id.dump() + ": the prompt is " + std::to_string(bytes) + " bytes; memory.ctx = " +
-            std::to_string(job.ctx) + " allows at most " + std::to_string(kPromptBytesPerToken) +
-            " bytes per token (" + std::to_string(max_prompt_bytes(job.ctx)) + "), so it is not tokenized";
+      err = "id " + it.id.dump() + ": the prompt is " + std::to_string(bytes) +
+            " bytes; memory.ctx = " + std::to_string(job.ctx) + " allows at most " +
+            std::to_string(kPromptBytesPerToken) + " bytes per token (" + std::to_string(max_prompt_bytes(job.ctx)) +
+            "), so it is not tokenized";
     if (err.empty()) {
       t = encode_prompt(it, job, m);
       if (t.empty())
@@ -165,27 +142,13 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     tokens.push_back(std::move(t));
     items.push_back(std::move(it));
   }
-  RunOptions run;
-  run.model = job.target;
-  run.threads = job.threads;
-  run.device_mem = job.device_mem;
-  run.host_mem = job.host_mem;
-  run.ring = job.ring;
-  run.verify_io = job.verify_io;
-  run.kv_type = job.kv_type;
-  offload::RunShape shape;
-  shape.ctx = job.ctx;
-  shape.kv_type = parse_kv_type(job.kv_type, "memory.kv_type");
-  shape.max_tokens = std::max(std::min(job.ctx, job.prefill_chunk), tree_nodes + 1);
+  RunOptions run = session->config().run;
   apply_run_options(run);
-  if (!job.device_mem.empty() || !job.host_mem.empty()) {
-    offload::RunShape s = shape;
-    s.threads = cpu_threads();
-    try {
-      (void)offload::plan_memory(m.desc, d ? &d->desc : nullptr, budgets_from(run), s);
-    } catch (const Error& e) {
-      throw Error(job.where(job.device_mem.empty() ? "memory.host" : "memory.device") + ": " + e.what());
-    }
+  const int batch_tokens = std::min(job.ctx, job.prefill_chunk);
+  try {
+    session->check_plan(job.ctx, batch_tokens);
+  } catch (const SetupError& e) {
+    throw Error(job.where(job.device_mem.empty() ? "memory.host" : "memory.device") + ": " + e.what());
   }
   for (const auto& b : pf.bad) std::fprintf(hooks.log, "redwood: skipped %s\n", b.c_str());
 
@@ -225,23 +188,10 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
                  static_cast<long long>(already), items.size());
 
   // ---- load and run ----
+  std::string auto_choice;  // what tree = "auto" chose (summary)
   if (!todo.empty()) {
-    if (d) {
-      load_weights(*d, resident_run(run), offload::RunShape{});
-      ds->draft = d->transformer.get();
-    }
-    load_weights(m, run, shape, d ? &d->desc : nullptr);
-    if (auto_tree) {
-      const AutoTreeResult a = choose_tree_auto(m, *d, run, job.sampling, job.budget, job.depth,
-                                                hooks.quiet ? nullptr : hooks.log, job.acceptance);
-      if (a.config) {
-        ds->config = *a.config;
-        auto_choice = a.choice;
-      } else {
-        ds.reset();  // plain decoding is predicted faster
-        auto_choice = "autoregressive";
-      }
-    }
+    session->load(job.ctx, batch_tokens, hooks.quiet ? nullptr : hooks.log);
+    if (const auto& a = session->auto_choice()) auto_choice = a->choice;
   }
   jobs::ResultWriter writer(job.output, job.fsync_every);
   jobs::Progress progress(hooks.log, hooks.tty, job.progress_every);
@@ -278,7 +228,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     req.stop = job.stop;
     const double stall_before = m.streamed ? m.streamed->totals().stall_seconds : 0.0;
     const int passes_before = m.streamed ? m.streamed->passes() : 0;
-    const spec::Generation g = spec::generate(*m.transformer, *m.tokenizer, req, ds ? &*ds : nullptr, {}, [&] {
+    const spec::Generation g = session->generate(req, {}, [&] {
       refresh(false);
       return hooks.cancelled && hooks.cancelled();
     });
@@ -336,68 +286,22 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   // ---- summary over everything in the output that belongs to this prompt set ----
   std::unordered_set<std::string> wanted;
   for (const auto& it : items) wanted.insert(it.key);
-  std::vector<double> spt;
-  std::map<std::string, int64_t> reasons;
-  int64_t n_done = 0, n_tokens = 0, all_passes = 0, all_emitted = 0;
-  double decode_s = 0, draft_s = 0, verify_s = 0, all_nodes = 0, stall_s = 0;
-  int64_t streamed_passes = 0;
-  uint64_t rss = 0;
-  for (const json& r : jobs::read_results(job.output)) {
-    if (!wanted.count(r["id"].dump())) continue;
-    ++n_done;
-    reasons[r["finish_reason"].get<std::string>()]++;
-    if (r.contains("n_tokens") && r["n_tokens"].is_number_integer()) n_tokens += r["n_tokens"].get<int64_t>();
-    const json& mt = r.value("metrics", json::object());
-    if (mt.contains("s_per_token") && mt["s_per_token"].is_number() && r.value("n_tokens", 0) > 0)
-      spt.push_back(mt["s_per_token"].get<double>());
-    decode_s += mt.value("seconds", 0.0);
-    draft_s += mt.value("draft_seconds", 0.0);
-    verify_s += mt.value("verify_seconds", 0.0);
-    stall_s += mt.value("stall_seconds", 0.0);
-    streamed_passes += mt.value("streamed_passes", int64_t{0});
-    rss = std::max<uint64_t>(rss, mt.value("peak_rss_bytes", uint64_t{0}));
-    if (mt.contains("target_passes") && mt["target_passes"].is_number_integer()) {
-      all_passes += mt["target_passes"].get<int64_t>();
-      // emitted = accepted + bonus per step, as in the line's mean_accepted
-      all_emitted += std::llround(mt.value("mean_accepted", 0.0) * mt["target_passes"].get<double>());
-      all_nodes += mt.value("mean_tree_nodes", 0.0) * mt["target_passes"].get<double>();
-    }
-  }
-  const jobs::Percentiles pc = jobs::percentiles(spt);
-  const double wall = now() - t_start;
-  json s = {{"job", job.name.empty() ? job.file : job.name},
-            {"output", job.output},
-            {"complete", n_done == static_cast<int64_t>(items.size())},
-            {"interrupted", interrupted},
-            {"prompts",
-             {{"total", items.size()},
-              {"bad_lines", pf.bad.size()},
-              {"done", n_done},
-              {"done_this_run", ps.done_this_run},
-              {"already_done", already},
-              {"remaining", static_cast<int64_t>(items.size()) - n_done}}},
-            {"tokens", n_tokens},
-            {"tokens_this_run", ps.tokens},
-            {"wall_seconds_this_run", wall},
-            {"tokens_per_second_this_run", wall > 0 ? static_cast<double>(ps.tokens) / wall : 0.0},
-            {"s_per_token", {{"p50", pc.p50}, {"p90", pc.p90}, {"p99", pc.p99}, {"mean", pc.mean}}},
-            {"mean_accepted", all_passes ? json(static_cast<double>(all_emitted) / all_passes) : json(nullptr)},
-            {"decode_seconds", decode_s},
-            {"s_per_token_overall", n_tokens ? decode_s / static_cast<double>(n_tokens) : 0.0},
-            {"target_passes", all_passes},
-            {"mean_tree_nodes", all_passes ? json(all_nodes / static_cast<double>(all_passes)) : json(nullptr)},
-            {"draft_seconds", draft_s},
-            {"verify_seconds", verify_s},
-            {"streamed_passes", streamed_passes},
-            {"stall_seconds", stall_s},
-            {"peak_rss_bytes", rss},
-            {"finish_reasons", reasons},
-            {"config",
-             {{"target", job.target},
+  jobs::RunFacts f;
+  f.job = job.name.empty() ? job.file : job.name;
+  f.output = job.output;
+  f.prompts = static_cast<int64_t>(items.size());
+  f.bad_lines = static_cast<int64_t>(pf.bad.size());
+  f.done_this_run = ps.done_this_run;
+  f.already_done = already;
+  f.tokens_this_run = ps.tokens;
+  f.wall_seconds = now() - t_start;
+  f.interrupted = interrupted;
+  const spec::SpecConfig* cfg = session->spec_config();
+  f.config = {{"target", job.target},
               {"draft", job.draft},
               {"tree", job.draft.empty() ? "" : job.tree},
               {"tree_auto_choice", auto_choice},
-              {"verify", ds ? spec::verifier_name(ds->config.verifier) : ""},
+              {"verify", cfg ? spec::verifier_name(cfg->verifier) : ""},
               {"budget", job.budget},
               {"temperature", short_float(job.sampling.temperature)},
               {"top_p", short_float(job.sampling.top_p)},
@@ -407,85 +311,11 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
               {"device_mem", job.device_mem},
               {"host_mem", job.host_mem},
               {"verify_io", job.verify_io},
-              {"kv_type", job.kv_type}}}};
+              {"kv_type", job.kv_type}};
+  json s = jobs::summary_json(jobs::total_results(job.output, wanted), f);
   if (m.streamed) s["offload"] = offload_stats(m);
   write_output_file(job.summary, s.dump(2) + "\n");
   return {std::move(s), interrupted};
 }
 
-// ---- the subcommand ----------------------------------------------------------
-
-namespace {
-
-std::atomic<int> g_signal{0};
-static_assert(std::atomic<int>::is_always_lock_free);
-
-extern "C" void on_stop_signal(int sig) {
-  g_signal.store(sig);
-}
-
-}  // namespace
-
-void install_stop_signals() {
-  // The first SIGINT/SIGTERM finishes cleanly (the line in flight is
-  // abandoned, everything written stays); a second one kills at once.
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
-
-int stop_signal() {
-  return g_signal.load();
-}
-
-namespace {
-
-struct BatchOptions {
-  std::string job;
-  jobs::JobOverrides over;
-  bool quiet = false;
-};
-
-int run_batch(BatchOptions& o) {
-  jobs::JobConfig job = jobs::parse_job_file(o.job);
-  jobs::apply_overrides(job, o.over);
-  jobs::check_job(job);
-  JobHooks hooks;
-  hooks.quiet = o.quiet;
-  hooks.tty = ::isatty(STDERR_FILENO) == 1;
-  hooks.cancelled = [] { return g_signal.load() != 0; };
-  install_stop_signals();
-  const JobOutcome out = run_job(job, hooks);
-  const json& p = out.summary["prompts"];
-  if (out.interrupted) {
-    const int sig = g_signal.load();
-    std::fprintf(stderr,
-                 "redwood: interrupted by %s: %lld of %lld prompts done in %s; run the same command again to resume\n",
-                 sig == SIGTERM ? "SIGTERM" : "SIGINT", p["done"].get<long long>(), p["total"].get<long long>(),
-                 job.output.c_str());
-    return 128 + (sig ? sig : SIGINT);
-  }
-  std::fprintf(stderr, "redwood: %lld prompts done (%lld this run, %lld bad lines skipped) -> %s; summary %s\n",
-               p["done"].get<long long>(), p["done_this_run"].get<long long>(), p["bad_lines"].get<long long>(),
-               job.output.c_str(), job.summary.c_str());
-  return 0;
-}
-
-}  // namespace
-
-Runner add_batch(CLI::App& app) {
-  auto o = std::make_shared<BatchOptions>();
-  auto* c = app.add_subcommand("batch", "Run a TOML job over a JSONL prompt file (resumable; see configs/jobs/)");
-  c->add_option("job", o->job, "Job file (TOML)")->required();
-  c->add_option("--prompts", o->over.prompts, "Prompt file (JSONL), overriding the job's input.prompts");
-  c->add_option("--output,-o", o->over.output, "Output file (JSONL), overriding the job's output.path");
-  c->add_option("--threads,-t", o->over.threads, "CPU threads (default: the job's, else all cores)")
-      ->transform(int_range(0, 4096));
-  c->add_flag("--quiet,-q", o->quiet, "No progress output");
-  return [o] { return run_batch(*o); };
-}
-
-}  // namespace redwood::cli
+}  // namespace redwood::runtime

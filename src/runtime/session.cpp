@@ -1,0 +1,175 @@
+#include "src/runtime/session.h"
+
+#include <algorithm>
+
+#include "src/jobs/job.h"
+
+namespace redwood::runtime {
+
+Session::Session(SessionConfig c) : c_(std::move(c)) {
+  auto_ = !c_.draft.empty() && c_.tree.tree == "auto";
+  if (c_.draft.empty() && c_.tree_given) throw SetupError("tree", "speculative decoding needs a draft model");
+  if (!c_.hardware_profile.empty() && !auto_)
+    throw SetupError("tree", "a hardware profile is only for a draft with tree \"auto\"");
+  if (c_.prefill_chunk < 1) throw SetupError("tree", "prefill_chunk must be >= 1");
+  if (auto_) {
+    const spec::TreeOptions& t = c_.tree;
+    if (t.threshold || t.delta || t.width || !t.verifier.empty() || t.is_alphabet)
+      throw SetupError("tree",
+                       "tree \"auto\" chooses the tree, its parameters and its verifier; it takes only budget and "
+                       "depth (caps), acceptance (a profile) and a hardware profile");
+    if (t.budget < 1 || t.budget > 8192)
+      throw SetupError("tree", "the budget must be in [1, 8192], got " + std::to_string(t.budget));
+    if (t.depth < 1 || t.depth > 1024)
+      throw SetupError("tree", "the depth must be in [1, 1024], got " + std::to_string(t.depth));
+  }
+  std::optional<spec::SpecConfig> cfg;
+  if (!c_.draft.empty() && !auto_) {
+    try {
+      cfg = spec::make_spec_config(c_.tree, c_.sampling);
+    } catch (const Error& e) {
+      throw SetupError("tree", e.what());
+    }
+    cfg->prefill_chunk = c_.prefill_chunk;
+  }
+  target_ = load_model(c_.run.model, /*with_weights=*/false);
+  if (!c_.draft.empty()) {
+    draft_ = load_model(c_.draft, /*with_weights=*/false);
+    if (draft_->desc.hp.vocab != target_.desc.hp.vocab ||
+        draft_->desc.tokenizer.tokens != target_.desc.tokenizer.tokens)
+      throw SetupError("draft", "the draft's vocabulary differs from the target's");
+    setup_.emplace();
+    setup_->target_desc = &target_.desc;
+    setup_->draft_desc = &draft_->desc;
+    if (cfg) setup_->config = *cfg;
+  }
+}
+
+int Session::tree_nodes() const {
+  if (!draft_) return 0;
+  if (auto_) return c_.tree.budget;
+  return setup_ ? setup_->config.max_tree_nodes() : 0;
+}
+
+offload::RunShape Session::shape(int ctx, int batch_tokens) const {
+  offload::RunShape s;
+  s.ctx = ctx;
+  s.max_tokens = std::max(batch_tokens, draft_ ? tree_nodes() + 1 : 0);
+  s.kv_type = parse_kv_type(c_.run.kv_type);
+  return s;
+}
+
+void Session::check_plan(int ctx, int batch_tokens) const {
+  if (c_.run.device_mem.empty() && c_.run.host_mem.empty()) return;
+  offload::RunShape s = shape(ctx, batch_tokens);
+  s.threads = cpu_threads();
+  try {
+    (void)offload::plan_memory(target_.desc, draft_ ? &draft_->desc : nullptr, budgets_from(c_.run), s);
+  } catch (const Error& e) {
+    throw SetupError("memory", e.what());
+  }
+}
+
+void Session::load(int ctx, int batch_tokens, std::FILE* log) {
+  if (draft_) {
+    load_weights(*draft_, resident_run(c_.run), offload::RunShape{});
+    setup_->draft = draft_->transformer.get();
+  }
+  load_weights(target_, c_.run, shape(ctx, batch_tokens), draft_ ? &draft_->desc : nullptr);
+  if (auto_) {
+    auto_result_ = choose_tree_auto(target_, *draft_, c_.run, c_.sampling, c_.tree.budget, c_.tree.depth, log,
+                                    c_.tree.acceptance, c_.hardware_profile);
+    if (auto_result_->config) {
+      setup_->config = *auto_result_->config;
+      setup_->config.prefill_chunk = c_.prefill_chunk;
+    } else {
+      setup_.reset();  // plain decoding is predicted faster
+    }
+  }
+}
+
+spec::Generation Session::generate(const spec::GenerationRequest& req,
+                                   const std::function<void(std::string_view)>& on_text,
+                                   const std::function<bool()>& cancelled) {
+  if (!loaded()) throw Error("Session::generate before load()");
+  if (setup_) {  // (the session may have moved since load)
+    setup_->target_desc = &target_.desc;
+    setup_->draft_desc = &draft_->desc;
+    setup_->draft = draft_->transformer.get();
+  }
+  return spec::generate(*target_.transformer, *target_.tokenizer, req, setup_ ? &*setup_ : nullptr, on_text, cancelled);
+}
+
+nlohmann::json Session::report(const spec::Generation& g, size_t prompt_tokens) const {
+  nlohmann::json j;
+  j["text"] = g.text;
+  j["tokens"] = g.tokens;
+  j["n_tokens"] = g.tokens.size();
+  j["prompt_tokens"] = prompt_tokens;
+  j["seconds"] = g.decode_seconds;
+  j["prefill_seconds"] = g.prefill_seconds;
+  j["s_per_token"] = g.s_per_token();
+  j["finish_reason"] = g.finish;
+  if (const auto& auto_result = auto_result_) {
+    // What --tree auto chose (also when it chose plain decoding) and its prediction.
+    j["tree_auto_choice"] = auto_result->choice;
+    j["tree_auto_predicted_s_per_token"] =
+        auto_result->config ? auto_result->best.seconds_per_token() : auto_result->autoregressive.seconds_per_token();
+    j["tree_auto_predicted_tokens_per_pass"] = auto_result->config ? auto_result->best.tokens : 1.0;
+  }
+  if (const auto& sstats = g.spec) {
+    const spec::SpecConfig* cfg = spec_config();
+    j["target_passes"] = sstats->target_passes;
+    j["draft_passes"] = sstats->draft_passes;
+    j["mean_accepted"] = sstats->target_passes ? double(sstats->emitted) / sstats->target_passes : 0.0;
+    j["accepted_by_depth"] = sstats->accepted_by_depth;
+    j["draft_seconds"] = sstats->draft_seconds;
+    j["verify_seconds"] = sstats->verify_seconds;
+    j["draft_tokens"] = sstats->draft_tokens;
+    // The tree settings in effect and the realised tree size per step (root included).
+    nlohmann::json t;
+    t["tree"] = c_.tree.tree;
+    t["kind"] = spec::tree_kind_name(cfg->tree.kind);
+    t["verify"] = spec::verifier_name(cfg->verifier);
+    if (cfg->verify_options.is_alphabet > 0) t["is_alphabet"] = cfg->verify_options.is_alphabet;
+    if (cfg->tree.kind == spec::TreeKind::kStatic) {
+      t["nodes"] = cfg->shape.size();
+      t["depth"] = cfg->shape.max_depth();
+    } else {
+      t["budget"] = cfg->tree.budget;
+      t["depth"] = cfg->tree.depth;
+      if (cfg->tree.kind == spec::TreeKind::kDySpec) t["threshold"] = cfg->tree.threshold;
+      if (cfg->tree.kind == spec::TreeKind::kOptTree) t["delta"] = cfg->tree.delta;
+      if (cfg->tree.kind == spec::TreeKind::kSpecExec) t["width"] = cfg->tree.width;
+    }
+    j["tree"] = t;
+    const auto& ts = sstats->tree_nodes;
+    j["tree_nodes"] = ts;
+    int64_t sum = 0;
+    for (int32_t x : ts) sum += x;
+    j["tree_nodes_mean"] = ts.empty() ? 0.0 : double(sum) / double(ts.size());
+    j["tree_nodes_min"] = ts.empty() ? 0 : *std::min_element(ts.begin(), ts.end());
+    j["tree_nodes_max"] = ts.empty() ? 0 : *std::max_element(ts.begin(), ts.end());
+  }
+  if (target_.streamed) j["offload"] = offload_stats(target_);
+  return j;
+}
+
+SessionConfig session_config(const jobs::JobConfig& job) {
+  SessionConfig c;
+  c.run.model = job.target;
+  c.run.threads = job.threads;
+  c.run.device_mem = job.device_mem;
+  c.run.host_mem = job.host_mem;
+  c.run.ring = job.ring;
+  c.run.verify_io = job.verify_io;
+  c.run.kv_type = job.kv_type;
+  c.draft = job.draft;
+  c.tree = spec::TreeOptions{job.tree,  job.budget, job.depth,      job.threshold,  job.delta,
+                             job.width, job.verify, job.acceptance, job.is_alphabet};
+  c.sampling = job.sampling;
+  c.prefill_chunk = job.prefill_chunk;
+  return c;
+}
+
+}  // namespace redwood::runtime

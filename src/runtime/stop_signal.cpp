@@ -1,0 +1,35 @@
+#include "src/runtime/stop_signal.h"
+
+#include <signal.h>
+
+#include <atomic>
+
+namespace redwood::runtime {
+
+namespace {
+
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+extern "C" void on_stop_signal(int sig) {
+  g_signal.store(sig);
+}
+
+}  // namespace
+
+void install_stop_signals() {
+  // The first SIGINT/SIGTERM finishes cleanly (the line in flight is
+  // abandoned, everything written stays); a second one kills at once.
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int stop_signal() {
+  return g_signal.load();
+}
+
+}  // namespace redwood::runtime

@@ -1,0 +1,11 @@
+// SIGINT/SIGTERM for long runs (generate, batch, bench run): the first signal
+// asks the run to stop (polled through stop_signal, e.g. as a generation's
+// cancelled()), a second one kills at once.
+#pragma once
+
+namespace redwood::runtime {
+
+void install_stop_signals();
+int stop_signal();  // 0 while none arrived, else the signal number
+
+}  // namespace redwood::runtime
