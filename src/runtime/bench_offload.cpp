@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "offload/layer_layout.h"
-#include "offload/size.h"
+#include "src/util/size.h"
 #include "offload/storage_reader.h"
 #include "offload/streamer.h"
 #include "src/util/error.h"

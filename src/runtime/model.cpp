@@ -11,7 +11,7 @@
 #include <fstream>
 #include <random>
 
-#include "offload/size.h"
+#include "src/util/size.h"
 #include "src/util/error.h"
 #include "src/util/output_path.h"
 

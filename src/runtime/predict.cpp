@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "offload/size.h"
+#include "src/util/size.h"
 #include "src/planner/hardware.h"
 #include "src/planner/model_config.h"
 #include "src/spec/sequoia_dp.h"
