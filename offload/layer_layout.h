@@ -28,12 +28,20 @@ struct LayerLayout {
   std::array<uint64_t, 7> tensor_offset{};
   uint64_t slot_bytes = 0;     // total (multiple of kIoAlign)
   uint64_t payload_bytes = 0;  // sum of the seven tensors' bytes
+  // A packed layer (TensorExtent::packed): the reads land in a staging buffer
+  // of staging_bytes, where tensor i's stream starts at stored_offset[i], and
+  // the streamer decodes each into the slot at tensor_offset[i].
+  std::array<uint64_t, 7> stored_offset{};
+  uint64_t staging_bytes = 0;
+  bool packed() const { return staging_bytes != 0; }
+  uint64_t read_bytes() const;  // what a pass reads from storage for the layer
 };
 
 // The seven matrices of a layer in LayerDesc order (no norms).
 std::array<const TensorExtent*, 7> layer_matrices(const LayerDesc& L);
 
-// Extents in the same file whose gap is at most max_gap are merged into one read.
+// Extents in the same file whose gap is at most max_gap are merged into one
+// read (a packed layer's: their stored streams).
 LayerLayout layout_layer(const LayerDesc& L, uint64_t max_gap = 1u << 20);
 
 }  // namespace redwood::offload

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "src/model/packed.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
@@ -54,7 +55,7 @@ uint64_t hash_matrices(const LayerDesc& L, Ptr&& ptr) {
 }  // namespace
 
 StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, const StreamOptions& opts)
-    : layers_(m.layers), opts_(opts) {
+    : layers_(m.layers), files_(m.files), opts_(opts) {
   const int n = static_cast<int>(m.layers.size());
   if (static_cast<int>(plan.layer_tier.size()) != n) throw Error("memory plan does not match the model's layers");
   resident_ = std::make_unique<ResidentWeights>(m, [&plan](int i) { return plan.layer_tier[i] == Tier::kDevice; });
@@ -94,17 +95,26 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
   const bool storage_reads =
       std::any_of(stream_.begin(), stream_.end(), [&](int l) { return plan.layer_tier[l] == Tier::kStorage; });
   link_->init(k, slot_bytes, storage_reads);
+  uint64_t staging_bytes = 0;
+  for (int l : stream_) staging_bytes = std::max(staging_bytes, layout_[l].staging_bytes);
+  if (staging_bytes > 0) {  // a packed model: its reads land in staging buffers
+    for (int i = 0; i < k; ++i) staging_.emplace_back(staging_bytes, kIoAlign);
+    stages_.resize(k);
+  }
   if (storage_reads) {  // storage reads land in these: register them with io_uring
     std::vector<std::pair<void*, size_t>> regs;
-    for (int i = 0; i < k; ++i) regs.emplace_back(link_->landing(i), slot_bytes);
+    for (int i = 0; i < k; ++i)
+      regs.emplace_back(staging_.empty() ? link_->landing(i) : staging_[i].data(),
+                        staging_.empty() ? slot_bytes : staging_bytes);
     reader_->register_buffers(regs);
   }
 
   for (int l : stream_) {
     if (plan.layer_tier[l] != Tier::kHost) continue;
-    host_copy_[l] = link_->alloc_host(layout_[l].slot_bytes);
-    const auto reqs = requests(layout_[l], host_copy_[l]);
-    reader_->read(reqs);
+    // The host keeps the slot image, or a packed layer's stored streams (its
+    // staging image: fewer bytes held, decoded into the slot every pass).
+    host_copy_[l] = link_->alloc_host(layout_[l].packed() ? layout_[l].staging_bytes : layout_[l].slot_bytes);
+    reader_->read(requests(layout_[l], host_copy_[l]));
   }
 
   if (opts.verify_io) {
@@ -120,7 +130,7 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
           const TensorExtent& t = *mats[i];
           if (fds.at(t.file) < 0) throw Error(m.files[t.file] + ": cannot open for --verify-io");
           bytes[i].resize(t.bytes);
-          read_exact(fds[t.file], m.files[t.file], bytes[i].data(), t.bytes, t.offset);
+          read_tensor(fds[t.file], m.files[t.file], t, bytes[i].data());  // decoded, if packed
         }
         reference_sum_[l] = hash_matrices(m.layers[l], [&](size_t i) { return bytes[i].data(); });
       }
@@ -132,10 +142,21 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
   }
-  io_thread_ = std::thread([this] {
-    raise_io_priority();
-    io_loop();
-  });
+  if (staging_.empty()) {
+    io_thread_ = std::thread([this] {
+      raise_io_priority();
+      io_loop();
+    });
+  } else {
+    io_thread_ = std::thread([this] {
+      raise_io_priority();
+      read_loop();
+    });
+    // At the compute threads' priority: raised like the I/O thread, it took
+    // cores from them in passes that are not I/O-bound (perf-log 2026-11-26,
+    // "Packed models").
+    decode_thread_ = std::thread([this] { decode_loop(); });
+  }
 }
 
 // The I/O thread only submits reads and waits for them; when it is ready to
@@ -168,6 +189,7 @@ StreamedWeights::~StreamedWeights() {
   }
   cv_.notify_all();
   if (io_thread_.joinable()) io_thread_.join();
+  if (decode_thread_.joinable()) decode_thread_.join();
 }
 
 const char* StreamedWeights::reader_kind() const {
@@ -234,6 +256,101 @@ void StreamedWeights::io_loop() {
   }
 }
 
+void StreamedWeights::decode_layer(int layer, const uint8_t* staging, uint8_t* slot) const {
+  const LayerLayout& lay = layout_[layer];
+  const auto mats = layer_matrices(layers_[layer]);
+  for (size_t i = 0; i < mats.size(); ++i)
+    decode_tensor(*mats[i], staging + lay.stored_offset[i], slot + lay.tensor_offset[i], files_.at(mats[i]->file),
+                  /*parallel=*/false);
+}
+
+// Packed models, I/O thread: reads stream element seq's packed streams into
+// stage seq % K once the decode thread has emptied it.
+void StreamedWeights::read_loop() {
+  const size_t k = stages_.size();
+  std::unique_lock lock(mu_);
+  for (;;) {
+    Stage& st = stages_[next_read_ % k];
+    cv_.wait(lock, [&] { return stop_ || !st.full; });
+    if (stop_) return;
+    const uint64_t seq = next_read_++;
+    lock.unlock();
+    uint64_t bytes = 0;
+    double secs = 0;
+    try {
+      const int layer = stream_[seq % stream_.size()];
+      if (!host_copy_[layer]) {  // a host-staged layer's streams are in memory
+        const auto t0 = Clock::now();
+        reader_->read(requests(layout_[layer], staging_[seq % k].data()));
+        const auto t1 = Clock::now();
+        bytes = read_bytes(layout_[layer]);
+        secs = seconds(t0, t1);
+        if (opts_.trace) opts_.trace->add(Trace::kIo, "read layer " + std::to_string(layer), t0, t1, bytes);
+      }
+    } catch (...) {
+      lock.lock();
+      io_error_ = std::current_exception();
+      cv_.notify_all();
+      return;
+    }
+    lock.lock();
+    st.full = true;
+    st.seq = seq;
+    st.bytes = bytes;
+    st.seconds = secs;
+    cv_.notify_all();
+  }
+}
+
+// Packed models, decode thread: fills slot seq % K from stage seq % K.
+void StreamedWeights::decode_loop() {
+  const size_t k = slots_.size();
+  std::unique_lock lock(mu_);
+  for (;;) {
+    Slot& s = slots_[next_load_ % k];
+    cv_.wait(lock, [&] { return stop_ || s.state == SlotState::kFree; });
+    if (stop_) return;
+    const uint64_t seq = next_load_++;
+    s.state = SlotState::kLoading;
+    s.seq = seq;
+    Stage& st = stages_[seq % k];
+    cv_.wait(lock, [&] { return stop_ || io_error_ || (st.full && st.seq == seq); });
+    if (stop_ || !(st.full && st.seq == seq)) return;  // a read failed: the pass rethrows it
+    lock.unlock();
+    try {
+      const int layer = stream_[seq % stream_.size()];
+      const LayerLayout& lay = layout_[layer];
+      const int slot = static_cast<int>(seq % k);
+      link_->wait_released(slot);
+      const auto t0 = Clock::now();
+      // Decoded from the host copy of the streams (host tier) or from the stage.
+      const uint8_t* packed = host_copy_[layer] ? host_copy_[layer] : staging_[slot].data();
+      uint8_t* dst = link_->landing(slot);
+      if (!lay.packed()) throw Error("offload: layer " + std::to_string(layer) + " of a packed model is not packed");
+      decode_layer(layer, packed, dst);
+      if (opts_.verify_io && checksum(layer, dst) != reference_sum_[layer])
+        throw Error("--verify-io: layer " + std::to_string(layer) +
+                    " streamed bytes differ from the first read (storage, decode or transfer corruption)");
+      link_->upload(slot, dst, lay.slot_bytes);
+      const auto t1 = Clock::now();
+      s.storage = st.bytes;
+      s.host = host_copy_[layer] ? lay.staging_bytes : 0;
+      s.seconds = st.seconds;
+      s.decode_seconds = seconds(t0, t1);
+      if (opts_.trace) opts_.trace->add(Trace::kIo, "decode layer " + std::to_string(layer), t0, t1, lay.payload_bytes);
+    } catch (...) {
+      lock.lock();
+      io_error_ = std::current_exception();
+      cv_.notify_all();
+      return;
+    }
+    lock.lock();
+    st.full = false;
+    s.state = SlotState::kReady;
+    cv_.notify_all();
+  }
+}
+
 void StreamedWeights::rethrow_io_error() {
   if (io_error_) std::rethrow_exception(io_error_);
 }
@@ -291,6 +408,7 @@ const LayerWeights& StreamedWeights::acquire(int layer) {
   cur_.storage_bytes += s.storage;
   cur_.host_bytes += s.host;
   cur_.io_seconds += s.seconds;
+  cur_.decode_seconds += s.decode_seconds;
   const LayerWeights& r = resident_layer(layer);  // norms
   const LayerLayout& lay = layout_[layer];
   const auto mats = layer_matrices(layers_[layer]);
@@ -333,6 +451,7 @@ void StreamedWeights::end_pass() {
   total_.storage_bytes += cur_.storage_bytes;
   total_.host_bytes += cur_.host_bytes;
   total_.io_seconds += cur_.io_seconds;
+  total_.decode_seconds += cur_.decode_seconds;
   total_.stall_seconds += cur_.stall_seconds;
   total_.compute_seconds += cur_.compute_seconds;
   total_.wall_seconds += cur_.wall_seconds;

@@ -11,6 +11,11 @@
 // never copied. The pass waits (no busy-waiting) only when a slot is not ready:
 // that wait is the stall time.
 //
+// A packed model's layers (src/model/packed.h) take one more stage: the I/O
+// thread reads a layer's packed streams into a staging buffer (one per slot)
+// and a decode thread expands them into the slot, so decoding overlaps the
+// next reads and the compute of earlier layers.
+//
 // CPU backend: "device" is RAM, so storage reads land directly in the slot;
 // host-staged layers are copied host -> slot (memcpy), the same path the CUDA
 // backend takes with cudaMemcpyAsync on a copy stream.
@@ -49,6 +54,7 @@ struct PassIo {
   uint64_t storage_bytes = 0;  // read from storage for this pass's layers
   uint64_t host_bytes = 0;     // copied host -> device for this pass's layers
   double io_seconds = 0;       // time the I/O thread spent loading this pass's layers
+  double decode_seconds = 0;   // time the decode thread spent on them (packed models)
   double stall_seconds = 0;    // the pass waiting for a slot to be ready
   double compute_seconds = 0;  // wall - stall
   double wall_seconds = 0;     // begin_pass .. end_pass
@@ -83,9 +89,19 @@ class StreamedWeights final : public WeightSource {
     uint64_t seq = 0;                // stream element held
     uint64_t storage = 0, host = 0;  // bytes it took to fill
     double seconds = 0;              // and how long
+    double decode_seconds = 0;       // of which decoding, on the decode thread (packed)
+  };
+  struct Stage {  // packed models: a layer's packed streams, read, not yet decoded
+    bool full = false;
+    uint64_t seq = 0;
+    uint64_t bytes = 0;
+    double seconds = 0;
   };
 
   void io_loop();
+  void read_loop();    // packed: the I/O thread
+  void decode_loop();  // packed: the decode thread
+  void decode_layer(int layer, const uint8_t* staging, uint8_t* slot) const;
   static void raise_io_priority();
   void load(uint64_t seq, Slot& s, int k);
   uint64_t checksum(int layer, const uint8_t* slot) const;
@@ -94,6 +110,7 @@ class StreamedWeights final : public WeightSource {
   void rethrow_io_error();
 
   std::vector<LayerDesc> layers_;  // copies: the streamer outlives no one's ModelDesc
+  std::vector<std::string> files_;
   StreamOptions opts_;
   std::unique_ptr<ResidentWeights> resident_;  // globals, norms, device-resident layers (host memory)
   std::unique_ptr<BackendCopies> dev_;         // the same in backend memory (then resident_ is freed)
@@ -106,6 +123,9 @@ class StreamedWeights final : public WeightSource {
   std::vector<uint8_t*> host_copy_;  // per layer: slot image of host-staged layers (link-owned)
   std::shared_ptr<SlotLink> link_;
   std::vector<uint64_t> reference_sum_;  // verify_io: per layer
+  std::vector<AlignedBuffer> staging_;   // packed: per slot
+  std::vector<Stage> stages_;            // packed: per slot
+  uint64_t next_read_ = 0;               // packed: the I/O thread's next stream element
   std::vector<LayerWeights> bound_;      // per slot: views into it
   std::unique_ptr<StorageReader> reader_;
 
@@ -117,6 +137,7 @@ class StreamedWeights final : public WeightSource {
   bool stop_ = false;
   std::exception_ptr io_error_;
   std::thread io_thread_;
+  std::thread decode_thread_;
 
   Trace::Clock::time_point pass_start_{}, layer_start_{};
   PassIo cur_, last_, total_;

@@ -14,6 +14,7 @@
 #include "src/engine/weights.h"
 #include "src/model/gguf_writer.h"
 #include "src/model/model_desc.h"
+#include "src/model/packed.h"
 #include "src/spec/speculate.h"
 #include "src/util/error.h"
 #include "tests/util/test_model.h"
@@ -153,6 +154,37 @@ TEST_F(Spec, GreedyIdentityWithTheTargetStreamedUnderABudget) {
   for (size_t p = 0; p < kPrompts.size(); ++p)
     EXPECT_EQ(speculative(kPrompts[p], n, tree, &streamed), greedy_reference(kPrompts[p], n)) << "prompt " << p;
   EXPECT_GT(w.totals().storage_bytes, 0u);
+}
+
+// A packed target (redwood pack; its matrices are Q4_1/Q8_0 chunks stored raw,
+// its norms F32 chunks coded): speculative greedy output equals the unpacked
+// model's plain greedy output, resident and streamed through the decode stage.
+TEST_F(Spec, GreedyIdentityWithAPackedTarget) {
+  const std::string packed = ::testing::TempDir() + "smollm2_" + std::to_string(getpid()) + ".rwpk";
+  pack_model(REDWOOD_TEST_MODEL, packed);
+  {
+    Model p(packed);
+    ASSERT_EQ(p.desc.format, ModelFormat::kPacked);
+    const int n = 48;
+    const auto tree = spec::make_tree_shape("sequoia", 8, 4, "");
+    for (size_t i : {0, 2})
+      EXPECT_EQ(speculative(kPrompts[i], n, tree, p.tf.get()), greedy_reference(kPrompts[i], n)) << "prompt " << i;
+    offload::RunShape shape;
+    shape.ctx = 256;
+    shape.max_tokens = 32;
+    offload::Budgets b;
+    b.device = 1ull << 40;
+    const auto& L = p.desc.layers;
+    b.device = offload::plan_memory(p.desc, &draft_->desc, b, shape).device_min + L.size() / 3 * L[0].bytes();
+    const offload::MemoryPlan plan = offload::plan_memory(p.desc, &draft_->desc, b, shape);
+    ASSERT_GT(plan.count(offload::Tier::kStorage), 0);
+    offload::StreamedWeights w(p.desc, plan);
+    Transformer streamed(p.desc, w, *p.be);
+    for (size_t i : {1, 3})
+      EXPECT_EQ(speculative(kPrompts[i], n, tree, &streamed), greedy_reference(kPrompts[i], n)) << "prompt " << i;
+    EXPECT_GT(w.totals().storage_bytes, 0u);
+  }
+  std::remove(packed.c_str());
 }
 
 TEST_F(Spec, GreedyIdentityDynamicTrees) {

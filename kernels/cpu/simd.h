@@ -18,7 +18,8 @@
 // runs only where the CPU has AVX-512. Their code lies between
 // REDWOOD_TARGET_AVX512_BEGIN (or _VNNI_BEGIN) and REDWOOD_TARGET_END, after
 // every #include: the functions defined there are compiled for AVX-512
-// (F, BW, DQ, VL, CD; the VNNI form adds VNNI and VBMI), while inline functions
+// (F, BW, DQ, VL, CD; the VNNI form adds VNNI and VBMI; the VBMI2 form, for
+// the packed-weight decoder wpack_avx512.cpp, VBMI and VBMI2), while inline functions
 // and templates from headers (the standard library, oneTBB, this file) keep the
 // build's baseline, so no AVX-512 code can end up in a copy that other files
 // share. (Per-file -mavx512f would compile those copies for AVX-512 too, and
@@ -30,6 +31,8 @@
   _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512cd\"))), apply_to = function)")
 #define REDWOOD_TARGET_AVX512_VNNI_BEGIN \
   _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512cd,avx512vnni,avx512vbmi\"))), apply_to = function)")
+#define REDWOOD_TARGET_AVX512_VBMI2_BEGIN \
+  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512cd,avx512vbmi,avx512vbmi2\"))), apply_to = function)")
 #define REDWOOD_TARGET_END _Pragma("clang attribute pop")
 #else
 #define REDWOOD_TARGET_AVX512_BEGIN \
@@ -37,6 +40,9 @@
 #define REDWOOD_TARGET_AVX512_VNNI_BEGIN \
   _Pragma("GCC push_options")            \
       _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512cd,avx512vnni,avx512vbmi\")")
+#define REDWOOD_TARGET_AVX512_VBMI2_BEGIN \
+  _Pragma("GCC push_options")             \
+      _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512cd,avx512vbmi,avx512vbmi2\")")
 #define REDWOOD_TARGET_END _Pragma("GCC pop_options")
 #endif
 #endif

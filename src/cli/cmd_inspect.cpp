@@ -35,7 +35,9 @@ int run_info(const std::string& path, bool json) {
   const uint64_t max_layer = j["max_layer_bytes"].get<uint64_t>();
   std::printf("%s\n", m.path.c_str());
   std::printf("  name          %s\n", m.name.c_str());
-  std::printf("  format        %s, architecture llama\n", m.format == ModelFormat::kGguf ? "GGUF" : "safetensors");
+  std::printf("  format        %s, architecture llama\n", m.format == ModelFormat::kGguf     ? "GGUF"
+                                                    : m.format == ModelFormat::kPacked ? "packed (redwood pack)"
+                                                                                       : "safetensors");
   std::printf("  layers        %d\n  dim           %d\n  heads         %d (kv %d, head dim %d)\n", hp.n_layers, hp.dim,
               hp.n_heads, hp.n_kv_heads, hp.head_dim);
   std::printf("  ffn           %d\n  vocab         %d\n  context       %d\n", hp.ffn_dim, hp.vocab, hp.ctx_len);

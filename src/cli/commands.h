@@ -12,6 +12,7 @@ Runner add_tokenize(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_make_draft(CLI::App& app);
 Runner add_quantize(CLI::App& app);
+Runner add_pack(CLI::App& app);
 Runner add_plan_memory(CLI::App& app);
 Runner add_plan(CLI::App& app);
 Runner add_bench(CLI::App& app);

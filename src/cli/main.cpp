@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_logits(app), "logits");
   reg(redwood::cli::add_make_draft(app), "make-draft");
   reg(redwood::cli::add_quantize(app), "quantize");
+  reg(redwood::cli::add_pack(app), "pack");
   reg(redwood::cli::add_plan_memory(app), "plan-memory");
   reg(redwood::cli::add_plan(app), "plan");
   reg(redwood::cli::add_bench(app), "bench");

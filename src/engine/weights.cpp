@@ -11,6 +11,7 @@
 #include <new>
 
 #include "kernels/common/math.h"
+#include "src/model/packed.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
@@ -94,7 +95,7 @@ ResidentWeights::ResidentWeights(const ModelDesc& m, const std::function<bool(in
     std::vector<const uint8_t*> ptrs;
     uint64_t off = 0;
     for (const auto* t : ts) {
-      read_exact(files.fds.at(t->file), m.files[t->file], buf.data() + off, t->bytes, t->offset);
+      read_tensor(files.fds.at(t->file), m.files[t->file], *t, buf.data() + off);
       ptrs.push_back(buf.data() + off);
       off += resident_tensor_bytes(t->bytes);
     }
@@ -205,12 +206,12 @@ DeviceWeights::DeviceWeights(const ModelDesc& m, Backend& be) : copies_(be, stat
   std::vector<float> normv;
   auto upload_view = [&](const TensorExtent& t) {
     if (tmp.size() < t.bytes) tmp = AlignedBuffer(t.bytes);
-    read_exact(files.fds.at(t.file), m.files[t.file], tmp.data(), t.bytes, t.offset);
+    read_tensor(files.fds.at(t.file), m.files[t.file], t, tmp.data());
     return copies_.matrix(WeightView{t.type, t.rows, t.cols, tmp.data()});
   };
   auto upload_norm = [&](const TensorExtent& t) {
     if (tmp.size() < t.bytes) tmp = AlignedBuffer(t.bytes);
-    read_exact(files.fds.at(t.file), m.files[t.file], tmp.data(), t.bytes, t.offset);
+    read_tensor(files.fds.at(t.file), m.files[t.file], t, tmp.data());
     normv.resize(static_cast<size_t>(t.cols));
     norm_to_f32(t.type, tmp.data(), t.cols, normv.data());
     return copies_.norm(normv.data());

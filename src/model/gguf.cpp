@@ -26,7 +26,9 @@ constexpr uint64_t kMaxMetadataBytes = 512ull << 20;
 // Buffered, bounds-checked sequential reader over a file descriptor.
 class Reader {
  public:
-  Reader(int fd, uint64_t size, const std::string& path) : fd_(fd), size_(size), path_(path) {}
+  // Reads [base, base + size) of the file as if it were the whole file.
+  Reader(int fd, uint64_t size, const std::string& path, uint64_t base = 0)
+      : fd_(fd), size_(size), base_(base), path_(path) {}
 
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
@@ -77,13 +79,14 @@ class Reader {
   void refill() {
     if (buf_.empty()) buf_.resize(std::min<uint64_t>(1 << 20, size_));  // small files: a small buffer
     const uint64_t want = std::min<uint64_t>(buf_.size(), size_ - pos_);
-    read_exact(fd_, path_, buf_.data(), want, pos_);
+    read_exact(fd_, path_, buf_.data(), want, base_ + pos_);
     buf_len_ = want;
     buf_pos_ = 0;
   }
 
   int fd_;
   uint64_t size_;
+  uint64_t base_;
   const std::string& path_;
   uint64_t pos_ = 0;
   std::vector<char> buf_;
@@ -168,7 +171,13 @@ bool GgufValue::is_int() const {
   }
 }
 
-GgufFile GgufFile::open(const std::string& path) {
+GgufFile GgufFile::open(const std::string& path) { return parse(path, 0, 0, false); }
+
+GgufFile GgufFile::open_header(const std::string& path, uint64_t base, uint64_t size) {
+  return parse(path, base, size, true);
+}
+
+GgufFile GgufFile::parse(const std::string& path, uint64_t base, uint64_t size, bool header_only) {
   GgufFile g;
   g.path_ = path;
   Fd fd;
@@ -180,10 +189,18 @@ GgufFile GgufFile::open(const std::string& path) {
   if (!S_ISREG(st.st_mode))
     throw Error(path + ": not a regular file (" + file_kind(st.st_mode) + "; a model must be a regular file)");
   g.file_size_ = static_cast<uint64_t>(st.st_size);
-  Reader r(fd.fd, g.file_size_, path);
+  if (header_only) {
+    if (base > g.file_size_ || size > g.file_size_ - base)
+      throw Error(path + ": embedded GGUF header (" + std::to_string(size) + " bytes at " + std::to_string(base) +
+                  ") extends past the end of the file");
+    g.file_size_ = size;  // the region is the "file" below; its data section is elsewhere
+  }
+  Reader r(fd.fd, g.file_size_, path, base);
 
   char magic[4];
   r.read(magic, 4, "magic");
+  if (memcmp(magic, "RWPA", 4) == 0)
+    throw Error(path + ": is a packed model (redwood pack); this command needs the GGUF it was packed from");
   if (memcmp(magic, "GGUF", 4) != 0) r.fail("not a GGUF file (bad magic)");
   g.version_ = r.get<uint32_t>("version");
   if (g.version_ != 2 && g.version_ != 3)
@@ -252,11 +269,13 @@ GgufFile GgufFile::open(const std::string& path) {
 
   const uint64_t a = g.alignment_;
   g.data_offset_ = (r.pos() + a - 1) / a * a;
-  if (g.data_offset_ > g.file_size_ && n_tensors > 0) r.fail("truncated file: no tensor data section");
+  if (g.data_offset_ > g.file_size_ && n_tensors > 0 && !header_only)
+    r.fail("truncated file: no tensor data section");
   for (auto& ti : g.tensors_) {
     if (ti.offset % a != 0)
       throw Error(path + ": tensor '" + ti.name + "' offset " + std::to_string(ti.offset) + " is not aligned to " +
                   std::to_string(a));
+    if (header_only) continue;  // the caller places the data
     if (ti.offset > g.file_size_ || ti.bytes > g.file_size_ - g.data_offset_ ||
         ti.offset > g.file_size_ - g.data_offset_ - ti.bytes)
       throw Error(path + ": tensor '" + ti.name + "' data (offset " + std::to_string(ti.offset) + ", " +

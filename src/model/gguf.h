@@ -54,6 +54,11 @@ class GgufFile {
  public:
   // Parses and validates; throws redwood::Error naming the file and the problem.
   static GgufFile open(const std::string& path);
+  // Parses a GGUF header (magic through tensor infos) stored at [base, base +
+  // size) of `path`, whose tensor data lies elsewhere (a packed model,
+  // src/model/packed.h): tensor offsets stay relative to the data section
+  // (tensors()[i].offset is unchecked and meaningless to the caller).
+  static GgufFile open_header(const std::string& path, uint64_t base, uint64_t size);
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
@@ -77,6 +82,7 @@ class GgufFile {
   std::vector<int64_t> get_int_array(const std::string& key) const;
 
  private:
+  static GgufFile parse(const std::string& path, uint64_t base, uint64_t size, bool header_only);
   std::string path_;
   uint32_t version_ = 0;
   uint64_t file_size_ = 0;

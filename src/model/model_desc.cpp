@@ -8,6 +8,7 @@
 
 #include "kernels/common/math.h"
 #include "src/model/gguf.h"
+#include "src/model/packed.h"
 #include "src/model/safetensors.h"
 #include "src/model/tokenizer_spec.h"
 #include "src/util/error.h"
@@ -82,7 +83,8 @@ int positive_int(const GgufFile& f, const std::string& key, std::optional<uint64
 // (tensor rope_freqs.weight, F32, head_dim / 2 values) times the linear factor
 // (rope.scaling.factor or the older rope.scale_linear, unless
 // rope.scaling.type is "none"). Empty when neither is present.
-std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, int head_dim) {
+std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, int head_dim,
+                                     const GgufTensorReader& read) {
   const size_t half = static_cast<size_t>(head_dim / 2);
   std::vector<float> out;
   if (const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
@@ -91,10 +93,14 @@ std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, in
                   " values (head dim / 2), not " + std::string(dtype_name(t->type)) + " with " +
                   std::to_string(t->n_elements()));
     out.resize(half);
-    std::ifstream in(f.path(), std::ios::binary);
+    if (read) {
+      read("rope_freqs.weight", out.data(), half * sizeof(float));
+    } else {
+      std::ifstream in(f.path(), std::ios::binary);
     in.seekg(static_cast<std::streamoff>(t->offset));
     in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(half * sizeof(float)));
-    if (!in) throw Error(f.path() + ": cannot read tensor 'rope_freqs.weight'");
+      if (!in) throw Error(f.path() + ": cannot read tensor 'rope_freqs.weight'");
+    }
   }  // the values are bounded by validate_model_desc, whatever their source
   // As llama.cpp reads them: the factor from rope.scaling.factor, else the
   // older rope.scale_linear; 0 or absent means none; the type defaults to
@@ -114,8 +120,9 @@ std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, in
   return out;
 }
 
-ModelDesc load_gguf_desc(const std::string& path) {
-  GgufFile f = GgufFile::open(path);
+}  // namespace
+
+ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const GgufTensorReader& read) {
   ModelDesc m;
   m.path = path;
   m.format = ModelFormat::kGguf;
@@ -144,7 +151,7 @@ ModelDesc load_gguf_desc(const std::string& path) {
   if (hp.n_heads % hp.n_kv_heads != 0) throw Error(path + ": head_count is not a multiple of head_count_kv");
   if (hp.head_dim % 2 != 0) throw Error(path + ": head dimension must be even");
   hp.rope_mode = RopeMode::kInterleaved;
-  hp.rope_freq_factors = gguf_rope_factors(f, p, hp.head_dim);
+  hp.rope_freq_factors = gguf_rope_factors(f, p, hp.head_dim, read);
 
   m.tok_embd = extent_from_gguf(f, "token_embd.weight");
   hp.vocab = static_cast<int>(m.tok_embd.rows);
@@ -177,6 +184,8 @@ ModelDesc load_gguf_desc(const std::string& path) {
   validate_model_desc(m);
   return m;
 }
+
+namespace {
 
 bool is_dir(const std::string& p) {
   struct stat st {};
@@ -223,9 +232,10 @@ ModelDesc load_model_desc(const std::string& path) {
   if (!in) throw Error(path + ": cannot open: " + strerror(errno));
   char magic[4] = {};
   in.read(magic, 4);
-  if (in.gcount() == 4 && memcmp(magic, "GGUF", 4) == 0) return load_gguf_desc(path);
+  if (in.gcount() == 4 && memcmp(magic, "GGUF", 4) == 0) return model_desc_from_gguf(GgufFile::open(path), path);
+  if (in.gcount() == 4 && memcmp(magic, kPackMagic, 4) == 0) return load_packed_desc(path);
   if (path.size() > 12 && path.ends_with(".safetensors")) return load_safetensors_desc(path);
-  throw Error(path + ": not a GGUF file (bad magic) and not a safetensors directory");
+  throw Error(path + ": not a GGUF file (bad magic), not a packed model (redwood pack) and not a safetensors directory");
 }
 
 }  // namespace redwood

@@ -4,6 +4,7 @@
 // resident) and the offload streamer both read weights by these extents.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ struct TensorExtent {
   DType type = DType::F32;
   int64_t rows = 1;
   int64_t cols = 0;
+  // A packed model's tensor (redwood pack, src/model/packed.h): the
+  // `stored_bytes` at `offset` are a coded stream that decodes to the `bytes`
+  // above. Read tensors through read_tensor() there, which decodes.
+  bool packed = false;
+  uint64_t stored_bytes = 0;
+  uint64_t stored() const { return packed ? stored_bytes : bytes; }
 };
 
 struct LayerDesc {
@@ -54,7 +61,7 @@ struct LayerDesc {
   std::vector<const TensorExtent*> tensors() const;
 };
 
-enum class ModelFormat { kGguf, kSafetensors };
+enum class ModelFormat { kGguf, kSafetensors, kPacked };
 
 struct ModelDesc {
   std::string path;  // what the user named (file or directory)
@@ -74,6 +81,14 @@ struct ModelDesc {
 // .safetensors file beside config.json). Throws redwood::Error on any problem:
 // unknown architecture, missing or mis-shaped tensors, inconsistent hyperparameters.
 ModelDesc load_model_desc(const std::string& path);
+
+class GgufFile;
+// Delivers a small tensor's bytes (rope_freqs.weight) for a GGUF header whose
+// data is not where its offsets say (a packed model).
+using GgufTensorReader = std::function<void(const std::string& name, void* dst, uint64_t bytes)>;
+// The description of the model a parsed GGUF header holds (load_model_desc's
+// GGUF branch; a packed model's loader with its own reader).
+ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const GgufTensorReader& read = {});
 
 // Checks shapes/types against the hyperparameters (used by both loaders).
 void validate_model_desc(const ModelDesc& m);

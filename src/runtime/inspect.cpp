@@ -28,7 +28,7 @@ nlohmann::json model_info(const ModelDesc& m) {
   const auto& hp = m.hp;
   nlohmann::json j;
   j["path"] = m.path;
-  j["format"] = m.format == ModelFormat::kGguf ? "gguf" : "safetensors";
+  j["format"] = m.format == ModelFormat::kGguf ? "gguf" : m.format == ModelFormat::kPacked ? "packed" : "safetensors";
   j["name"] = m.name;
   j["architecture"] = "llama";
   j["layers"] = hp.n_layers;
