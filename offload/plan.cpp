@@ -132,7 +132,7 @@ Config configure(const LayerCosts& c, uint64_t fixed, int r, int k) {
     if (cfg.is_resident[i])
       cfg.resident_bytes += c.resident[i];
     else
-      cfg.slot_bytes = std::max(cfg.slot_bytes, c.layout[i].slot_bytes);
+      cfg.slot_bytes = std::max(cfg.slot_bytes, c.layout[i].slot_bytes + c.layout[i].staging_bytes);
   }
   cfg.slots = std::min(k, n - r);
   cfg.device = fixed + cfg.resident_bytes + static_cast<uint64_t>(cfg.slots) * cfg.slot_bytes;
@@ -249,7 +249,8 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   // The host keeps a layer as its slot image (aligned, as read); a pass copies that image.
   uint64_t nonresident_image = 0;
   for (int i = 0; i < n; ++i)
-    if (!chosen->is_resident[i]) nonresident_image += costs.layout[i].slot_bytes;
+    if (!chosen->is_resident[i])
+      nonresident_image += costs.layout[i].packed() ? costs.layout[i].staging_bytes : costs.layout[i].slot_bytes;
   uint64_t host_left = budgets.host, staging = 0;
   if (budgets.backend == BackendKind::kCuda && p.ring_slots > 0 && budgets.host < nonresident_image) {
     staging = static_cast<uint64_t>(p.ring_slots) * p.slot_bytes;
@@ -265,21 +266,33 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
     if (chosen->is_resident[i]) {
       p.layer_tier.push_back(Tier::kDevice);
       p.layer_bytes.push_back(costs.resident[i]);
+      p.layer_transfer_bytes.push_back(0);
+      p.layer_decode_bytes.push_back(0);
       continue;
     }
     const LayerLayout& lay = costs.layout[i];
-    p.layer_bytes.push_back(lay.slot_bytes);
-    if (lay.slot_bytes <= host_left) {
-      host_left -= lay.slot_bytes;
+    // The host keeps the slot image, or a packed layer's stored streams (decoded
+    // into the slot every pass).
+    const uint64_t host_image = lay.packed() ? lay.staging_bytes : lay.slot_bytes;
+    if (host_image <= host_left) {
+      host_left -= host_image;
       p.layer_tier.push_back(Tier::kHost);
-      p.host_bytes_per_pass += lay.slot_bytes;  // one contiguous copy of the slot image
+      p.layer_bytes.push_back(host_image);
+      p.host_bytes_per_pass += host_image;  // one contiguous copy of the image
+      p.layer_transfer_bytes.push_back(host_image);
+      p.layer_decode_bytes.push_back(lay.packed() ? lay.payload_bytes : 0);
     } else {
+      p.layer_bytes.push_back(lay.slot_bytes);
       p.layer_tier.push_back(Tier::kStorage);
-      p.storage_bytes_per_pass += lay.slot_bytes;
+      p.storage_bytes_per_pass += lay.read_bytes();  // a packed layer's stored streams
+      p.layer_transfer_bytes.push_back(lay.read_bytes());
+      p.layer_decode_bytes.push_back(lay.packed() ? lay.payload_bytes : 0);
     }
   }
+  const bool packed = std::any_of(costs.layout.begin(), costs.layout.end(), [](auto& l) { return l.packed(); });
   if (p.ring_slots > 0)
-    p.items.push_back({"ring: " + std::to_string(p.ring_slots) + " slots of " + format_size(p.slot_bytes),
+    p.items.push_back({"ring: " + std::to_string(p.ring_slots) + " slots of " + format_size(p.slot_bytes) +
+                           (packed ? " (decoded layer + its packed staging)" : ""),
                        Tier::kDevice, static_cast<uint64_t>(p.ring_slots) * p.slot_bytes});
   if (staging > 0)
     p.items.push_back({"pinned staging: " + std::to_string(p.ring_slots) + " slots of " + format_size(p.slot_bytes),

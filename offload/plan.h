@@ -77,6 +77,11 @@ struct MemoryPlan {
   // Per layer: device-resident matrices (64-byte aligned pieces), or the layer's slot
   // image held in host memory / read from storage each pass.
   std::vector<uint64_t> layer_bytes;
+  // Per layer: bytes a pass moves for it (a storage layer's reads, which for a
+  // packed layer are its stored streams; a host layer's slot image; 0 when
+  // resident), and the bytes a packed storage layer decodes into its slot.
+  std::vector<uint64_t> layer_transfer_bytes;
+  std::vector<uint64_t> layer_decode_bytes;
   uint64_t fixed_bytes = 0;      // device costs besides target layers and ring slots
   int requested_ring_slots = 0;  // Budgets::ring_slots
   std::string model, draft;      // names for the table/JSON (draft empty: none)

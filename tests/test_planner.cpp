@@ -98,7 +98,7 @@ TEST(Hardware, RejectsMalformedInput) {
       {with("colour = 3\n"),
        "hw.toml:8: unknown key 'colour' (known in the top level: name, source, kind, device_memory, "
        "device_reserved, host_memory, device_bandwidth, link_bandwidth, storage_bandwidth, tflops, "
-       "bandwidth_efficiency, flops_efficiency, layer_overhead_us)"},
+       "bandwidth_efficiency, flops_efficiency, layer_overhead_us, decode_bandwidth)"},
       {without("tflops"), "hw.toml: missing required key 'tflops'"},
       {without("device_memory"), "hw.toml: missing required key 'device_memory'"},
       {with("bandwidth_efficiency = \"high\"\n"), "hw.toml:8: bandwidth_efficiency: expected a number, got a string"},
@@ -479,6 +479,44 @@ TEST(CostModel, StreamedPassIsThePipeline) {
     EXPECT_GE(t, prev);
     prev = t;
   }
+}
+
+// A packed model (assume_packed): the planner reads stored bytes per layer, and
+// the pass adds one decode stage per streamed layer after its read; without a
+// decode_bandwidth the prediction is refused.
+TEST(CostModel, APackedModelReadsStoredBytesAndDecodes) {
+  HardwareProfile hw = parse_hardware(kGoodHw, "hw.toml");
+  const ModelDesc m = model_desc_from_config(parse_model_config(kGoodModel, "m.toml"));
+  ModelDesc packed = m;
+  assume_packed(packed);
+  offload::Budgets cuda;
+  cuda.backend = offload::BackendKind::kCuda;
+  auto streamed_plan = [&](const ModelDesc& d) {
+    offload::Budgets b = cuda;
+    b.device = offload::plan_memory(d, nullptr, cuda, offload::RunShape{}).device_min;
+    return offload::plan_memory(d, nullptr, b, offload::RunShape{});
+  };
+  const offload::MemoryPlan p = streamed_plan(m), q = streamed_plan(packed);
+  ASSERT_EQ(q.count(offload::Tier::kStorage), 4);
+  EXPECT_LT(q.storage_bytes_per_pass, p.storage_bytes_per_pass);
+  // The ratio, plus each tensor's stream head and 4 KiB alignment (large on this small model).
+  const double r = static_cast<double>(q.storage_bytes_per_pass) / static_cast<double>(p.storage_bytes_per_pass);
+  EXPECT_GE(r, packed_ratio(DType::F16));
+  EXPECT_LE(r, packed_ratio(DType::F16) + 0.1);
+  EXPECT_THROW(target_pass(hw, packed, q, 1, 0), Error);  // no decode_bandwidth
+  hw.decode_bandwidth = 1e6;                              // decoding is free: fewer bytes, a faster pass
+  const PassCost plain = target_pass(hw, m, p, 1, 0), fast = target_pass(hw, packed, q, 1, 0);
+  EXPECT_LT(fast.seconds, plain.seconds);
+  EXPECT_NEAR(fast.transfer_s / plain.transfer_s, r, 1e-9);
+  hw.decode_bandwidth = 0.5;  // GB/s: slower than storage, so the decode stage sets the pace
+  const PassCost slow = target_pass(hw, packed, q, 1, 0);
+  double decoded = 0;
+  for (uint64_t b : q.layer_decode_bytes) decoded += static_cast<double>(b);
+  EXPECT_NEAR(slow.decode_s, decoded / 0.5e9, 1e-9);
+  EXPECT_GT(slow.seconds, slow.decode_s);
+  EXPECT_GT(slow.seconds, plain.seconds);
+  // Quantized types are stored raw: nothing to gain.
+  EXPECT_EQ(packed_ratio(DType::Q4_0), 1.0);
 }
 
 // ---- the L40 / Llama2-70B / Llama2-7B regime (Sequoia Table 5) ------------------

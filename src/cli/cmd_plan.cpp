@@ -53,6 +53,12 @@ Runner add_plan(CLI::App& app) {
       ->transform(int_range(1, 128));
   s->add_option("--kv-type", c->kv_type, "KV cache element type: f32 (default), f16 or bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  s->add_flag("--packed", c->r.packed,
+              "The target packed by redwood pack (stored sizes per type as measured: BF16 0.707, F16 0.883, F32 "
+              "0.854 of raw; decoded at the profile's decode_bandwidth)");
+  s->add_option("--decode-bandwidth", c->r.decode_bandwidth,
+                "GB/s of decoded weights the decode stage delivers (default: the hardware profile's)")
+      ->check(CLI::PositiveNumber);
   s->add_flag("--json", c->json, "JSON output");
   return [c, past] {
     c->r.past_given = past->count() > 0;

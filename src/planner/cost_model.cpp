@@ -51,15 +51,18 @@ PassCost target_pass(const HardwareProfile& hw, const ModelDesc& target, const o
   if (n < 1) throw Error("cost model: a pass needs at least 1 token");
   PassCost c;
   const double kv_elem = plan.shape.kv_type == DType::F32 ? 4 : 2;
+  const bool sized = plan.layer_transfer_bytes.size() == target.layers.size() &&
+                     plan.layer_decode_bytes.size() == target.layers.size();
   const int K = std::max(plan.ring_slots, 1);
   std::deque<double> slot_free;  // compute end of the last K streamed layers
-  double link = 0, done = 0;
+  double link = 0, decoded = 0, done = 0;
   for (size_t i = 0; i < target.layers.size(); ++i) {
     const double comp = layer_compute_s(hw, target.hp, target.layers[i], n, n_past, kv_elem);
     c.compute_s += comp;
     double ready = 0;
     if (plan.layer_tier[i] != offload::Tier::kDevice) {
-      const double tr = static_cast<double>(plan.layer_bytes[i]) / link_bps(hw, plan.layer_tier[i]);
+      const uint64_t moved = sized ? plan.layer_transfer_bytes[i] : plan.layer_bytes[i];
+      const double tr = static_cast<double>(moved) / link_bps(hw, plan.layer_tier[i]);
       c.transfer_s += tr;
       double start = link;
       if (static_cast<int>(slot_free.size()) == K) {
@@ -67,6 +70,14 @@ PassCost target_pass(const HardwareProfile& hw, const ModelDesc& target, const o
         slot_free.pop_front();
       }
       link = ready = start + tr;
+      // A packed layer: its decode stage follows the read, one layer at a time.
+      if (const uint64_t dec = sized ? plan.layer_decode_bytes[i] : 0; dec > 0) {
+        if (hw.decode_bandwidth <= 0)
+          throw Error(hw.file + ": decode_bandwidth is needed to predict a packed model's streamed passes");
+        const double d = static_cast<double>(dec) / (hw.decode_bandwidth * 1e9);
+        c.decode_s += d;
+        decoded = ready = std::max(decoded, link) + d;
+      }
     }
     done = std::max(done, ready) + comp;
     if (plan.layer_tier[i] != offload::Tier::kDevice) slot_free.push_back(done);

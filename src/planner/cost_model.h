@@ -33,6 +33,8 @@ struct PassCost {
   double seconds = 0;     // the simulated pipeline, LM head included
   double compute_s = 0;   // sum of compute over layers + LM head
   double transfer_s = 0;  // sum of transfers (the link's busy time)
+  double decode_s = 0;    // sum of a packed model's decode stages (HardwareProfile::decode_bandwidth;
+                          // on a CPU the decode thread's cores are the compute's: not modelled)
 };
 
 // A target pass of n tokens under `plan` (whose layer tiers and slot bytes it

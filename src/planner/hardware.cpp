@@ -17,7 +17,7 @@ HardwareProfile parse_hardware(std::string_view text, const std::string& name) {
   const Section s(name, lines, &root, "");
   s.only({"name", "source", "kind", "device_memory", "device_reserved", "host_memory", "device_bandwidth",
           "link_bandwidth", "storage_bandwidth", "tflops", "bandwidth_efficiency", "flops_efficiency",
-          "layer_overhead_us"});
+          "layer_overhead_us", "decode_bandwidth"});
   require(name, s,
           {"name", "kind", "device_memory", "device_bandwidth", "link_bandwidth", "storage_bandwidth", "tflops"});
   HardwareProfile h;
@@ -41,6 +41,7 @@ HardwareProfile parse_hardware(std::string_view text, const std::string& name) {
   s.number("bandwidth_efficiency", h.bandwidth_efficiency, 0, 1, true);
   s.number("flops_efficiency", h.flops_efficiency, 0, 1, true);
   s.number("layer_overhead_us", h.layer_overhead_us, 0, 1e6);
+  s.number("decode_bandwidth", h.decode_bandwidth, 0, kBig);
   return h;
 }
 

@@ -29,6 +29,10 @@ struct HardwareProfile {
   double bandwidth_efficiency = 1;  // fraction of device_bandwidth a GEMV reaches
   double flops_efficiency = 1;      // fraction of tflops a large GEMM reaches
   double layer_overhead_us = 0;     // fixed cost per layer and pass (kernel launches, sync)
+  // GB/s of decoded weights a packed model's decode stage delivers (redwood
+  // pack; on the CPU one decode thread beside the compute threads); 0: not
+  // given, and a plan that streams packed layers is refused.
+  double decode_bandwidth = 0;
 
   // Device budget for the planner: device_memory - device_reserved.
   uint64_t device_budget() const { return device_memory - device_reserved; }

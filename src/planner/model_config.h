@@ -28,6 +28,14 @@ ModelConfig parse_model_config(std::string_view toml_text, const std::string& na
 // file with 32-byte alignment.
 ModelDesc model_desc_from_config(const ModelConfig& cfg);
 
+// The stored / raw size of a tensor of type t in a packed model (redwood pack),
+// as measured on real weights (docs/PERFORMANCE.md, "Packed models"): 1 for
+// the quantized types (their blocks are stored raw).
+double packed_ratio(DType t);
+// Marks every tensor of m packed, stored_bytes = bytes x packed_ratio(type)
+// (offsets unchanged): what the planner needs to predict a packed model.
+void assume_packed(ModelDesc& m);
+
 // Parameters (elements) of the model, embedding and LM head included (counted once when tied).
 uint64_t parameter_count(const ModelDesc& m);
 

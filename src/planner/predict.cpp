@@ -85,6 +85,7 @@ nlohmann::json scenario_json(const Scenario& s) {
   j["target_pass_s"] = s.choice.target_s;
   j["target_compute_s"] = s.pass.compute_s;
   j["target_transfer_s"] = s.pass.transfer_s;
+  j["target_decode_s"] = s.pass.decode_s;
   j["draft_s"] = s.choice.draft_s;
   j["s_per_token"] = s.choice.seconds_per_token();
   j["tokens_per_s"] = s.choice.tokens_per_second();

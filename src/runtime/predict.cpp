@@ -12,8 +12,13 @@
 namespace redwood::runtime {
 
 planner::Prediction predict_run(const PredictRun& c) {
-  const planner::HardwareProfile hw = planner::load_hardware(c.hardware);
-  const ModelDesc target = planner::model_desc_from_config(planner::load_model_config(c.model_config));
+  planner::HardwareProfile hw = planner::load_hardware(c.hardware);
+  if (c.decode_bandwidth > 0) hw.decode_bandwidth = c.decode_bandwidth;
+  ModelDesc target = planner::model_desc_from_config(planner::load_model_config(c.model_config));
+  if (c.packed) {
+    planner::assume_packed(target);
+    target.name += " (packed)";
+  }
   // A requantized copy of a model as the draft: its config (the target's unless --draft-config
   // says otherwise) with every matrix, embedding and LM head stored as --draft-type.
   if (c.draft_config.empty() && c.draft_type.empty())

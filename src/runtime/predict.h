@@ -19,6 +19,8 @@ struct PredictRun {
   std::string device_mem;  // empty: the profile's device memory
   planner::PredictOptions o;
   bool past_given = false;  // o.n_past was given (else it follows a smaller ctx)
+  bool packed = false;      // the target packed by redwood pack (planner::assume_packed)
+  double decode_bandwidth = 0;  // GB/s; > 0 overrides the hardware profile's
 };
 
 // Throws redwood::Error naming the option at fault (--draft-type, --device-mem).
