@@ -31,7 +31,7 @@ import numpy as np
 BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 10: (256, 84),
           11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 20: (32, 18), 23: (256, 136), 30: (1, 2)}
 SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B", 10: "<Q", 11: "<q", 12: "<d"}
-GGML_F32, GGML_F16 = 0, 1
+GGML_F32, GGML_F16, GGML_BF16 = 0, 1, 30
 
 
 class Reader:
@@ -122,6 +122,9 @@ def main():
     ap.add_argument("--insert", type=int, required=True, help="number of inserted zero-contribution blocks")
     ap.add_argument("--out", required=True, help="output GGUF")
     ap.add_argument("--seed", type=int, default=1, help="seed of the inserted matrices (default 1)")
+    ap.add_argument("--type", choices=["F16", "BF16"], default="F16",
+                    help="type of the inserted matrices (default F16; BF16 as in most released checkpoints, "
+                         "whose exponents a packed model codes best)")
     a = ap.parse_args()
     if a.insert < 0:
         sys.exit("make-regime-target: --insert must be >= 0")
@@ -149,7 +152,7 @@ def main():
     template = []
     for rest, t in blocks[0]:
         if len(t["ne"]) == 2:
-            template.append((rest, t["ne"], GGML_F16))
+            template.append((rest, t["ne"], GGML_BF16 if a.type == "BF16" else GGML_F16))
         else:
             template.append((rest, t["ne"], GGML_F32))
     plan = []  # ("orig", b) or ("new", k)
@@ -168,7 +171,7 @@ def main():
                 out_tensors.append((f"blk.{new_index}.{rest}", t["ne"], t["type"], ("copy", t["offset"])))
         else:
             for j, (rest, ne, ty) in enumerate(template):
-                src = ("rand", (a.seed, idx, j)) if ty == GGML_F16 else ("zero",)
+                src = ("rand", (a.seed, idx, j)) if ty in (GGML_F16, GGML_BF16) else ("zero",)
                 out_tensors.append((f"blk.{new_index}.{rest}", ne, ty, src))
 
     align = g["align"]
@@ -178,7 +181,7 @@ def main():
         fin.seek(kv_start)
         kv_raw = bytearray(fin.read(kv_end - kv_start))
         struct.pack_into(SCALARS[bc_type], kv_raw, bc_at - kv_start, len(plan))
-        note = (f"benchmark stand-in: {os.path.basename(a.src)} with {a.insert} inserted zero-norm random F16 "
+        note = (f"benchmark stand-in: {os.path.basename(a.src)} with {a.insert} inserted zero-norm random {a.type} "
                 f"blocks (seed {a.seed}); its function is the source model's").encode()
         key = b"redwood.regime_standin"
         kv_raw += struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(note)) + note
@@ -212,8 +215,13 @@ def main():
             else:
                 rng = np.random.default_rng(list(src[1]))
                 n = int(np.prod(ne))
-                w = (rng.standard_normal(n, dtype=np.float32) * np.float32(0.02)).astype(np.float16)
-                out.write(w.tobytes())
+                w = rng.standard_normal(n, dtype=np.float32) * np.float32(0.02)
+                if ty == GGML_BF16:  # round to nearest even, as every converter does
+                    u = w.view(np.uint32)
+                    out.write(((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+                              .astype(np.uint16).tobytes())
+                else:
+                    out.write(w.astype(np.float16).tobytes())
             out.write(b"\0" * ((align - size % align) % align))
             if (i + 1) % 64 == 0 or i + 1 == total:
                 print(f"\rmake-regime-target: {i + 1}/{total} tensors", end="", file=sys.stderr, flush=True)

@@ -61,14 +61,14 @@ int run_bench_offload(BenchOffloadOptions& o) {
   std::printf("storage %.1f MB/s (%s); peak RSS %s, %.1f MiB %s the budget\n",
               j["storage_bandwidth"].get<double>() / 1e6, j["reader"].get<std::string>().c_str(),
               format_size(rss).c_str(), std::abs(over), over > 0 ? "over" : "under");
-  std::printf("%6s %9s %11s %8s %9s %9s %9s %9s %6s %8s\n", "n", "pass s", "streamed", "stall s", "I/O floor",
-              "resident", "floor", "I/O busy", "ratio", "pipeline");
+  std::printf("%6s %9s %11s %8s %9s %9s %9s %9s %6s %8s %8s\n", "n", "pass s", "streamed", "stall s", "I/O floor",
+              "resident", "floor", "I/O busy", "ratio", "pipeline", "decode s");
   for (const auto& r : j["passes"])
-    std::printf("%6d %9.3f %11s %8.3f %9.3f %9.3f %9.3f %9.3f %6.3f %8.3f\n", r["n"].get<int>(),
+    std::printf("%6d %9.3f %11s %8.3f %9.3f %9.3f %9.3f %9.3f %6.3f %8.3f %8.3f\n", r["n"].get<int>(),
                 r["pass_seconds"].get<double>(), format_size(r["storage_bytes"].get<uint64_t>()).c_str(),
                 r["stall_seconds"].get<double>(), r["io_floor_seconds"].get<double>(),
                 r["resident_seconds"].get<double>(), r["floor_seconds"].get<double>(), r["io_seconds"].get<double>(),
-                r["ratio"].get<double>(), r["pipeline_ratio"].get<double>());
+                r["ratio"].get<double>(), r["pipeline_ratio"].get<double>(), r["decode_seconds"].get<double>());
   return 0;
 }
 

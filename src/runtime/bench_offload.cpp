@@ -179,6 +179,7 @@ nlohmann::json bench_offload(const OffloadBench& o) {
                     {"floor_seconds", floor},
                     {"ratio", floor > 0 ? streamed[i].seconds / floor : 0.0},
                     {"io_seconds", streamed[i].io.io_seconds},
+                    {"decode_seconds", streamed[i].io.decode_seconds},  // packed models: the decode thread's time
                     {"pipeline_ratio", own_floor > 0 ? streamed[i].seconds / own_floor : 0.0}});
   }
   return {{"model", d.path},
