@@ -251,8 +251,12 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   for (int i = 0; i < n; ++i)
     if (!chosen->is_resident[i])
       nonresident_image += costs.layout[i].packed() ? costs.layout[i].staging_bytes : costs.layout[i].slot_bytes;
+  // (A packed model decodes every streamed layer into pinned staging, host-tier ones too.)
+  bool packed_streams = false;
+  for (int i = 0; i < n; ++i) packed_streams |= !chosen->is_resident[i] && costs.layout[i].packed();
   uint64_t host_left = budgets.host, staging = 0;
-  if (budgets.backend == BackendKind::kCuda && p.ring_slots > 0 && budgets.host < nonresident_image) {
+  if (budgets.backend == BackendKind::kCuda && p.ring_slots > 0 &&
+      (budgets.host < nonresident_image || packed_streams)) {
     staging = static_cast<uint64_t>(p.ring_slots) * p.slot_bytes;
     // A host budget of 0 means no host tier for layers; the staging slots are still needed.
     if (budgets.host != 0 && budgets.host < staging)

@@ -94,9 +94,11 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
   bound_.resize(k);
   const bool storage_reads =
       std::any_of(stream_.begin(), stream_.end(), [&](int l) { return plan.layer_tier[l] == Tier::kStorage; });
-  link_->init(k, slot_bytes, storage_reads);
   uint64_t staging_bytes = 0;
   for (int l : stream_) staging_bytes = std::max(staging_bytes, layout_[l].staging_bytes);
+  // A packed model decodes every streamed layer into the link's landing buffer
+  // (CUDA: pinned staging), also those the host tier keeps.
+  link_->init(k, slot_bytes, storage_reads || staging_bytes > 0);
   if (staging_bytes > 0) {  // a packed model: its reads land in staging buffers
     for (int i = 0; i < k; ++i) staging_.emplace_back(staging_bytes, kIoAlign);
     stages_.resize(k);
