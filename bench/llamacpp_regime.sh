@@ -6,7 +6,7 @@
 # (cgroup v1 memory.limit_in_bytes, or v2 memory.max), with the page cache dropped before each
 # run. llama.cpp mmaps the model, so a model larger than the limit is re-read from storage
 # through page faults on every pass: plain offloading by the kernel.
-#   bench/llamacpp_regime.sh [LIMIT_MIB]
+#   [TARGET=GGUF] bench/llamacpp_regime.sh [LIMIT_MIB]
 # LIMIT_MIB defaults to the smallest peak RSS of Redwood's speculative cells in
 # out/regime/suite (the suite runs its cells in one process, and later cells' peaks also
 # hold memory the allocator kept from earlier cells; a single `redwood batch` run of the
@@ -20,7 +20,7 @@ VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 DIR="$ROOT/build/llamacpp"
 BIN="$DIR/src/build/bin"
 OUT=out/regime
-TARGET=models/regime-target.gguf
+TARGET="${TARGET:-models/regime-target.gguf}"  # TARGET=models/regime-target-bf16.gguf: the BF16 stand-in
 DRAFT=models/regime-draft-Q3_K.gguf
 N_PROMPTS="${N_PROMPTS:-4}"
 N_TOKENS="${N_TOKENS:-32}"
@@ -113,21 +113,24 @@ for p in "${PROMPTS[@]}"; do
   accepted=$((accepted + $(echo "$log" | sed -n 's/.*n_accept *= *\([0-9]*\).*/\1/p' | tail -1)))
 done
 rmdir "$CG" 2>/dev/null || true
+# bench/regime_report.py reads llamacpp.json (the default target); another target's result is kept apart.
+RESULT="$OUT/llamacpp.json"
+[ "$TARGET" = models/regime-target.gguf ] || RESULT="$OUT/llamacpp-$(basename "$TARGET" .gguf)-$LIMIT_MIB.json"
 
 python3 - "$plain_s" "$plain_n" "$spec_s" "$spec_n" "$drafted" "$accepted" "$LIMIT_MIB" "$peak_plain" "$peak_spec" \
-  "$N_PROMPTS" "$N_TOKENS" "$DRAFT_MAX" "$OUT/llamacpp.json" <<'PY'
+  "$N_PROMPTS" "$N_TOKENS" "$DRAFT_MAX" "$RESULT" "$TARGET" <<'PY'
 import json, sys
-ps, pn, ss, sn, dr, ac, lim, pk1, pk2, np_, nt, dm, out = sys.argv[1:]
+ps, pn, ss, sn, dr, ac, lim, pk1, pk2, np_, nt, dm, out, target = sys.argv[1:]
 ps, ss = float(ps), float(ss)
 pn, sn, dr, ac = int(pn), int(sn), int(dr), int(ac)
-print(f"llama.cpp in a memory cgroup of {lim} MiB (page cache included, dropped before each run), "
+print(f"llama.cpp on {target} in a memory cgroup of {lim} MiB (page cache included, dropped before each run), "
       f"{np_} prompts x {nt} tokens, greedy, {__import__('os').cpu_count()} threads\n")
 print("| llama.cpp | s/token | tokens | accepted / drafted | peak cgroup MiB |")
 print("|---|---:|---:|---:|---:|")
 print(f"| plain (llama-completion) | {ps / max(pn, 1):.3f} | {pn} | - | {int(pk1) / 2**20:.0f} |")
 print(f"| speculative (llama-speculative-simple, --spec-draft-n-max {dm}) | {ss / max(sn, 1):.3f} | {sn} | "
       f"{ac} / {dr} | {int(pk2) / 2**20:.0f} |")
-json.dump({"limit_mib": int(lim), "prompts": int(np_), "max_tokens": int(nt),
+json.dump({"target": target, "limit_mib": int(lim), "prompts": int(np_), "max_tokens": int(nt),
            "plain": {"s_per_token": ps / max(pn, 1), "tokens": pn, "peak_bytes": int(pk1)},
            "speculative": {"s_per_token": ss / max(sn, 1), "tokens": sn, "drafted": dr, "accepted": ac,
                            "draft_max": int(dm), "peak_bytes": int(pk2)}}, open(out, "w"), indent=1)
