@@ -31,6 +31,7 @@
 #include "src/engine/weights.h"
 #include "src/model/packed.h"
 #include "src/util/error.h"
+#include "tests/util/passes.h"
 #include "tests/util/tiny_gguf.h"
 
 using namespace redwood;
@@ -193,30 +194,8 @@ TEST(WpackCodec, MalformedChunksAreRejected) {
 
 // ---- packed models -----------------------------------------------------------
 
-// Three passes: a prompt chain, a tree over it, a second tree after committing.
-std::vector<float> run_passes(const ModelDesc& d, WeightSource& w) {
-  auto be = make_cpu_backend();
-  Transformer tf(d, w, *be);
-  KvCache kv = tf.make_cache(64);
-  const int V = d.hp.vocab;
-  std::vector<float> all, logits;
-  ChainBatch prompt(std::vector<int32_t>{1, 40, 41, 42, 43, 44, 45}, 0);
-  logits.resize(prompt.tokens.size() * V);
-  tf.forward(prompt.view(), kv, logits, LogitsRows::kAll);
-  all.insert(all.end(), logits.begin(), logits.end());
-  kv.commit_prefix(static_cast<int>(prompt.tokens.size()));
-  const std::vector<int32_t> tokens = {50, 51, 52, 53, 54, 55}, parents = {-1, 0, 0, 1, 2, 4};
-  std::vector<int32_t> positions;
-  for (int32_t p : parents) positions.push_back(p < 0 ? 7 : positions[p] + 1);
-  logits.resize(tokens.size() * V);
-  tf.forward(Batch{tokens, positions, parents}, kv, logits, LogitsRows::kAll);
-  all.insert(all.end(), logits.begin(), logits.end());
-  return all;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using testutil::bit_equal;
+using testutil::run_passes;
 
 std::vector<const TensorExtent*> all_extents(const ModelDesc& m) {
   std::vector<const TensorExtent*> v = {&m.tok_embd, &m.output_norm, &m.lm_head};

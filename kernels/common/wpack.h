@@ -69,4 +69,24 @@ RD_HD void put_element(uint8_t* out, uint64_t i, int w, uint8_t top, const uint8
   out[i * w + (w - 1)] = top;
 }
 
+// Decodes elements [i0, n) of a kHighByte chunk (table, k bits, exceptions
+// from *used on, at most n_exc in all): the scalar decoder, and the tail of
+// the vector ones. False when the codes escape more often than n_exc allows.
+RD_HD bool decode_range(const uint8_t* table, int k, uint64_t n_exc, const uint8_t* codes, const uint8_t* exc,
+                        const uint8_t* planes, uint8_t* out, uint64_t i0, uint64_t n, int w, uint64_t* used) {
+  const uint32_t esc = escape_code(k);
+  for (uint64_t i = i0; i < n; ++i) {
+    const uint32_t c = code_at(codes, i, k);
+    uint8_t top;
+    if (c == esc) {
+      if (*used == n_exc) return false;
+      top = exc[(*used)++];
+    } else {
+      top = table[c];
+    }
+    put_element(out, i, w, top, planes, n);
+  }
+  return true;
+}
+
 }  // namespace redwood::wpack

@@ -29,20 +29,8 @@ void append(std::vector<uint8_t>& out, const void* p, uint64_t n) {
 
 bool decode_scalar(const ChunkHead& h, const uint8_t* codes, const uint8_t* exc, const uint8_t* planes, uint8_t* out,
                    uint64_t n, int w) {
-  const uint32_t esc = wpack::escape_code(h.k);
   uint64_t used = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t c = wpack::code_at(codes, i, h.k);
-    uint8_t top;
-    if (c == esc) {
-      if (used == h.n_exc) return false;
-      top = exc[used++];
-    } else {
-      top = h.table[c];
-    }
-    wpack::put_element(out, i, w, top, planes, n);
-  }
-  return used == h.n_exc;
+  return wpack::decode_range(h.table, h.k, h.n_exc, codes, exc, planes, out, 0, n, w, &used) && used == h.n_exc;
 }
 
 }  // namespace

@@ -80,18 +80,7 @@ bool decode(const wpack::ChunkHead& h, const uint8_t* codes, const uint8_t* exc,
       _mm512_storeu_si512(o + 192, _mm512_permutex2var_epi16(a1, vw1, b1));
     }
   }
-  const uint32_t esc_code = wpack::escape_code(k);
-  for (uint64_t i = groups * 64; i < n; ++i) {
-    const uint32_t c = wpack::code_at(codes, i, k);
-    uint8_t top;
-    if (c == esc_code) {
-      if (used == h.n_exc) return false;
-      top = exc[used++];
-    } else {
-      top = h.table[c];
-    }
-    wpack::put_element(out, i, w, top, planes, n);
-  }
+  if (!wpack::decode_range(h.table, k, h.n_exc, codes, exc, planes, out, groups * 64, n, w, &used)) return false;
   return used == h.n_exc;
 }
 
