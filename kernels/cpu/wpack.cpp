@@ -118,7 +118,7 @@ bool unpack_chunk(const uint8_t* chunk, uint64_t stored, uint8_t* out, uint64_t 
   const uint64_t payload = stored - sizeof h;
   if (h.codec == wpack::kRaw) {
     if (payload != n * static_cast<uint64_t>(w)) return false;
-    std::memcpy(out, p, payload);
+    if (payload) std::memcpy(out, p, payload);
     return true;
   }
   if (h.codec != wpack::kHighByte || w == 1 || h.k < 1 || h.k > wpack::kMaxCodeBits || h.n_exc > n ||
