@@ -293,7 +293,7 @@ ModelDesc load_packed_desc(const std::string& path) {
 PackStats pack_model(const std::string& from, const std::string& out,
                      const std::function<void(uint64_t, uint64_t)>& progress) {
   if (struct stat st {}; ::stat(from.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw Error(from + ": a safetensors directory; redwood pack takes a GGUF model (convert it first)");
+    throw Error(from + ": is a directory; redwood pack takes a GGUF file (convert a safetensors model first)");
   {
     Fd probe(open_input_file(from, "a model"));
     char magic[8] = {};
