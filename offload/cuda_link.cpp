@@ -4,12 +4,21 @@
 //   I/O thread:  wait released[k] (host) -> wait copied[k] before overwriting staging[k]
 //                -> read into staging[k] -> copy stream waits released[k], copies, records copied[k]
 //   compute:     compute stream waits copied[k] -> kernels -> records released[k]
+// A packed layer (upload_packed): its stored bytes are copied to packed[k] and
+// its chunk table to jobs[k] (records staged[k], after which the host image may
+// be refilled), then, once released[k], the decode kernel expands them into
+// slot k on the copy stream and records copied[k]. A chunk the kernel finds
+// malformed (possible only in a file crafted to pass its checksums) sets a
+// status that the next upload into the slot reports.
 #include <cuda_runtime.h>
 
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/wpack.h"
 #include "offload/link.h"
+#include "src/util/error.h"
 
 namespace redwood::offload {
 
@@ -72,6 +81,52 @@ class CudaLink final : public SlotLink {
   }
   void compute_release(int k) override { check(cudaEventRecord(slots_[k].released, compute_), "cudaEventRecord"); }
 
+  bool decodes_packed() const override { return true; }
+  void init_packed(size_t staging_bytes, size_t max_chunks) override {
+    on_device();
+    for (Slot& s : slots_) {
+      check(cudaMalloc(&s.packed, staging_bytes), "cudaMalloc (packed staging)");
+      check(cudaMalloc(reinterpret_cast<void**>(&s.jobs), max_chunks * sizeof(cuda::UnpackJob)),
+            "cudaMalloc (chunk table)");
+      check(cudaHostAlloc(reinterpret_cast<void**>(&s.jobs_host), max_chunks * sizeof(cuda::UnpackJob),
+                          cudaHostAllocDefault),
+            "cudaHostAlloc (chunk table)");
+      check(cudaMalloc(reinterpret_cast<void**>(&s.status), sizeof(int)), "cudaMalloc (decode status)");
+      check(cudaMemset(s.status, 0, sizeof(int)), "cudaMemset (decode status)");
+      check(cudaHostAlloc(reinterpret_cast<void**>(&s.status_host), sizeof(int), cudaHostAllocDefault),
+            "cudaHostAlloc (decode status)");
+      *s.status_host = 0;
+      check(cudaEventCreateWithFlags(&s.staged, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    packed_bytes_ = staging_bytes;
+    max_chunks_ = max_chunks;
+  }
+  void upload_packed(int k, const uint8_t* src, size_t n, const std::vector<PackedChunkJob>& chunks) override {
+    on_device();
+    Slot& s = slots_[k];
+    if (!s.packed || n > packed_bytes_ || chunks.size() > max_chunks_)
+      throw Error("offload: a packed layer is larger than the link's packed staging (" + std::to_string(n) + " bytes, " +
+                  std::to_string(chunks.size()) + " chunks)");
+    // The previous decode into this slot (its chunk table, its status) is done.
+    check(cudaEventSynchronize(s.copied), "cudaEventSynchronize (packed staging reuse)");
+    if (*s.status_host != 0)
+      throw Error("offload: a packed chunk does not decode on the device (corrupt packed model)");
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const PackedChunkJob& c = chunks[i];
+      s.jobs_host[i] = {s.packed + c.src, s.device + c.dst, c.stored, c.n, c.w};
+    }
+    check(cudaMemcpyAsync(s.packed, src, n, cudaMemcpyHostToDevice, copy_), "cudaMemcpyAsync (packed layer)");
+    check(cudaMemcpyAsync(s.jobs, s.jobs_host, chunks.size() * sizeof(cuda::UnpackJob), cudaMemcpyHostToDevice, copy_),
+          "cudaMemcpyAsync (chunk table)");
+    check(cudaEventRecord(s.staged, copy_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(copy_, s.released, 0), "cudaStreamWaitEvent");
+    cuda::unpack_chunks(copy_, s.jobs, static_cast<int>(chunks.size()), s.status);
+    check(cudaMemcpyAsync(s.status_host, s.status, sizeof(int), cudaMemcpyDeviceToHost, copy_),
+          "cudaMemcpyAsync (decode status)");
+    check(cudaEventRecord(s.copied, copy_), "cudaEventRecord");
+    check(cudaEventSynchronize(s.staged), "cudaEventSynchronize (packed layer copied)");
+  }
+
  private:
   // The I/O thread calls in too: make the link's device current there.
   void on_device() {
@@ -85,6 +140,13 @@ class CudaLink final : public SlotLink {
     uint8_t* device = nullptr;
     uint8_t* staging = nullptr;
     cudaEvent_t copied = nullptr, released = nullptr;
+    // Packed layers decoded here (init_packed).
+    uint8_t* packed = nullptr;
+    cuda::UnpackJob* jobs = nullptr;
+    cuda::UnpackJob* jobs_host = nullptr;
+    int* status = nullptr;
+    int* status_host = nullptr;
+    cudaEvent_t staged = nullptr;
   };
   void release_slots() {
     for (Slot& s : slots_) {
@@ -92,6 +154,12 @@ class CudaLink final : public SlotLink {
       if (s.staging) cudaFreeHost(s.staging);
       if (s.copied) cudaEventDestroy(s.copied);
       if (s.released) cudaEventDestroy(s.released);
+      if (s.packed) cudaFree(s.packed);
+      if (s.jobs) cudaFree(s.jobs);
+      if (s.jobs_host) cudaFreeHost(s.jobs_host);
+      if (s.status) cudaFree(s.status);
+      if (s.status_host) cudaFreeHost(s.status_host);
+      if (s.staged) cudaEventDestroy(s.staged);
     }
     slots_.clear();
   }
@@ -100,6 +168,7 @@ class CudaLink final : public SlotLink {
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<void*> host_;
+  size_t packed_bytes_ = 0, max_chunks_ = 0;
 };
 
 }  // namespace

@@ -8,12 +8,25 @@
 // copy stream; the compute stream waits on the slot's "copied" event and
 // records a "released" event the I/O thread waits on before refilling the slot:
 // event ordering only, never a device-wide synchronisation inside a pass.
+// Packed models (src/model/packed.h): the CPU link gets layers the streamer
+// decoded on the host; the CUDA link takes a layer's stored bytes as they are
+// (fewer bytes over PCIe) and expands them in VRAM (kernels/cuda/wpack.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
+#include <vector>
 
 namespace redwood::offload {
+
+// One packed chunk for a link that decodes on its device: `stored` bytes at
+// `src` in a layer's staging image, decoded to n elements of w bytes at `dst`
+// in the slot.
+struct PackedChunkJob {
+  uint64_t src = 0, stored = 0, dst = 0;
+  uint32_t n = 0, w = 0;
+};
 
 class SlotLink {
  public:
@@ -36,6 +49,24 @@ class SlotLink {
   // end of the compute that reads it.
   virtual void compute_acquire(int k) { (void)k; }
   virtual void compute_release(int k) { (void)k; }
+
+  // Whether packed layers cross to the device as stored and are decoded there
+  // (upload_packed); otherwise the streamer decodes them on the host into
+  // landing(k) and calls upload().
+  virtual bool decodes_packed() const { return false; }
+  // Once, after init: the largest staging image and chunk count of a layer.
+  virtual void init_packed(size_t staging_bytes, size_t max_chunks) {
+    (void)staging_bytes, (void)max_chunks;
+    throw std::logic_error("this slot link does not decode packed layers");
+  }
+  // Decode thread: copies a packed layer's staging image [0, n) at host src
+  // (pinned: alloc_host) to the device and expands `chunks` into slot k,
+  // ordered before compute_acquire(k). The caller checked the chunks'
+  // checksums; src may be refilled once this returns.
+  virtual void upload_packed(int k, const uint8_t* src, size_t n, const std::vector<PackedChunkJob>& chunks) {
+    (void)k, (void)src, (void)n, (void)chunks;
+    throw std::logic_error("this slot link does not decode packed layers");
+  }
 };
 
 std::unique_ptr<SlotLink> make_cpu_link();

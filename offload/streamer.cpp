@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/common/wpack.h"
 #include "src/model/packed.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
@@ -96,18 +97,32 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
       std::any_of(stream_.begin(), stream_.end(), [&](int l) { return plan.layer_tier[l] == Tier::kStorage; });
   uint64_t staging_bytes = 0;
   for (int l : stream_) staging_bytes = std::max(staging_bytes, layout_[l].staging_bytes);
-  // A packed model decodes every streamed layer into the link's landing buffer
-  // (CUDA: pinned staging), also those the host tier keeps.
-  link_->init(k, slot_bytes, storage_reads || staging_bytes > 0);
+  // A packed model's layers are decoded on the link's device where it can
+  // (CUDA: the stored bytes cross PCIe, a kernel expands them), else on the
+  // host into the link's landing buffer (CUDA: pinned staging), host-tier
+  // layers too. --verify-io checks host-decoded bytes: it keeps the host decoder.
+  device_decode_ = staging_bytes > 0 && link_->decodes_packed() && !opts.verify_io;
+  link_->init(k, slot_bytes, !device_decode_ && (storage_reads || staging_bytes > 0));
   if (staging_bytes > 0) {  // a packed model: its reads land in staging buffers
-    for (int i = 0; i < k; ++i) staging_.emplace_back(staging_bytes, kIoAlign);
+    for (int i = 0; i < k; ++i)  // pinned where the link copies from them
+      stage_buf_.push_back(device_decode_ ? link_->alloc_host(staging_bytes)
+                                          : staging_.emplace_back(staging_bytes, kIoAlign).data());
     stages_.resize(k);
+    if (device_decode_) {
+      uint64_t max_chunks = 0;
+      for (int l : stream_) {
+        uint64_t c = 0;
+        for (const TensorExtent* t : layer_matrices(m.layers[l])) c += pack_chunk_count(*t);
+        max_chunks = std::max(max_chunks, c);
+      }
+      link_->init_packed(staging_bytes, max_chunks);
+    }
   }
   if (storage_reads) {  // storage reads land in these: register them with io_uring
     std::vector<std::pair<void*, size_t>> regs;
     for (int i = 0; i < k; ++i)
-      regs.emplace_back(staging_.empty() ? link_->landing(i) : staging_[i].data(),
-                        staging_.empty() ? slot_bytes : staging_bytes);
+      regs.emplace_back(stage_buf_.empty() ? link_->landing(i) : stage_buf_[i],
+                        stage_buf_.empty() ? slot_bytes : staging_bytes);
     reader_->register_buffers(regs);
   }
 
@@ -144,7 +159,7 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
   }
-  if (staging_.empty()) {
+  if (stage_buf_.empty()) {
     io_thread_ = std::thread([this] {
       raise_io_priority();
       io_loop();
@@ -266,6 +281,24 @@ void StreamedWeights::decode_layer(int layer, const uint8_t* staging, uint8_t* s
                   /*parallel=*/false);
 }
 
+// A packed layer's chunks for a link that decodes them, checked on the host
+// first (stream heads, directories, every chunk's checksum).
+std::vector<PackedChunkJob> StreamedWeights::chunk_jobs(int layer, const uint8_t* staging) const {
+  const LayerLayout& lay = layout_[layer];
+  const auto mats = layer_matrices(layers_[layer]);
+  std::vector<PackedChunkJob> jobs;
+  std::vector<ChunkEntry> chunks;
+  for (size_t i = 0; i < mats.size(); ++i) {
+    chunks.clear();
+    check_stream(*mats[i], staging + lay.stored_offset[i], files_.at(mats[i]->file), chunks);
+    const uint32_t w = static_cast<uint32_t>(pack_width(mats[i]->type));
+    for (size_t c = 0; c < chunks.size(); ++c)
+      jobs.push_back({lay.stored_offset[i] + chunks[c].offset, chunks[c].stored,
+                      lay.tensor_offset[i] + c * uint64_t{wpack::kChunkElems} * w, chunks[c].n, w});
+  }
+  return jobs;
+}
+
 // Packed models, I/O thread: reads stream element seq's packed streams into
 // stage seq % K once the decode thread has emptied it.
 void StreamedWeights::read_loop() {
@@ -283,7 +316,7 @@ void StreamedWeights::read_loop() {
       const int layer = stream_[seq % stream_.size()];
       if (!host_copy_[layer]) {  // a host-staged layer's streams are in memory
         const auto t0 = Clock::now();
-        reader_->read(requests(layout_[layer], staging_[seq % k].data()));
+        reader_->read(requests(layout_[layer], stage_buf_[seq % k]));
         const auto t1 = Clock::now();
         bytes = read_bytes(layout_[layer]);
         secs = seconds(t0, t1);
@@ -326,14 +359,18 @@ void StreamedWeights::decode_loop() {
       link_->wait_released(slot);
       const auto t0 = Clock::now();
       // Decoded from the host copy of the streams (host tier) or from the stage.
-      const uint8_t* packed = host_copy_[layer] ? host_copy_[layer] : staging_[slot].data();
-      uint8_t* dst = link_->landing(slot);
+      const uint8_t* packed = host_copy_[layer] ? host_copy_[layer] : stage_buf_[slot];
       if (!lay.packed()) throw Error("offload: layer " + std::to_string(layer) + " of a packed model is not packed");
-      decode_layer(layer, packed, dst);
-      if (opts_.verify_io && checksum(layer, dst) != reference_sum_[layer])
-        throw Error("--verify-io: layer " + std::to_string(layer) +
-                    " streamed bytes differ from the first read (storage, decode or transfer corruption)");
-      link_->upload(slot, dst, lay.slot_bytes);
+      if (device_decode_) {
+        link_->upload_packed(slot, packed, lay.staging_bytes, chunk_jobs(layer, packed));
+      } else {
+        uint8_t* dst = link_->landing(slot);
+        decode_layer(layer, packed, dst);
+        if (opts_.verify_io && checksum(layer, dst) != reference_sum_[layer])
+          throw Error("--verify-io: layer " + std::to_string(layer) +
+                      " streamed bytes differ from the first read (storage, decode or transfer corruption)");
+        link_->upload(slot, dst, lay.slot_bytes);
+      }
       const auto t1 = Clock::now();
       s.storage = st.bytes;
       s.host = host_copy_[layer] ? lay.staging_bytes : 0;

@@ -102,6 +102,7 @@ class StreamedWeights final : public WeightSource {
   void read_loop();    // packed: the I/O thread
   void decode_loop();  // packed: the decode thread
   void decode_layer(int layer, const uint8_t* staging, uint8_t* slot) const;
+  std::vector<PackedChunkJob> chunk_jobs(int layer, const uint8_t* staging) const;
   static void raise_io_priority();
   void load(uint64_t seq, Slot& s, int k);
   uint64_t checksum(int layer, const uint8_t* slot) const;
@@ -123,7 +124,9 @@ class StreamedWeights final : public WeightSource {
   std::vector<uint8_t*> host_copy_;  // per layer: slot image of host-staged layers (link-owned)
   std::shared_ptr<SlotLink> link_;
   std::vector<uint64_t> reference_sum_;  // verify_io: per layer
-  std::vector<AlignedBuffer> staging_;   // packed: per slot
+  std::vector<AlignedBuffer> staging_;   // packed, decoded on the host: per slot (else link-owned)
+  std::vector<uint8_t*> stage_buf_;      // packed: per slot, where its reads land
+  bool device_decode_ = false;           // packed: the link decodes (upload_packed)
   std::vector<Stage> stages_;            // packed: per slot
   uint64_t next_read_ = 0;               // packed: the I/O thread's next stream element
   std::vector<LayerWeights> bound_;      // per slot: views into it

@@ -18,6 +18,7 @@
 #include <bit>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 
@@ -44,6 +45,32 @@ struct Seen {
   std::set<int> k;  // code widths chosen (0: raw)
 };
 
+// The CUDA decoder's plan (kernels/common/wpack.h: escapes counted per part,
+// a prefix sum, parts decoded from their first exception), run on the host.
+bool unpack_in_parts(const uint8_t* chunk, uint64_t stored, uint8_t* out, uint64_t n, int w, int parts) {
+  wpack::ChunkView v;
+  return wpack::chunk_view(chunk, stored, n, w, &v) && wpack::decode_in_parts(v, out, n, w, parts);
+}
+
+// Every decoder of a chunk: the two CPU paths and the CUDA plan at 1, 7 and 256 parts.
+struct Decoder {
+  std::string name;
+  std::function<bool(const uint8_t*, uint64_t, uint8_t*, uint64_t, int)> run;
+};
+std::vector<Decoder> decoders() {
+  std::vector<Decoder> d;
+  for (auto path : {cpu::UnpackPath::kScalar, cpu::UnpackPath::kAvx512}) {
+    if (path == cpu::UnpackPath::kAvx512 && !cpu::unpack_avx512_available()) continue;
+    d.push_back({cpu::unpack_path_name(path), [path](const uint8_t* c, uint64_t s, uint8_t* o, uint64_t n, int w) {
+                   return cpu::unpack_chunk(c, s, o, n, w, path);
+                 }});
+  }
+  for (int parts : {1, 7, 256})
+    d.push_back({"cuda-plan/" + std::to_string(parts), [parts](const uint8_t* c, uint64_t s, uint8_t* o, uint64_t n,
+                                                               int w) { return unpack_in_parts(c, s, o, n, w, parts); }});
+  return d;
+}
+
 // Packs `raw` (elements of w bytes) chunk by chunk and decodes each chunk on
 // both paths; every decoded byte must equal the input.
 void expect_round_trip(const std::vector<uint8_t>& raw, int w, const std::string& what, Seen& seen) {
@@ -60,12 +87,10 @@ void expect_round_trip(const std::vector<uint8_t>& raw, int w, const std::string
     if (h.codec == wpack::kHighByte) {
       EXPECT_LT(chunk.size(), m * w + sizeof h) << what;
     }
-    for (auto path : {cpu::UnpackPath::kScalar, cpu::UnpackPath::kAvx512}) {
-      if (path == cpu::UnpackPath::kAvx512 && !cpu::unpack_avx512_available()) continue;
+    for (const Decoder& d : decoders()) {
       std::vector<uint8_t> out(m * w + 64, 0xA5);  // 64 guard bytes must stay untouched
-      ASSERT_TRUE(cpu::unpack_chunk(chunk.data(), chunk.size(), out.data(), m, w, path))
-          << what << " path " << cpu::unpack_path_name(path);
-      EXPECT_EQ(0, std::memcmp(out.data(), base + a * w, m * w)) << what << " path " << cpu::unpack_path_name(path);
+      ASSERT_TRUE(d.run(chunk.data(), chunk.size(), out.data(), m, w)) << what << " path " << d.name;
+      EXPECT_EQ(0, std::memcmp(out.data(), base + a * w, m * w)) << what << " path " << d.name;
       EXPECT_TRUE(std::all_of(out.begin() + m * w, out.end(), [](uint8_t b) { return b == 0xA5; })) << what;
     }
     if (n == 0) break;
@@ -82,6 +107,7 @@ std::vector<uint8_t> from_u32(const std::vector<uint32_t>& v) {
   if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
   return b;
 }
+
 
 TEST(WpackCodec, RoundTripsAdversarialInputsOnBothDecoders) {
   std::mt19937 rng(7);
@@ -162,12 +188,12 @@ TEST(WpackCodec, MalformedChunksAreRejected) {
   ASSERT_EQ(head.codec, wpack::kHighByte);
   ASSERT_GT(head.n_exc, 0u);
   std::vector<uint8_t> out(n * 2);
-  for (auto path : {cpu::UnpackPath::kScalar, cpu::UnpackPath::kAvx512}) {
-    const std::string p = cpu::unpack_path_name(path);
+  for (const Decoder& d : decoders()) {
+    const std::string& p = d.name;
     auto with = [&](auto edit) {
       std::vector<uint8_t> c = good;
       edit(c);
-      return cpu::unpack_chunk(c.data(), c.size(), out.data(), n, 2, path);
+      return d.run(c.data(), c.size(), out.data(), n, 2);
     };
     EXPECT_TRUE(with([](auto&) {})) << p;
     EXPECT_FALSE(with([](auto& c) { c.pop_back(); })) << p << ": short payload";
@@ -189,8 +215,29 @@ TEST(WpackCodec, MalformedChunksAreRejected) {
     EXPECT_FALSE(with([&](auto& c) {
       std::fill(c.begin() + sizeof head, c.begin() + sizeof head + wpack::code_bytes(n, head.k), uint8_t{0xff});
     })) << p << ": escapes beyond the exception list";
-    EXPECT_FALSE(cpu::unpack_chunk(good.data(), good.size(), out.data(), n + 1, 2, path)) << p << ": wrong n";
-    EXPECT_FALSE(cpu::unpack_chunk(good.data(), good.size(), out.data(), n, 3, path)) << p << ": width 3";
+    // One escape code turned into a table code, and one table code into an
+    // escape: the count of escapes is off by one either way.
+    auto recode = [&](bool to_escape) {
+      return [&, to_escape](auto& c) {
+        uint8_t* codes = c.data() + sizeof head;
+        for (uint64_t i = 0; i < n; ++i) {
+          const uint32_t code = wpack::code_at(codes, i, head.k), esc = wpack::escape_code(head.k);
+          if ((code == esc) != to_escape) {
+            const uint64_t bit = (i / 8) * head.k * 8 + (i % 8) * head.k;
+            for (int b = 0; b < head.k; ++b) {  // write the new code bit by bit
+              const uint32_t want = to_escape ? 1u : 0u;
+              uint8_t& byte = codes[(bit + b) / 8];
+              byte = static_cast<uint8_t>((byte & ~(1u << ((bit + b) % 8))) | (want << ((bit + b) % 8)));
+            }
+            return;
+          }
+        }
+      };
+    };
+    EXPECT_FALSE(with(recode(true))) << p << ": one escape more than the exceptions";
+    EXPECT_FALSE(with(recode(false))) << p << ": one escape fewer than the exceptions";
+    EXPECT_FALSE(d.run(good.data(), good.size(), out.data(), n + 1, 2)) << p << ": wrong n";
+    EXPECT_FALSE(d.run(good.data(), good.size(), out.data(), n, 3)) << p << ": width 3";
   }
 }
 
@@ -241,7 +288,7 @@ class PackedModel : public ::testing::TestWithParam<DType> {
     testutil::TinyShape s;
     s.layers = 6;  // so that streaming is the cheapest plan even when packing saves nothing
     s.dim = 128;
-    s.ffn = 320;
+    s.ffn = 640;  // w_gate, w_up, w_down: two chunks each (a chunk holds 65536 elements)
     s.type = GetParam();
     s.rope_freqs.assign(s.dim / s.heads / 2, 1.5f);  // a tensor the loader reads while parsing
     testutil::write_tiny_llama(src_, s);
@@ -297,6 +344,69 @@ TEST_P(PackedModel, LogitsAreBitIdenticalResidentAndStreamed) {
   o.verify_io = true;  // the decoded stream against a separate, decoded read
   offload::StreamedWeights w(pdesc_, manual_plan({S, S, S, S, S, S}, 2), o);
   EXPECT_TRUE(bit_equal(run_passes(pdesc_, w), reference)) << "--verify-io";
+}
+
+// A slot link that decodes packed layers itself, as the CUDA link does (the
+// stored bytes handed over as they are, the chunks expanded by the CUDA
+// decoder's plan), here in host memory: the streamer's side of device
+// decoding (staging images, chunk tables, host-tier streams), run on the CPU.
+class DecodingLink final : public offload::SlotLink {
+ public:
+  void init(int slots, size_t bytes, bool) override {
+    slots_.clear();
+    for (int k = 0; k < slots; ++k) slots_.emplace_back(bytes, offload::kIoAlign);
+    slot_bytes_ = bytes;
+  }
+  const uint8_t* slot(int k) const override { return slots_[k].data(); }
+  uint8_t* landing(int k) override { return slots_[k].data(); }
+  uint8_t* alloc_host(size_t bytes) override { return host_.emplace_back(bytes, offload::kIoAlign).data(); }
+  void upload(int k, const uint8_t* src, size_t n) override {
+    ++uploads;
+    if (src != slots_[k].data()) std::memcpy(slots_[k].data(), src, n);
+  }
+  bool decodes_packed() const override { return true; }
+  void init_packed(size_t staging_bytes, size_t max_chunks) override {
+    staging_ = staging_bytes;
+    max_chunks_ = max_chunks;
+  }
+  void upload_packed(int k, const uint8_t* src, size_t n, const std::vector<offload::PackedChunkJob>& jobs) override {
+    ++packed_uploads;
+    if (n > staging_ || jobs.size() > max_chunks_) throw Error("upload_packed: larger than init_packed said");
+    for (const auto& j : jobs) {
+      if (j.src + j.stored > n || j.dst + uint64_t{j.n} * j.w > slot_bytes_) throw Error("upload_packed: a job out of range");
+      if (!unpack_in_parts(src + j.src, j.stored, slots_[k].data() + j.dst, j.n, static_cast<int>(j.w), 256))
+        throw Error("upload_packed: a chunk does not decode");
+    }
+  }
+  int uploads = 0, packed_uploads = 0;
+
+ private:
+  std::vector<AlignedBuffer> slots_, host_;
+  size_t slot_bytes_ = 0, staging_ = 0, max_chunks_ = 0;
+};
+
+TEST_P(PackedModel, LogitsAreBitIdenticalWhenTheLinkDecodes) {
+  ResidentWeights rw(desc_);
+  const auto reference = run_passes(desc_, rw);
+  const auto D = offload::Tier::kDevice, H = offload::Tier::kHost, S = offload::Tier::kStorage;
+  for (const auto& mix : std::vector<std::vector<offload::Tier>>{{S, S, S, S, S, S}, {D, S, H, S, D, H}}) {
+    auto link = std::make_shared<DecodingLink>();
+    offload::StreamOptions o;
+    o.link = link;
+    offload::StreamedWeights w(pdesc_, manual_plan(mix, 2), o);
+    EXPECT_TRUE(bit_equal(run_passes(pdesc_, w), reference));
+    EXPECT_GT(link->packed_uploads, 0) << "the link was not asked to decode";
+    EXPECT_EQ(link->uploads, 0) << "a packed layer was decoded on the host";
+  }
+  // --verify-io checks host-decoded bytes: the host decodes, the link copies.
+  auto link = std::make_shared<DecodingLink>();
+  offload::StreamOptions o;
+  o.link = link;
+  o.verify_io = true;
+  offload::StreamedWeights w(pdesc_, manual_plan({S, S, S, S, S, S}, 2), o);
+  EXPECT_TRUE(bit_equal(run_passes(pdesc_, w), reference)) << "--verify-io";
+  EXPECT_EQ(link->packed_uploads, 0);
+  EXPECT_GT(link->uploads, 0);
 }
 
 TEST_P(PackedModel, ThePlannerCountsStoredBytesPerPass) {

@@ -1,6 +1,6 @@
 // The packed-weight codec ("high-byte coding"), the math shared by every
-// decoder: the CPU ones (kernels/cpu/wpack.cpp, wpack_avx512.cpp) and, later,
-// a CUDA kernel. Lossless: a decoded chunk is the original bytes, bit for bit.
+// decoder: the CPU ones (kernels/cpu/wpack.cpp, wpack_avx512.cpp) and the CUDA
+// one (kernels/cuda/wpack.cu). Lossless: a decoded chunk is the original bytes, bit for bit.
 //
 // Why it pays: in F16/BF16/F32 weights the top byte of each element holds the
 // sign and the high exponent bits, and trained weights cluster in a few
@@ -69,13 +69,54 @@ RD_HD void put_element(uint8_t* out, uint64_t i, int w, uint8_t top, const uint8
   out[i * w + (w - 1)] = top;
 }
 
-// Decodes elements [i0, n) of a kHighByte chunk (table, k bits, exceptions
-// from *used on, at most n_exc in all): the scalar decoder, and the tail of
-// the vector ones. False when the codes escape more often than n_exc allows.
+// A chunk's sections, found by chunk_view once its head agrees with n and w.
+struct ChunkView {
+  int codec = kRaw;
+  int k = 0;
+  uint64_t n_exc = 0;
+  const uint8_t* table = nullptr;    // kHighByte: code -> top byte
+  const uint8_t* raw = nullptr;      // kRaw: the n * w bytes
+  const uint8_t* codes = nullptr;    // kHighByte: the sections
+  const uint8_t* exc = nullptr;
+  const uint8_t* planes = nullptr;
+};
+
+// Checks the head of a chunk of `stored` bytes holding n elements of w bytes
+// (the sizes, the codec, k, the exception count) and finds its sections. The
+// head is read byte by byte: no alignment or byte-order assumption. False when
+// malformed; the codes may still escape more often than n_exc (decode_range
+// and the escape count catch that).
+RD_HD bool chunk_view(const uint8_t* chunk, uint64_t stored, uint64_t n, int w, ChunkView* v) {
+  if (stored < sizeof(ChunkHead) || n > kChunkElems || (w != 1 && w != 2 && w != 4)) return false;
+  v->codec = chunk[0];
+  v->k = chunk[1];
+  v->n_exc = static_cast<uint64_t>(chunk[4]) | static_cast<uint64_t>(chunk[5]) << 8 |
+             static_cast<uint64_t>(chunk[6]) << 16 | static_cast<uint64_t>(chunk[7]) << 24;
+  v->table = chunk + 8;  // ChunkHead::table
+  const uint8_t* p = chunk + sizeof(ChunkHead);
+  const uint64_t payload = stored - sizeof(ChunkHead);
+  if (v->codec == kRaw) {
+    v->raw = p;
+    return payload == n * static_cast<uint64_t>(w);
+  }
+  if (v->codec != kHighByte || w == 1 || v->k < 1 || v->k > kMaxCodeBits || v->n_exc > n ||
+      payload != payload_bytes(n, w, v->k, v->n_exc))
+    return false;
+  v->codes = p;
+  v->exc = p + code_bytes(n, v->k);
+  v->planes = v->exc + v->n_exc;
+  return true;
+}
+
+// Decodes elements [i0, i1) of a kHighByte chunk of n elements (table, k bits,
+// exceptions from *used on, at most n_exc in all): the scalar decoder, the
+// tail of the vector ones and each thread's segment in the CUDA one. False
+// when the codes escape more often than n_exc allows.
 RD_HD bool decode_range(const uint8_t* table, int k, uint64_t n_exc, const uint8_t* codes, const uint8_t* exc,
-                        const uint8_t* planes, uint8_t* out, uint64_t i0, uint64_t n, int w, uint64_t* used) {
+                        const uint8_t* planes, uint8_t* out, uint64_t i0, uint64_t i1, uint64_t n, int w,
+                        uint64_t* used) {
   const uint32_t esc = escape_code(k);
-  for (uint64_t i = i0; i < n; ++i) {
+  for (uint64_t i = i0; i < i1; ++i) {
     const uint32_t c = code_at(codes, i, k);
     uint8_t top;
     if (c == esc) {
@@ -85,6 +126,55 @@ RD_HD bool decode_range(const uint8_t* table, int k, uint64_t n_exc, const uint8
       top = table[c];
     }
     put_element(out, i, w, top, planes, n);
+  }
+  return true;
+}
+
+// ---- Decoding one chunk in P independent parts (the CUDA decoder's plan) ----
+// 1. part t counts the escapes among its elements segment(n, P, t);
+// 2. an exclusive prefix sum gives each part its first exception; the total
+//    must equal n_exc;
+// 3. part t decodes its segment from there (decode_range).
+// decode_in_parts runs the same three steps one after another on the host, so
+// the CPU tests check the plan the kernel follows (kernels/cuda/wpack.cu).
+
+// Elements [*i0, *i1) of part t of P: whole groups of 8 codes, the last part short.
+RD_HD void segment(uint64_t n, int parts, int t, uint64_t* i0, uint64_t* i1) {
+  const uint64_t len = ((n + parts - 1) / parts + 7) / 8 * 8;
+  *i0 = len * t < n ? len * t : n;
+  *i1 = *i0 + len < n ? *i0 + len : n;
+}
+
+RD_HD uint64_t count_escapes(const uint8_t* codes, int k, uint64_t i0, uint64_t i1) {
+  const uint32_t esc = escape_code(k);
+  uint64_t e = 0;
+  for (uint64_t i = i0; i < i1; ++i) e += code_at(codes, i, k) == esc;
+  return e;
+}
+
+// Host only: the three steps above for a checked chunk, parts <= 1024.
+inline bool decode_in_parts(const ChunkView& v, uint8_t* out, uint64_t n, int w, int parts) {
+  if (v.codec == kRaw) {
+    for (uint64_t i = 0; i < n * static_cast<uint64_t>(w); ++i) out[i] = v.raw[i];
+    return true;
+  }
+  uint64_t first[1024 + 1];
+  for (int t = 0; t < parts; ++t) {
+    uint64_t i0, i1;
+    segment(n, parts, t, &i0, &i1);
+    first[t] = count_escapes(v.codes, v.k, i0, i1);
+  }
+  uint64_t sum = 0;
+  for (int t = 0; t < parts; ++t) {
+    const uint64_t c = first[t];
+    first[t] = sum;
+    sum += c;
+  }
+  if (sum != v.n_exc) return false;
+  for (int t = 0; t < parts; ++t) {
+    uint64_t i0, i1, used = first[t];
+    segment(n, parts, t, &i0, &i1);
+    if (!decode_range(v.table, v.k, v.n_exc, v.codes, v.exc, v.planes, out, i0, i1, n, w, &used)) return false;
   }
   return true;
 }

@@ -30,7 +30,7 @@ void append(std::vector<uint8_t>& out, const void* p, uint64_t n) {
 bool decode_scalar(const ChunkHead& h, const uint8_t* codes, const uint8_t* exc, const uint8_t* planes, uint8_t* out,
                    uint64_t n, int w) {
   uint64_t used = 0;
-  return wpack::decode_range(h.table, h.k, h.n_exc, codes, exc, planes, out, 0, n, w, &used) && used == h.n_exc;
+  return wpack::decode_range(h.table, h.k, h.n_exc, codes, exc, planes, out, 0, n, n, w, &used) && used == h.n_exc;
 }
 
 }  // namespace
@@ -111,26 +111,18 @@ void pack_chunk(const uint8_t* raw, uint64_t n, int w, std::vector<uint8_t>& out
 }
 
 bool unpack_chunk(const uint8_t* chunk, uint64_t stored, uint8_t* out, uint64_t n, int w, UnpackPath path) {
-  ChunkHead h;
-  if (stored < sizeof h || n > wpack::kChunkElems || (w != 1 && w != 2 && w != 4)) return false;
-  std::memcpy(&h, chunk, sizeof h);
-  const uint8_t* p = chunk + sizeof h;
-  const uint64_t payload = stored - sizeof h;
-  if (h.codec == wpack::kRaw) {
-    if (payload != n * static_cast<uint64_t>(w)) return false;
-    if (payload) std::memcpy(out, p, payload);
+  wpack::ChunkView v;
+  if (!wpack::chunk_view(chunk, stored, n, w, &v)) return false;
+  if (v.codec == wpack::kRaw) {
+    if (n) std::memcpy(out, v.raw, n * static_cast<uint64_t>(w));
     return true;
   }
-  if (h.codec != wpack::kHighByte || w == 1 || h.k < 1 || h.k > wpack::kMaxCodeBits || h.n_exc > n ||
-      payload != wpack::payload_bytes(n, w, h.k, h.n_exc))
-    return false;
-  const uint8_t* codes = p;
-  const uint8_t* exc = codes + wpack::code_bytes(n, h.k);
-  const uint8_t* planes = exc + h.n_exc;
+  ChunkHead h;
+  std::memcpy(&h, chunk, sizeof h);
   if (path == UnpackPath::kBest) path = unpack_avx512_available() ? UnpackPath::kAvx512 : UnpackPath::kScalar;
   if (path == UnpackPath::kAvx512 && unpack_avx512_available())
-    return wpack_avx512::decode(h, codes, exc, planes, out, n, w);
-  return decode_scalar(h, codes, exc, planes, out, n, w);
+    return wpack_avx512::decode(h, v.codes, v.exc, v.planes, out, n, w);
+  return decode_scalar(h, v.codes, v.exc, v.planes, out, n, w);
 }
 
 }  // namespace redwood::cpu

@@ -80,7 +80,7 @@ bool decode(const wpack::ChunkHead& h, const uint8_t* codes, const uint8_t* exc,
       _mm512_storeu_si512(o + 192, _mm512_permutex2var_epi16(a1, vw1, b1));
     }
   }
-  if (!wpack::decode_range(h.table, k, h.n_exc, codes, exc, planes, out, groups * 64, n, w, &used)) return false;
+  if (!wpack::decode_range(h.table, k, h.n_exc, codes, exc, planes, out, groups * 64, n, n, w, &used)) return false;
   return used == h.n_exc;
 }
 

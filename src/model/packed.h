@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kernels/common/dtype.h"
 #include "src/model/model_desc.h"
@@ -91,6 +92,17 @@ ModelDesc load_packed_desc(const std::string& path);
 // kernel threads. Throws redwood::Error naming the file and the tensor.
 void decode_tensor(const TensorExtent& t, const uint8_t* stored, uint8_t* dst, const std::string& file,
                    bool parallel = true);
+
+// The chunks of a packed tensor's stream (t.stored_bytes at `stored`), checked
+// as decode_tensor checks them (stream head, directory, every chunk's
+// checksum) but not decoded: for a decoder elsewhere (the CUDA slot link).
+// Appends one entry per chunk: offset from the stream's start, stored bytes,
+// elements; chunk c decodes to bytes [c * wpack::kChunkElems * pack_width(t.type), ...)
+// of the tensor. Throws redwood::Error naming the file and the tensor.
+void check_stream(const TensorExtent& t, const uint8_t* stored, const std::string& file,
+                  std::vector<ChunkEntry>& chunks);
+// How many chunks a packed tensor's stream holds.
+uint64_t pack_chunk_count(const TensorExtent& t);
 
 // Reads a tensor into `dst` (t.bytes): the bytes themselves, or a packed
 // tensor's stream, decoded. Throws redwood::Error.
