@@ -3,7 +3,8 @@
 // file and contains the expected substring: never another exception type, a
 // crash or a sanitizer report (CI also runs this under -DREDWOOD_SANITIZE=ON).
 // The fuzzing regression corpus (tests/fuzz/corpus/) is replayed through the
-// fuzz harness: each input loads or throws redwood::Error.
+// fuzz harness: each input loads or throws redwood::Error (packed chunks: the
+// two decoders agree).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -142,6 +143,10 @@ void replay(const std::string& sub, bool (*run)(const uint8_t*, size_t)) {
 TEST(FuzzCorpus, GgufLoadsOrThrowsRedwoodError) { replay("gguf", fuzz::run_gguf); }
 
 TEST(FuzzCorpus, SafetensorsLoadsOrThrowsRedwoodError) { replay("safetensors", fuzz::run_safetensors); }
+
+TEST(FuzzCorpus, PackedLoadsOrThrowsRedwoodError) { replay("packed", fuzz::run_packed); }
+
+TEST(FuzzCorpus, PackedChunksDecodeAlikeOnBothDecoders) { replay("wpack", fuzz::run_wpack); }
 
 // The hostile GGUF files through the fuzz harness too (loads + tokenizer).
 TEST(FuzzCorpus, HostileGgufThroughHarness) {
