@@ -172,6 +172,10 @@ std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 // Whether make_cuda_backend can succeed (built with CUDA and a device present).
 bool cuda_backend_available();
+// The instruction set the CPU backend's kernels run, by name (kernels/cpu/
+// matmul.h: the best this CPU has, or REDWOOD_ISA's); throws redwood::Error
+// when REDWOOD_ISA names one this CPU lacks.
+const char* cpu_kernel_isa();
 
 // ---- process-wide settings and queries (callers ask here, not a backend's own headers) ----
 // CPU worker threads for the CPU backend's ops, one process-wide limit (n <= 0:

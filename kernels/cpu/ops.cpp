@@ -111,4 +111,8 @@ std::unique_ptr<Backend> make_cpu_backend() {
   return std::make_unique<CpuBackend>();
 }
 
+const char* cpu_kernel_isa() {
+  return cpu::isa_name(cpu::kernel_isa());
+}
+
 }  // namespace redwood

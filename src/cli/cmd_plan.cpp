@@ -18,7 +18,7 @@ struct PredictCli {
 };
 
 int run_predict(PredictCli& c) {
-  c.r.o.kv_type = runtime::parse_kv_type(c.kv_type);
+  c.r.o.kv_type = kv_type_from_name(c.kv_type);
   const planner::Prediction p = runtime::predict_run(c.r);
   if (c.json)
     std::puts(planner::prediction_json(p).dump(2).c_str());
@@ -52,7 +52,7 @@ Runner add_plan(CLI::App& app) {
   s->add_option("--max-depth", c->r.o.max_depth, "Largest tree depth d considered (levels, root included)")
       ->transform(int_range(1, 128));
   s->add_option("--kv-type", c->kv_type, "KV cache element type: f32 (default), f16 or bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+      ->check(kv_type_check());
   s->add_flag("--packed", c->r.packed,
               "The target packed by redwood pack (stored sizes per type as measured: BF16 0.707, F16 0.883, F32 "
               "0.854 of raw; decoded at the profile's decode_bandwidth)");

@@ -32,7 +32,7 @@ int run_plan_memory(const PlanOptions& o) {
   budgets.backend = o.backend == "cuda" ? offload::BackendKind::kCuda : offload::BackendKind::kCpu;
   offload::RunShape shape = o.shape;
   shape.threads = o.run.threads > 0 ? o.run.threads : cpu_threads();
-  shape.kv_type = parse_kv_type(o.run.kv_type);
+  shape.kv_type = kv_type_from_name(o.run.kv_type);
   offload::MemoryPlan plan;
   try {
     plan = offload::plan_memory(target, draft ? &*draft : nullptr, budgets, shape);
@@ -74,7 +74,7 @@ Runner add_plan_memory(CLI::App& app) {
   c->add_option("--backend", o->backend, "cpu | cuda (CUDA adds pinned host staging slots)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   c->add_option("--kv-type", o->run.kv_type, "KV cache element type: f32 (default), f16 or bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+      ->check(kv_type_check());
   c->add_flag("--json", o->json, "JSON output");
   return [o] { return run_plan_memory(*o); };
 }

@@ -8,6 +8,19 @@
 
 namespace redwood::cli {
 
+CLI::Validator kv_type_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          (void)kv_type_from_name(s, "");
+          return {};
+        } catch (const Error&) {
+          return "expected f32, f16 or bf16, got '" + s + "'";
+        }
+      },
+      "f32|f16|bf16");
+}
+
 CLI::Validator int_range(long long lo, long long hi) {
   const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
   return CLI::Validator(
@@ -35,9 +48,7 @@ void add_run_options(CLI::App* app, RunOptions& o) {
   app->add_option("--kv-type", o.kv_type,
                   "KV cache element type: f32 (default: outputs match an fp32 reference), f16 or bf16 (half the "
                   "KV memory; rows rounded to nearest even when written, speculative output still equals plain)")
-      ->check([](const std::string& s) -> std::string {
-        return s == "f32" || s == "f16" || s == "bf16" ? "" : "expected f32, f16 or bf16, got '" + s + "'";
-      });
+      ->check(kv_type_check());
 }
 
 void add_budget_options(CLI::App* app, RunOptions& o) {

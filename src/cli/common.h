@@ -20,6 +20,8 @@ void add_run_options(CLI::App* app, RunOptions& o);
 // from 1 to 1048576, got 'abc'"; CLI11's Range and PositiveNumber print their
 // limits as doubles, the largest double for "positive").
 CLI::Validator int_range(long long lo, long long hi);
+// --kv-type's check (src/engine/kv_cache.h, kKvTypeNames), with its message.
+CLI::Validator kv_type_check();
 // Just --device-mem, --host-mem and --ring (add_run_options includes them).
 void add_budget_options(CLI::App* app, RunOptions& o);
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/matmul.h"
+#include "kernels/backend.h"
 #include "src/cli/commands.h"
 #include "src/util/error.h"
 
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   // The version and the CPU kernels' instruction set (REDWOOD_ISA may lower it).
   std::string version = "redwood 0.1.0";
   try {
-    version += std::string(" (CPU kernels: ") + redwood::cpu::isa_name(redwood::cpu::kernel_isa()) + ")";
+    version += std::string(" (CPU kernels: ") + redwood::cpu_kernel_isa() + ")";
   } catch (const redwood::Error& e) {
     version += std::string(" (") + e.what() + ")";
   }

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "src/util/error.h"
@@ -11,6 +12,14 @@ namespace redwood {
 uint64_t KvCache::next_id() {
   static std::atomic<uint64_t> n{0};
   return ++n;
+}
+
+DType kv_type_from_name(const std::string& name, const char* what) {
+  static constexpr DType kTypes[] = {DType::F32, DType::F16, DType::BF16};
+  static_assert(std::size(kTypes) == std::size(kKvTypeNames));
+  for (size_t i = 0; i < std::size(kKvTypeNames); ++i)
+    if (name == kKvTypeNames[i]) return kTypes[i];
+  throw Error(std::string(what) + ": expected f32, f16 or bf16, got '" + name + "'");
 }
 
 void KvCache::check_type(DType t) {

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "src/engine/kv_cache.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 #include "src/util/output_path.h"
@@ -77,7 +78,7 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   mem.integer("ctx", job.ctx, 16, 1 << 24);
   mem.integer("threads", job.threads, 0, 1024);
   mem.boolean("verify_io", job.verify_io);
-  mem.choice("kv_type", job.kv_type, {"f32", "f16", "bf16"});
+  mem.choice("kv_type", job.kv_type, kKvTypeNames);
   check_size(job, "memory.device", job.device_mem);
   check_size(job, "memory.host", job.host_mem);
   if (job.verify_io && job.device_mem.empty() && job.host_mem.empty())

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "src/jobs/job.h"
+#include "src/engine/kv_cache.h"
 #include "src/util/error.h"
 #include "src/util/size.h"
 #include "src/util/toml_section.h"
@@ -53,7 +54,7 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   };
   const Section su(s.file, s.lines, table("suite"), "suite");
   su.only({"max_tokens", "ctx", "limit", "seed", "top_p", "chat", "prefill_chunk", "kv_type"});
-  su.choice("kv_type", s.kv_type, {"f32", "f16", "bf16"});
+  su.choice("kv_type", s.kv_type, kKvTypeNames);
   su.integer("prefill_chunk", s.prefill_chunk, 1, 1 << 20);
   su.boolean("chat", s.chat);
   su.integer("max_tokens", s.max_tokens, 1, 1 << 20);

@@ -62,6 +62,7 @@ void measure_dynamic(Transformer& draft, int vocab, const std::vector<std::vecto
     if (texts[i].size() >= 6) usable.push_back(i);
   if (usable.empty()) throw Error("--tree auto: no text long enough to measure the dynamic trees on");
   std::vector<float> lg, root_q;
+  const auto to_dist = [&filt](std::span<const float> x, std::vector<float>& out) { probs(filt, x, out); };
   spec::DraftTree T;
   int done = 0;
   for (size_t ui = 0; ui < usable.size(); ++ui) {
@@ -92,22 +93,8 @@ void measure_dynamic(Transformer& draft, int vocab, const std::vector<std::vecto
         std::vector<int32_t> row = {-1};  // pending row per node (-1: committed, i.e. the root)
         int block = 0;
         DynamicTreeSample smp;
-        auto forward = [&](std::span<const int32_t> nodes) {
-          std::vector<int32_t> bt, bp, bpar;
-          for (const int32_t v : nodes) {
-            bt.push_back(T.token[static_cast<size_t>(v)]);
-            bp.push_back(r + T.depth[static_cast<size_t>(v)]);
-            bpar.push_back(row[static_cast<size_t>(T.parent[static_cast<size_t>(v)])]);
-          }
-          lg.resize(nodes.size() * static_cast<size_t>(V));
-          draft.forward(Batch{bt, bp, bpar}, kv, lg, LogitsRows::kAll);
-          row.resize(static_cast<size_t>(T.size()), -1);
-          for (size_t i = 0; i < nodes.size(); ++i) {
-            row[static_cast<size_t>(nodes[i])] = block + static_cast<int32_t>(i);
-            probs(filt, std::span<const float>(lg).subspan(i * static_cast<size_t>(V), static_cast<size_t>(V)),
-                  T.set_dist(nodes[i]));
-          }
-          block += static_cast<int>(nodes.size());
+        auto forward = [&](std::span<const int32_t> nodes) {  // the step loop's draft pass (SpecDecoder)
+          spec::draft_level_pass(draft, kv, T, nodes, r, V, row, block, lg, to_dist);
           smp.pass_widths.push_back(static_cast<int>(nodes.size()));
         };
         const std::vector<int32_t> keep = spec::grow_tree(*policies[ci], T, forward, rng);

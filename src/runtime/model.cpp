@@ -52,12 +52,12 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
     if (!run.trace.empty()) throw Error("--trace needs --device-mem (it traces the layer streaming pipeline)");
     m.weights = make_resident_weights(m.desc, *m.backend);
     m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
-    m.transformer->set_kv_type(parse_kv_type(run.kv_type));
+    m.transformer->set_kv_type(kv_type_from_name(run.kv_type));
     return;
   }
   offload::RunShape s = shape;
   s.threads = cpu_threads();
-  s.kv_type = parse_kv_type(run.kv_type);
+  s.kv_type = kv_type_from_name(run.kv_type);
   m.plan = offload::plan_memory(m.desc, draft, budgets_from(run), s);
   const auto& p = *m.plan;
   // Also when every layer fits: the streamer then just serves resident layers
@@ -81,13 +81,6 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
                p.device_budget ? offload::format_size(p.device_budget).c_str() : "unlimited");
   m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
   m.transformer->set_kv_type(s.kv_type);
-}
-
-DType parse_kv_type(const std::string& s, const char* what) {
-  if (s == "f32") return DType::F32;
-  if (s == "f16") return DType::F16;
-  if (s == "bf16") return DType::BF16;
-  throw Error(std::string(what) + ": expected f32, f16 or bf16, got '" + s + "'");
 }
 
 uint64_t peak_rss() {

@@ -47,9 +47,6 @@ struct RunOptions {
   bool verify_io = false;
   std::string kv_type = "f32";  // --kv-type: f32 | f16 | bf16 (target and draft caches)
 };
-// "f32" | "f16" | "bf16" as a DType; anything else is a one-line redwood::Error naming `what`.
-DType parse_kv_type(const std::string& s, const char* what = "--kv-type");
-
 // The default model: $REDWOOD_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf
 // under the current directory or the source tree the binary was built from.
 std::string default_model_path();

@@ -55,7 +55,7 @@ offload::RunShape Session::shape(int ctx, int batch_tokens) const {
   offload::RunShape s;
   s.ctx = ctx;
   s.max_tokens = std::max(batch_tokens, draft_ ? tree_nodes() + 1 : 0);
-  s.kv_type = parse_kv_type(c_.run.kv_type);
+  s.kv_type = kv_type_from_name(c_.run.kv_type);
   return s;
 }
 

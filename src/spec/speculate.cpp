@@ -193,6 +193,26 @@ void SpecDecoder::start(std::span<const int32_t> prompt) {
   draft_todo_ = {root_};
 }
 
+void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<const int32_t> nodes, int root_pos,
+                      int vocab, std::vector<int32_t>& rows, int& block, std::vector<float>& lg,
+                      const std::function<void(std::span<const float>, std::vector<float>&)>& to_dist) {
+  std::vector<int32_t> bt, bp, bpar;
+  for (const int32_t v : nodes) {
+    bt.push_back(t.token[static_cast<size_t>(v)]);
+    bp.push_back(root_pos + t.depth[static_cast<size_t>(v)]);
+    bpar.push_back(rows[static_cast<size_t>(t.parent[static_cast<size_t>(v)])]);
+  }
+  lg.resize(nodes.size() * static_cast<size_t>(vocab));
+  draft.forward(Batch{bt, bp, bpar}, kv, lg, LogitsRows::kAll);
+  rows.resize(static_cast<size_t>(t.size()), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    rows[static_cast<size_t>(nodes[i])] = block + static_cast<int32_t>(i);
+    to_dist(std::span<const float>(lg).subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab)),
+            t.set_dist(nodes[i]));
+  }
+  block += static_cast<int>(nodes.size());
+}
+
 std::vector<int32_t> SpecDecoder::step() {
   const int L = tkv_.committed();  // root position
   const double t0 = now();
@@ -217,23 +237,11 @@ std::vector<int32_t> SpecDecoder::step() {
   std::vector<float> lg;
   // One batched draft pass over the nodes the policy asks for; their parents
   // ran in an earlier pass (or are the root), so they index the draft block.
+  const auto to_dist = [this](std::span<const float> row, std::vector<float>& out) { draft_probs(row, out); };
   auto forward = [&](std::span<const int32_t> nodes) {
-    std::vector<int32_t> bt, bp, bpar;
-    for (int32_t v : nodes) {
-      bt.push_back(T.token[v]);
-      bp.push_back(L + T.depth[v]);
-      bpar.push_back(draft_row[T.parent[v]]);
-    }
-    lg.resize(nodes.size() * static_cast<size_t>(vocab_));
-    draft_.forward(Batch{bt, bp, bpar}, dkv_, lg, LogitsRows::kAll);
+    draft_level_pass(draft_, dkv_, T, nodes, L, vocab_, draft_row, block_rows, lg, to_dist);
     stats_.draft_passes++;
     stats_.draft_tokens += static_cast<int64_t>(nodes.size());
-    draft_row.resize(T.size(), -1);
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      draft_row[nodes[i]] = block_rows + static_cast<int32_t>(i);
-      draft_probs(std::span<const float>(lg).subspan(i * vocab_, vocab_), T.set_dist(nodes[i]));
-    }
-    block_rows += static_cast<int>(nodes.size());
   };
   const std::vector<int32_t> keep = grow_tree(*policy_, T, forward, rng_);
   draft_row.resize(T.size(), -1);

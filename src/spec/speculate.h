@@ -11,6 +11,7 @@
 // draft's first pass covers its unprocessed tokens ending at the root.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +25,17 @@
 #include "src/spec/verify.h"
 
 namespace redwood::spec {
+
+// One batched draft pass over tree nodes whose parents already ran (or are the
+// root): the `forward` that grow_tree calls, shared by SpecDecoder::step and
+// the dynamic-tree profiler (src/planner/dynamic_profile.cpp). Node v runs at
+// position root_pos + depth(v), attending to its parent's block row rows[parent]
+// (-1: the committed prefix); the nodes get block rows block, block + 1, ...
+// (rows grows to t.size(), -1 for nodes not run; block advances), and each
+// node's distribution is to_dist(its logits row). lg: scratch.
+void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<const int32_t> nodes, int root_pos,
+                      int vocab, std::vector<int32_t>& rows, int& block, std::vector<float>& lg,
+                      const std::function<void(std::span<const float>, std::vector<float>&)>& to_dist);
 
 // Parses a static --tree: "chain:K", "kary:WxD", "sequoia:FILE", or "sequoia"
 // (DP with budget = nodes per target pass, root included, and max depth;

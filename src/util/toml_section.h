@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -119,6 +120,9 @@ class Section {
   }
   // A string from a fixed set.
   void choice(const char* key, std::string& out, std::initializer_list<const char*> allowed) const {
+    choice(key, out, std::span<const char* const>(allowed.begin(), allowed.size()));
+  }
+  void choice(const char* key, std::string& out, std::span<const char* const> allowed) const {
     str(key, out);
     if (!has(key)) return;
     for (const char* a : allowed)
