@@ -8,17 +8,15 @@
 
 namespace redwood::cli {
 
-CLI::Validator kv_type_check() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        try {
-          (void)kv_type_from_name(s, "");
-          return {};
-        } catch (const Error&) {
-          return "expected f32, f16 or bf16, got '" + s + "'";
-        }
-      },
-      "f32|f16|bf16");
+CLI::Validator kv_type_check() {  // kv_type_from_name's message, without the option's name
+  const auto check = [](std::string& s) -> std::string {
+    try {
+      return kv_type_from_name(s, nullptr), std::string();
+    } catch (const Error& e) {
+      return e.what();
+    }
+  };
+  return CLI::Validator(check, "f32|f16|bf16");
 }
 
 CLI::Validator int_range(long long lo, long long hi) {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
 #include "src/cli/commands.h"
+#include "src/runtime/inspect.h"
 #include "src/util/error.h"
 
 namespace {
@@ -31,14 +31,7 @@ int finish_stdout(int rc) {
 int main(int argc, char** argv) {
   CLI::App app{"redwood: run models too big for one GPU (CPU backend, tree speculative decoding)"};
   app.require_subcommand(1);
-  // The version and the CPU kernels' instruction set (REDWOOD_ISA may lower it).
-  std::string version = "redwood 0.1.0";
-  try {
-    version += std::string(" (CPU kernels: ") + redwood::cpu_kernel_isa() + ")";
-  } catch (const redwood::Error& e) {
-    version += std::string(" (") + e.what() + ")";
-  }
-  app.set_version_flag("--version", version);
+  app.set_version_flag("--version", redwood::runtime::version_line());
   std::vector<std::pair<CLI::App*, redwood::cli::Runner>> cmds;
   auto reg = [&](redwood::cli::Runner r, const char* name) {
     cmds.emplace_back(app.get_subcommand(name), std::move(r));

@@ -19,7 +19,7 @@ DType kv_type_from_name(const std::string& name, const char* what) {
   static_assert(std::size(kTypes) == std::size(kKvTypeNames));
   for (size_t i = 0; i < std::size(kKvTypeNames); ++i)
     if (name == kKvTypeNames[i]) return kTypes[i];
-  throw Error(std::string(what) + ": expected f32, f16 or bf16, got '" + name + "'");
+  throw Error((what ? std::string(what) + ": " : std::string()) + "expected f32, f16 or bf16, got '" + name + "'");
 }
 
 void KvCache::check_type(DType t) {

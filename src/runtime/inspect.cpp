@@ -4,11 +4,21 @@
 #include <map>
 #include <sstream>
 
+#include "kernels/backend.h"
 #include "src/model/fingerprint.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
 namespace redwood::runtime {
+
+std::string version_line() {
+  std::string v = "redwood 0.1.0";
+  try {
+    return v + " (CPU kernels: " + cpu_kernel_isa() + ")";
+  } catch (const Error& e) {
+    return v + " (" + e.what() + ")";
+  }
+}
 
 nlohmann::json model_info(const ModelDesc& m) {
   std::map<std::string, std::pair<int, uint64_t>> types;

@@ -14,6 +14,10 @@ namespace redwood::runtime {
 // sizes, tensor types (count and bytes per type), fingerprint, tokenizer.
 nlohmann::json model_info(const ModelDesc& m);
 
+// `redwood --version`: the version and the CPU kernels' instruction set
+// (REDWOOD_ISA may lower it; an ISA this CPU lacks is said in the line).
+std::string version_line();
+
 // `redwood tokenize --jsonl`: one JSON array of token ids per line of the
 // file ({"text": ...} objects); raw: no special tokens added or parsed.
 std::string tokenize_jsonl(const Tokenizer& tok, const std::string& path, bool raw);
