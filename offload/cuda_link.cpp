@@ -8,8 +8,8 @@
 // its chunk table to jobs[k] (records staged[k], after which the host image may
 // be refilled), then, once released[k], the decode kernel expands them into
 // slot k on the copy stream and records copied[k]. A chunk the kernel finds
-// malformed (possible only in a file crafted to pass its checksums) sets a
-// status that the next upload into the slot reports.
+// malformed (possible only in a file crafted to pass its checksums) sets the
+// slot's status, which packed_ok(k) reads before the slot is marked ready.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -42,6 +42,7 @@ class CudaLink final : public SlotLink {
 
   void init(int slots, size_t bytes, bool storage_reads) override {
     release_slots();
+    slot_bytes_ = bytes;
     slots_.resize(slots);
     for (Slot& s : slots_) {
       check(cudaMalloc(&s.device, bytes), "cudaMalloc (ring slot)");
@@ -84,7 +85,9 @@ class CudaLink final : public SlotLink {
   bool decodes_packed() const override { return true; }
   void init_packed(size_t staging_bytes, size_t max_chunks) override {
     on_device();
+    if (slots_.empty()) throw Error("offload: init_packed before init");
     for (Slot& s : slots_) {
+      release_packed(s);
       check(cudaMalloc(&s.packed, staging_bytes), "cudaMalloc (packed staging)");
       check(cudaMalloc(reinterpret_cast<void**>(&s.jobs), max_chunks * sizeof(cuda::UnpackJob)),
             "cudaMalloc (chunk table)");
@@ -104,15 +107,16 @@ class CudaLink final : public SlotLink {
   void upload_packed(int k, const uint8_t* src, size_t n, const std::vector<PackedChunkJob>& chunks) override {
     on_device();
     Slot& s = slots_[k];
-    if (!s.packed || n > packed_bytes_ || chunks.size() > max_chunks_)
+    if (!s.packed) throw Error("offload: upload_packed before init_packed");
+    if (n > packed_bytes_ || chunks.size() > max_chunks_)
       throw Error("offload: a packed layer is larger than the link's packed staging (" + std::to_string(n) + " bytes, " +
                   std::to_string(chunks.size()) + " chunks)");
-    // The previous decode into this slot (its chunk table, its status) is done.
+    // The previous decode into this slot (its chunk table) is done.
     check(cudaEventSynchronize(s.copied), "cudaEventSynchronize (packed staging reuse)");
-    if (*s.status_host != 0)
-      throw Error("offload: a packed chunk does not decode on the device (corrupt packed model)");
     for (size_t i = 0; i < chunks.size(); ++i) {
       const PackedChunkJob& c = chunks[i];
+      if (c.src > n || c.stored > n - c.src || c.dst > slot_bytes_ || uint64_t{c.n} * c.w > slot_bytes_ - c.dst)
+        throw Error("offload: a packed chunk lies outside its layer's staging or slot");
       s.jobs_host[i] = {s.packed + c.src, s.device + c.dst, c.stored, c.n, c.w};
     }
     check(cudaMemcpyAsync(s.packed, src, n, cudaMemcpyHostToDevice, copy_), "cudaMemcpyAsync (packed layer)");
@@ -125,6 +129,12 @@ class CudaLink final : public SlotLink {
           "cudaMemcpyAsync (decode status)");
     check(cudaEventRecord(s.copied, copy_), "cudaEventRecord");
     check(cudaEventSynchronize(s.staged), "cudaEventSynchronize (packed layer copied)");
+  }
+  bool packed_ok(int k) override {
+    on_device();
+    Slot& s = slots_[k];
+    check(cudaEventSynchronize(s.copied), "cudaEventSynchronize (packed layer decoded)");
+    return *s.status_host == 0;
   }
 
  private:
@@ -148,18 +158,24 @@ class CudaLink final : public SlotLink {
     int* status_host = nullptr;
     cudaEvent_t staged = nullptr;
   };
+  void release_packed(Slot& s) {
+    if (s.packed) cudaFree(s.packed);
+    if (s.jobs) cudaFree(s.jobs);
+    if (s.jobs_host) cudaFreeHost(s.jobs_host);
+    if (s.status) cudaFree(s.status);
+    if (s.status_host) cudaFreeHost(s.status_host);
+    if (s.staged) cudaEventDestroy(s.staged);
+    s.packed = nullptr, s.jobs = s.jobs_host = nullptr, s.status = s.status_host = nullptr, s.staged = nullptr;
+  }
   void release_slots() {
+    cudaStreamSynchronize(copy_);  // no copy or decode may outlive its buffers
+    packed_bytes_ = max_chunks_ = 0;
     for (Slot& s : slots_) {
       if (s.device) cudaFree(s.device);
       if (s.staging) cudaFreeHost(s.staging);
       if (s.copied) cudaEventDestroy(s.copied);
       if (s.released) cudaEventDestroy(s.released);
-      if (s.packed) cudaFree(s.packed);
-      if (s.jobs) cudaFree(s.jobs);
-      if (s.jobs_host) cudaFreeHost(s.jobs_host);
-      if (s.status) cudaFree(s.status);
-      if (s.status_host) cudaFreeHost(s.status_host);
-      if (s.staged) cudaEventDestroy(s.staged);
+      release_packed(s);
     }
     slots_.clear();
   }
@@ -168,7 +184,7 @@ class CudaLink final : public SlotLink {
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<void*> host_;
-  size_t packed_bytes_ = 0, max_chunks_ = 0;
+  size_t slot_bytes_ = 0, packed_bytes_ = 0, max_chunks_ = 0;
 };
 
 }  // namespace

@@ -67,6 +67,12 @@ class SlotLink {
     (void)k, (void)src, (void)n, (void)chunks;
     throw std::logic_error("this slot link does not decode packed layers");
   }
+  // Decode thread, after upload_packed(k): waits until slot k's chunks are
+  // decoded; false when one was malformed (the slot must not be used).
+  virtual bool packed_ok(int k) {
+    (void)k;
+    return true;
+  }
 };
 
 std::unique_ptr<SlotLink> make_cpu_link();

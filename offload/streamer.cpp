@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -173,6 +174,10 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
     // cores from them in passes that are not I/O-bound (perf-log 2026-11-26,
     // "Packed models").
     decode_thread_ = std::thread([this] { decode_loop(); });
+    if (const char* e = std::getenv("REDWOOD_DECODE_THREADS"))  // a measurement knob, like REDWOOD_ISA
+      opts_.decode_threads = std::clamp(std::atoi(e), 1, 64);
+    if (!device_decode_)
+      for (int i = 1; i < opts_.decode_threads; ++i) decode_helpers_.emplace_back([this] { decode_helper_loop(); });
   }
 }
 
@@ -205,8 +210,10 @@ StreamedWeights::~StreamedWeights() {
     stop_ = true;
   }
   cv_.notify_all();
+  dcv_.notify_all();
   if (io_thread_.joinable()) io_thread_.join();
   if (decode_thread_.joinable()) decode_thread_.join();
+  for (std::thread& t : decode_helpers_) t.join();
 }
 
 const char* StreamedWeights::reader_kind() const {
@@ -273,12 +280,67 @@ void StreamedWeights::io_loop() {
   }
 }
 
-void StreamedWeights::decode_layer(int layer, const uint8_t* staging, uint8_t* slot) const {
+// Every chunk of the layer's seven streams, spread over the decode threads.
+void StreamedWeights::decode_layer(int layer, const uint8_t* staging, uint8_t* slot) {
   const LayerLayout& lay = layout_[layer];
   const auto mats = layer_matrices(layers_[layer]);
-  for (size_t i = 0; i < mats.size(); ++i)
-    decode_tensor(*mats[i], staging + lay.stored_offset[i], slot + lay.tensor_offset[i], files_.at(mats[i]->file),
-                  /*parallel=*/false);
+  std::array<std::vector<ChunkEntry>, 7> dirs;
+  std::vector<std::pair<int, uint32_t>> chunks;  // (tensor, chunk)
+  for (size_t i = 0; i < mats.size(); ++i) {
+    dirs[i] = stream_directory(*mats[i], staging + lay.stored_offset[i], files_.at(mats[i]->file));
+    for (size_t c = 0; c < dirs[i].size(); ++c) chunks.emplace_back(static_cast<int>(i), static_cast<uint32_t>(c));
+  }
+  decode_parallel(chunks.size(), [&](size_t j) {
+    const auto [i, c] = chunks[j];
+    decode_stream_chunk(*mats[i], dirs[i], c, staging + lay.stored_offset[i], slot + lay.tensor_offset[i],
+                        files_.at(mats[i]->file));
+  });
+}
+
+void StreamedWeights::decode_share() {
+  for (size_t i; (i = djob_.next.fetch_add(1)) < djob_.n;) {
+    try {
+      (*djob_.fn)(i);
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      if (!djob_.error) djob_.error = std::current_exception();
+      djob_.next = djob_.n;  // the others stop at their next index
+    }
+  }
+}
+
+void StreamedWeights::decode_parallel(size_t n, const std::function<void(size_t)>& fn) {
+  {
+    std::lock_guard lock(mu_);
+    djob_.fn = &fn;
+    djob_.n = n;
+    djob_.next = 0;
+    djob_.error = nullptr;
+    djob_.helpers_busy = djob_.helpers_alive;  // a helper that left at stop_ takes no share
+    ++djob_.generation;
+  }
+  dcv_.notify_all();
+  decode_share();
+  std::unique_lock lock(mu_);
+  dcv_.wait(lock, [&] { return djob_.helpers_busy == 0; });
+  djob_.fn = nullptr;
+  if (djob_.error) std::rethrow_exception(djob_.error);
+}
+
+void StreamedWeights::decode_helper_loop() {
+  std::unique_lock lock(mu_);
+  uint64_t seen = djob_.generation;
+  ++djob_.helpers_alive;
+  for (;;) {
+    dcv_.wait(lock, [&] { return stop_ || djob_.generation != seen; });
+    if (djob_.generation == seen) break;  // stop_, and no job counts on this helper
+    seen = djob_.generation;
+    lock.unlock();
+    decode_share();
+    lock.lock();
+    if (--djob_.helpers_busy == 0) dcv_.notify_all();
+  }
+  --djob_.helpers_alive;
 }
 
 // A packed layer's chunks for a link that decodes them, checked on the host
@@ -356,13 +418,19 @@ void StreamedWeights::decode_loop() {
       const int layer = stream_[seq % stream_.size()];
       const LayerLayout& lay = layout_[layer];
       const int slot = static_cast<int>(seq % k);
-      link_->wait_released(slot);
+      // A decoding link orders its copy after the slot's release on the device.
+      if (!device_decode_) link_->wait_released(slot);
       const auto t0 = Clock::now();
       // Decoded from the host copy of the streams (host tier) or from the stage.
       const uint8_t* packed = host_copy_[layer] ? host_copy_[layer] : stage_buf_[slot];
       if (!lay.packed()) throw Error("offload: layer " + std::to_string(layer) + " of a packed model is not packed");
       if (device_decode_) {
         link_->upload_packed(slot, packed, lay.staging_bytes, chunk_jobs(layer, packed));
+        // Before the slot is ready: a chunk the device could not decode is an
+        // error now, never a layer of stale weights.
+        if (!link_->packed_ok(slot))
+          throw Error("offload: layer " + std::to_string(layer) +
+                      ": a packed chunk does not decode on the device (corrupt packed model)");
       } else {
         uint8_t* dst = link_->landing(slot);
         decode_layer(layer, packed, dst);

@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -47,6 +48,12 @@ struct StreamOptions {
   // globals, norms and device-resident layers are copied into it and the host
   // copies freed; without a link, the CUDA slot link on its stream is made.
   Backend* backend = nullptr;
+  // Packed models decoded on the host: threads that decode each layer's
+  // chunks together (the decode thread and decode_threads - 1 helpers). One:
+  // on 2 vCPUs a second one was no faster where decoding is off the critical
+  // path and slower at 1-8 tokens (perf-log 2026-11-26); $REDWOOD_DECODE_THREADS
+  // sets it for a measurement where storage outruns one decoding core.
+  int decode_threads = 1;
 };
 
 // What one forward pass cost.
@@ -101,7 +108,12 @@ class StreamedWeights final : public WeightSource {
   void io_loop();
   void read_loop();    // packed: the I/O thread
   void decode_loop();  // packed: the decode thread
-  void decode_layer(int layer, const uint8_t* staging, uint8_t* slot) const;
+  void decode_layer(int layer, const uint8_t* staging, uint8_t* slot);
+  // Runs fn(0 .. n-1) on the calling decode thread and the decode helpers;
+  // rethrows the first exception once all are done.
+  void decode_parallel(size_t n, const std::function<void(size_t)>& fn);
+  void decode_share();  // takes indices of the current decode_parallel job until none is left
+  void decode_helper_loop();
   std::vector<PackedChunkJob> chunk_jobs(int layer, const uint8_t* staging) const;
   static void raise_io_priority();
   void load(uint64_t seq, Slot& s, int k);
@@ -141,6 +153,16 @@ class StreamedWeights final : public WeightSource {
   std::exception_ptr io_error_;
   std::thread io_thread_;
   std::thread decode_thread_;
+  std::vector<std::thread> decode_helpers_;
+  struct DecodeJob {  // the decode_parallel call in progress (guarded by mu_ but `next`)
+    const std::function<void(size_t)>* fn = nullptr;
+    size_t n = 0;
+    std::atomic<size_t> next{0};
+    uint64_t generation = 0;
+    int helpers_busy = 0, helpers_alive = 0;
+    std::exception_ptr error;
+  } djob_;
+  std::condition_variable dcv_;
 
   Trace::Clock::time_point pass_start_{}, layer_start_{};
   PassIo cur_, last_, total_;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -159,16 +160,37 @@ TEST(CudaWpack, DeviceDecoderMatchesTheCpu) {
         << "chunk " << i << " n " << shapes[i].first << " w " << shapes[i].second;
     for (size_t b = raws[i].size(); b < got.size(); ++b) ASSERT_EQ(got[b], 0xA5) << "chunk " << i << " wrote past";
   }
-  // Negative control: every code of a coded chunk made an escape.
+  // Negative controls on a coded chunk with exceptions: malformed codes and heads.
   int coded = -1;
-  for (int i = 0; i < count && coded < 0; ++i)
-    if (chunks[i][0] == wpack::kHighByte && shapes[i].first > 100) coded = i;
+  for (int i = 0; i < count && coded < 0; ++i) {
+    uint32_t n_exc = 0;
+    std::memcpy(&n_exc, chunks[i].data() + 4, 4);
+    if (chunks[i][0] == wpack::kHighByte && shapes[i].first > 100 && n_exc > 0) coded = i;
+  }
   ASSERT_GE(coded, 0);
-  std::vector<uint8_t> bad = chunks[coded];
-  std::memset(bad.data() + sizeof(wpack::ChunkHead), 0xff, wpack::code_bytes(shapes[coded].first, bad[1]));
-  ASSERT_EQ(cudaMemcpy(d_in[coded], bad.data(), bad.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  jobs[0] = jobs[coded];
-  EXPECT_EQ(run(1), 1) << "a chunk that escapes more often than it says decoded without an error";
+  const std::vector<cuda::UnpackJob> good_jobs = jobs;
+  auto expect_rejected = [&](const char* what, auto edit) {
+    std::vector<uint8_t> bad = chunks[coded];
+    edit(bad);
+    ASSERT_EQ(cudaMemcpy(d_in[coded], bad.data(), bad.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d_out[coded], 0xA5, raws[coded].size() + 64), cudaSuccess);
+    jobs = good_jobs;  // the bad chunk among all the good ones: one block's status
+    EXPECT_EQ(run(count), 1) << what << ": decoded without an error";
+    std::vector<uint8_t> got(raws[coded].size() + 64);
+    ASSERT_EQ(cudaMemcpy(got.data(), d_out[coded], got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t b = raws[coded].size(); b < got.size(); ++b) ASSERT_EQ(got[b], 0xA5) << what << ": wrote past";
+    ASSERT_EQ(cudaMemcpy(d_in[coded], chunks[coded].data(), chunks[coded].size(), cudaMemcpyHostToDevice), cudaSuccess);
+  };
+  const uint64_t code_bytes = wpack::code_bytes(shapes[coded].first, chunks[coded][1]);
+  expect_rejected("every code an escape", [&](std::vector<uint8_t>& c) {
+    std::memset(c.data() + sizeof(wpack::ChunkHead), 0xff, code_bytes);
+  });
+  expect_rejected("every code 0 (fewer escapes than declared)", [&](std::vector<uint8_t>& c) {
+    std::memset(c.data() + sizeof(wpack::ChunkHead), 0, code_bytes);
+  });
+  expect_rejected("k = 7", [](std::vector<uint8_t>& c) { c[1] = 7; });
+  expect_rejected("unknown codec", [](std::vector<uint8_t>& c) { c[0] = 9; });
+  EXPECT_EQ(run(count), 0) << "the good chunks again";
   for (int i = 0; i < count; ++i) {
     cudaFree(d_in[i]);
     cudaFree(d_out[i]);

@@ -344,6 +344,10 @@ TEST_P(PackedModel, LogitsAreBitIdenticalResidentAndStreamed) {
   o.verify_io = true;  // the decoded stream against a separate, decoded read
   offload::StreamedWeights w(pdesc_, manual_plan({S, S, S, S, S, S}, 2), o);
   EXPECT_TRUE(bit_equal(run_passes(pdesc_, w), reference)) << "--verify-io";
+  offload::StreamOptions three;
+  three.decode_threads = 3;  // each layer's chunks shared by the decode thread and two helpers
+  offload::StreamedWeights w3(pdesc_, manual_plan({S, H, S, S, D, S}, 2), three);
+  EXPECT_TRUE(bit_equal(run_passes(pdesc_, w3), reference)) << "3 decode threads";
 }
 
 // A slot link that decodes packed layers itself, as the CUDA link does (the
@@ -372,16 +376,21 @@ class DecodingLink final : public offload::SlotLink {
   void upload_packed(int k, const uint8_t* src, size_t n, const std::vector<offload::PackedChunkJob>& jobs) override {
     ++packed_uploads;
     if (n > staging_ || jobs.size() > max_chunks_) throw Error("upload_packed: larger than init_packed said");
+    failed_.resize(slots_.size());
+    failed_[k] = false;
     for (const auto& j : jobs) {
       if (j.src + j.stored > n || j.dst + uint64_t{j.n} * j.w > slot_bytes_) throw Error("upload_packed: a job out of range");
+      // Like the device's status flag: the chunks that decode are written, a failure is reported by packed_ok.
       if (!unpack_in_parts(src + j.src, j.stored, slots_[k].data() + j.dst, j.n, static_cast<int>(j.w), 256))
-        throw Error("upload_packed: a chunk does not decode");
+        failed_[k] = true;
     }
   }
+  bool packed_ok(int k) override { return !failed_.at(k); }
   int uploads = 0, packed_uploads = 0;
 
  private:
   std::vector<AlignedBuffer> slots_, host_;
+  std::vector<bool> failed_;
   size_t slot_bytes_ = 0, staging_ = 0, max_chunks_ = 0;
 };
 
@@ -508,6 +517,75 @@ TEST(PackedFile, AFlippedByteAnywhereIsAnErrorNeverWrongWeights) {
   for (uint64_t keep : {uint64_t{10}, uint64_t{4096}, h.index_offset, static_cast<uint64_t>(bytes.size() - 4096)}) {
     spit(bad, std::vector<uint8_t>(bytes.begin(), bytes.begin() + keep));
     EXPECT_NE(load_everything(bad), "") << "truncated to " << keep;
+  }
+  for (const auto& p : {src, good, bad}) std::remove(p.c_str());
+}
+
+// A file crafted to pass its checksums (the chunk's and the directory's
+// recomputed) with a chunk that does not decode: an error on every decoding
+// path, never a layer of stale or wrong weights. Two crafts: codes that escape
+// far more often than the head says (found while decoding), and a head with
+// k = 7 (found by the host's check before a decoding link gets the chunk).
+TEST(PackedFile, ACraftedChunkThatPassesItsChecksumsIsAnError) {
+  const std::string src = temp_path("craft_src", ".gguf"), good = temp_path("craft_good", ".rwpk"),
+                    bad = temp_path("craft_bad", ".rwpk");
+  testutil::TinyShape s;
+  s.layers = 2;
+  s.type = DType::F16;
+  testutil::write_tiny_llama(src, s);
+  pack_model(src, good);
+  const ModelDesc gm = load_model_desc(good);
+  const TensorExtent& wq = gm.layers[1].wq;
+  const auto bytes = slurp(good);
+  StreamHead sh;
+  std::memcpy(&sh, bytes.data() + wq.offset, sizeof sh);
+  std::vector<ChunkEntry> dir(sh.n_chunks);
+  std::memcpy(dir.data(), bytes.data() + wq.offset + sizeof sh, dir.size() * sizeof(ChunkEntry));
+  wpack::ChunkHead ch;
+  std::memcpy(&ch, bytes.data() + wq.offset + dir[0].offset, sizeof ch);
+  ASSERT_EQ(ch.codec, wpack::kHighByte) << "the tiny F16 weights should be coded";
+  auto craft = [&](auto edit) {
+    auto b = bytes;
+    uint8_t* chunk = b.data() + wq.offset + dir[0].offset;
+    edit(chunk);
+    auto d = dir;
+    d[0].hash = XXH3_64bits(chunk, d[0].stored);
+    StreamHead h2 = sh;
+    h2.dir_hash = XXH3_64bits_withSeed(d.data(), d.size() * sizeof(ChunkEntry), h2.raw_bytes);
+    std::memcpy(b.data() + wq.offset, &h2, sizeof h2);
+    std::memcpy(b.data() + wq.offset + sizeof h2, d.data(), d.size() * sizeof(ChunkEntry));
+    spit(bad, b);
+  };
+  const auto all_escapes = [&](uint8_t* c) {
+    std::memset(c + sizeof ch, 0xff, wpack::code_bytes(dir[0].n, ch.k));
+  };
+  const auto k7 = [](uint8_t* c) { c[1] = 7; };
+  for (int variant = 0; variant < 2; ++variant) {
+    if (variant == 0) craft(all_escapes);
+    else craft(k7);
+    const ModelDesc m = load_model_desc(bad);  // head and index are intact
+    const std::vector<offload::Tier> all(m.layers.size(), offload::Tier::kStorage);
+    for (int threads : {1, 3}) {
+      try {  // decoded on the host (by the decode thread alone, or with two helpers)
+        offload::StreamOptions o;
+        o.decode_threads = threads;
+        offload::StreamedWeights w(m, manual_plan(all, 2), o);
+        run_passes(m, w);
+        ADD_FAILURE() << "variant " << variant << ": host decoding accepted the crafted chunk";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not decode"), std::string::npos) << e.what();
+      }
+    }
+    try {  // by a link that decodes (the CUDA link's protocol, on the CPU)
+      offload::StreamOptions o;
+      o.link = std::make_shared<DecodingLink>();
+      offload::StreamedWeights w(m, manual_plan(all, 2), o);
+      run_passes(m, w);
+      ADD_FAILURE() << "variant " << variant << ": the decoding link's path accepted the crafted chunk";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not decode"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(variant == 0 ? "on the device" : "chunk 0"), std::string::npos) << e.what();
+    }
   }
   for (const auto& p : {src, good, bad}) std::remove(p.c_str());
 }

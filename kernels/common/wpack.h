@@ -154,6 +154,7 @@ RD_HD uint64_t count_escapes(const uint8_t* codes, int k, uint64_t i0, uint64_t 
 
 // Host only: the three steps above for a checked chunk, parts <= 1024.
 inline bool decode_in_parts(const ChunkView& v, uint8_t* out, uint64_t n, int w, int parts) {
+  if (parts < 1 || parts > 1024) return false;
   if (v.codec == kRaw) {
     for (uint64_t i = 0; i < n * static_cast<uint64_t>(w); ++i) out[i] = v.raw[i];
     return true;

@@ -209,12 +209,29 @@ void decode_tensor(const TensorExtent& t, const uint8_t* s, uint8_t* dst, const 
     for (uint64_t c = 0; c < d.chunks.size(); ++c) one(c);
 }
 
+std::vector<ChunkEntry> stream_directory(const TensorExtent& t, const uint8_t* s, const std::string& file) {
+  return stream_dir(t, stream_head(t, s, file), s, file).chunks;
+}
+
+void decode_stream_chunk(const TensorExtent& t, const std::vector<ChunkEntry>& dir, uint64_t c, const uint8_t* s,
+                         uint8_t* dst, const std::string& file) {
+  const ChunkEntry& e = dir.at(c);
+  check_chunk(t, e, c, s + e.offset, file);
+  const int w = pack_width(t.type);
+  if (!cpu::unpack_chunk(s + e.offset, e.stored, dst + c * wpack::kChunkElems * w, e.n, w))
+    corrupt(file, t, "chunk " + std::to_string(c) + " does not decode");
+}
+
 void check_stream(const TensorExtent& t, const uint8_t* s, const std::string& file, std::vector<ChunkEntry>& chunks) {
   const StreamHead h = stream_head(t, s, file);
   const StreamDir d = stream_dir(t, h, s, file);
   for (uint64_t c = 0; c < d.chunks.size(); ++c) {
-    check_chunk(t, d.chunks[c], c, s + d.chunks[c].offset, file);
-    chunks.push_back(d.chunks[c]);
+    const ChunkEntry& e = d.chunks[c];
+    check_chunk(t, e, c, s + e.offset, file);
+    wpack::ChunkView v;  // the head, as the decoder will check it
+    if (!wpack::chunk_view(s + e.offset, e.stored, e.n, d.w, &v))
+      corrupt(file, t, "chunk " + std::to_string(c) + " does not decode");
+    chunks.push_back(e);
   }
 }
 

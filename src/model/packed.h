@@ -93,6 +93,14 @@ ModelDesc load_packed_desc(const std::string& path);
 void decode_tensor(const TensorExtent& t, const uint8_t* stored, uint8_t* dst, const std::string& file,
                    bool parallel = true);
 
+// Chunk by chunk, for decoders that spread a layer's chunks over threads: the
+// stream's directory (stream head and directory checked, not the chunks), then
+// chunk c checked (XXH3) and decoded into `dst` (the tensor's t.bytes).
+// Throw redwood::Error naming the file and the tensor.
+std::vector<ChunkEntry> stream_directory(const TensorExtent& t, const uint8_t* stored, const std::string& file);
+void decode_stream_chunk(const TensorExtent& t, const std::vector<ChunkEntry>& dir, uint64_t c, const uint8_t* stored,
+                         uint8_t* dst, const std::string& file);
+
 // The chunks of a packed tensor's stream (t.stored_bytes at `stored`), checked
 // as decode_tensor checks them (stream head, directory, every chunk's
 // checksum) but not decoded: for a decoder elsewhere (the CUDA slot link).
