@@ -468,16 +468,31 @@ std::string load_everything(const std::string& path) {
   }
 }
 
+// A tiny 2-layer model of `type`, packed; the temp files go with the object.
+struct PackedTiny {
+  std::string src, good, bad;  // the GGUF, its packed copy, a path for damaged copies
+  std::vector<uint8_t> bytes;  // the packed file
+  PackedTiny(const std::string& stem, DType type)
+      : src(temp_path(stem + "_src", ".gguf")), good(temp_path(stem + "_good", ".rwpk")),
+        bad(temp_path(stem + "_bad", ".rwpk")) {
+    testutil::TinyShape s;
+    s.layers = 2;
+    s.type = type;
+    testutil::write_tiny_llama(src, s);
+    pack_model(src, good);
+    bytes = slurp(good);
+  }
+  ~PackedTiny() {
+    for (const auto& p : {src, good, bad}) std::remove(p.c_str());
+  }
+};
+
 TEST(PackedFile, AFlippedByteAnywhereIsAnErrorNeverWrongWeights) {
-  const std::string src = temp_path("corrupt_src", ".gguf"), good = temp_path("corrupt_good", ".rwpk"),
-                    bad = temp_path("corrupt_bad", ".rwpk");
-  testutil::TinyShape s;
-  s.layers = 2;
-  s.type = DType::F16;
-  testutil::write_tiny_llama(src, s);
-  pack_model(src, good);
+  const PackedTiny f("corrupt", DType::F16);
+  const std::string& good = f.good;
+  const std::string& bad = f.bad;
+  const auto& bytes = f.bytes;
   ASSERT_EQ(load_everything(good), "");
-  const auto bytes = slurp(good);
   PackHead h;
   std::memcpy(&h, bytes.data(), sizeof h);
   std::vector<PackIndexEntry> index(h.index_count);
@@ -518,7 +533,6 @@ TEST(PackedFile, AFlippedByteAnywhereIsAnErrorNeverWrongWeights) {
     spit(bad, std::vector<uint8_t>(bytes.begin(), bytes.begin() + keep));
     EXPECT_NE(load_everything(bad), "") << "truncated to " << keep;
   }
-  for (const auto& p : {src, good, bad}) std::remove(p.c_str());
 }
 
 // A file crafted to pass its checksums (the chunk's and the directory's
@@ -527,16 +541,11 @@ TEST(PackedFile, AFlippedByteAnywhereIsAnErrorNeverWrongWeights) {
 // far more often than the head says (found while decoding), and a head with
 // k = 7 (found by the host's check before a decoding link gets the chunk).
 TEST(PackedFile, ACraftedChunkThatPassesItsChecksumsIsAnError) {
-  const std::string src = temp_path("craft_src", ".gguf"), good = temp_path("craft_good", ".rwpk"),
-                    bad = temp_path("craft_bad", ".rwpk");
-  testutil::TinyShape s;
-  s.layers = 2;
-  s.type = DType::F16;
-  testutil::write_tiny_llama(src, s);
-  pack_model(src, good);
-  const ModelDesc gm = load_model_desc(good);
+  const PackedTiny f("craft", DType::F16);
+  const std::string& bad = f.bad;
+  const auto& bytes = f.bytes;
+  const ModelDesc gm = load_model_desc(f.good);
   const TensorExtent& wq = gm.layers[1].wq;
-  const auto bytes = slurp(good);
   StreamHead sh;
   std::memcpy(&sh, bytes.data() + wq.offset, sizeof sh);
   std::vector<ChunkEntry> dir(sh.n_chunks);
@@ -587,7 +596,6 @@ TEST(PackedFile, ACraftedChunkThatPassesItsChecksumsIsAnError) {
       EXPECT_NE(std::string(e.what()).find(variant == 0 ? "on the device" : "chunk 0"), std::string::npos) << e.what();
     }
   }
-  for (const auto& p : {src, good, bad}) std::remove(p.c_str());
 }
 
 // Property test over random damage (fuzzing by mutation, seeded): each of many
@@ -595,14 +603,10 @@ TEST(PackedFile, ACraftedChunkThatPassesItsChecksumsIsAnError) {
 // with redwood::Error or leaves every weight as it was (a flip in the zero
 // padding between chunks); never a crash, never a different weight.
 TEST(PackedFile, RandomDamageIsAnErrorOrHarmless) {
-  const std::string src = temp_path("damage_src", ".gguf"), good = temp_path("damage_good", ".rwpk"),
-                    bad = temp_path("damage_bad", ".rwpk");
-  testutil::TinyShape s;
-  s.layers = 2;
-  s.type = DType::BF16;
-  testutil::write_tiny_llama(src, s);
-  pack_model(src, good);
-  const auto bytes = slurp(good);
+  const PackedTiny f("damage", DType::BF16);
+  const std::string& good = f.good;
+  const std::string& bad = f.bad;
+  const auto& bytes = f.bytes;
   const ModelDesc ref = load_model_desc(good);
   std::vector<std::vector<uint8_t>> want;
   for (const TensorExtent* t : all_extents(ref)) want.push_back(read_whole(ref, *t));
@@ -628,7 +632,6 @@ TEST(PackedFile, RandomDamageIsAnErrorOrHarmless) {
   }
   EXPECT_GT(errors, 150);
   RecordProperty("harmless", harmless);
-  for (const auto& p : {src, good, bad}) std::remove(p.c_str());
 }
 
 TEST(PackedFile, PackRefusesItsInputAPackedSourceAndNonGguf) {
