@@ -173,11 +173,11 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
     // At the compute threads' priority: raised like the I/O thread, it took
     // cores from them in passes that are not I/O-bound (perf-log 2026-11-26,
     // "Packed models").
-    decode_thread_ = std::thread([this] { decode_loop(); });
     if (const char* e = std::getenv("REDWOOD_DECODE_THREADS"))  // a measurement knob, like REDWOOD_ISA
       opts_.decode_threads = std::clamp(std::atoi(e), 1, 64);
-    if (!device_decode_)
+    if (!device_decode_)  // before the decode thread, which reads decode_helpers_
       for (int i = 1; i < opts_.decode_threads; ++i) decode_helpers_.emplace_back([this] { decode_helper_loop(); });
+    decode_thread_ = std::thread([this] { decode_loop(); });
   }
 }
 
@@ -310,6 +310,10 @@ void StreamedWeights::decode_share() {
 }
 
 void StreamedWeights::decode_parallel(size_t n, const std::function<void(size_t)>& fn) {
+  if (decode_helpers_.empty()) {  // the default: the decode thread alone, no hand-off
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
   {
     std::lock_guard lock(mu_);
     djob_.fn = &fn;

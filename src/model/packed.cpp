@@ -188,12 +188,13 @@ void check_chunk(const TensorExtent& t, const ChunkEntry& e, uint64_t c, const u
   if (!hash_ok(XXH3_64bits(chunk, e.stored), e.hash)) corrupt(file, t, "chunk " + std::to_string(c) + " fails its checksum");
 }
 
-// Checks and decodes chunk c, whose stored bytes are at `chunk`.
-void decode_chunk(const TensorExtent& t, const StreamDir& d, uint64_t c, const uint8_t* chunk, uint8_t* dst,
-                  const std::string& file) {
-  const ChunkEntry& e = d.chunks[c];
+// Checks and decodes chunk c of a stream of w-byte elements (directory
+// `dir`), whose stored bytes are at `chunk`, into the tensor's bytes at dst.
+void decode_chunk(const TensorExtent& t, const std::vector<ChunkEntry>& dir, int w, uint64_t c, const uint8_t* chunk,
+                  uint8_t* dst, const std::string& file) {
+  const ChunkEntry& e = dir.at(c);
   check_chunk(t, e, c, chunk, file);
-  if (!cpu::unpack_chunk(chunk, e.stored, dst + c * wpack::kChunkElems * d.w, e.n, d.w))
+  if (!cpu::unpack_chunk(chunk, e.stored, dst + c * wpack::kChunkElems * w, e.n, w))
     corrupt(file, t, "chunk " + std::to_string(c) + " does not decode");
 }
 
@@ -202,7 +203,7 @@ void decode_chunk(const TensorExtent& t, const StreamDir& d, uint64_t c, const u
 void decode_tensor(const TensorExtent& t, const uint8_t* s, uint8_t* dst, const std::string& file, bool parallel) {
   const StreamHead h = stream_head(t, s, file);
   const StreamDir d = stream_dir(t, h, s, file);
-  auto one = [&](uint64_t c) { decode_chunk(t, d, c, s + d.chunks[c].offset, dst, file); };
+  auto one = [&](uint64_t c) { decode_chunk(t, d.chunks, d.w, c, s + d.chunks[c].offset, dst, file); };
   if (parallel && d.chunks.size() > 1)
     tbb::parallel_for(uint64_t{0}, uint64_t{d.chunks.size()}, one);
   else
@@ -215,11 +216,7 @@ std::vector<ChunkEntry> stream_directory(const TensorExtent& t, const uint8_t* s
 
 void decode_stream_chunk(const TensorExtent& t, const std::vector<ChunkEntry>& dir, uint64_t c, const uint8_t* s,
                          uint8_t* dst, const std::string& file) {
-  const ChunkEntry& e = dir.at(c);
-  check_chunk(t, e, c, s + e.offset, file);
-  const int w = pack_width(t.type);
-  if (!cpu::unpack_chunk(s + e.offset, e.stored, dst + c * wpack::kChunkElems * w, e.n, w))
-    corrupt(file, t, "chunk " + std::to_string(c) + " does not decode");
+  decode_chunk(t, dir, pack_width(t.type), c, s + dir.at(c).offset, dst, file);
 }
 
 void check_stream(const TensorExtent& t, const uint8_t* s, const std::string& file, std::vector<ChunkEntry>& chunks) {
@@ -261,7 +258,9 @@ void read_tensor(int fd, const std::string& file, const TensorExtent& t, uint8_t
     const uint64_t begin = d.chunks[c0].offset, end = d.chunks[c1 - 1].offset + d.chunks[c1 - 1].stored;
     buf.resize(end - begin);
     read_exact(fd, file, buf.data(), buf.size(), t.offset + begin);
-    tbb::parallel_for(c0, c1, [&](uint64_t c) { decode_chunk(t, d, c, buf.data() + (d.chunks[c].offset - begin), dst, file); });
+    tbb::parallel_for(c0, c1, [&](uint64_t c) {
+      decode_chunk(t, d.chunks, d.w, c, buf.data() + (d.chunks[c].offset - begin), dst, file);
+    });
     c0 = c1;
   }
 }
