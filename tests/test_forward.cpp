@@ -7,6 +7,7 @@
 #include <random>
 
 #include "kernels/backend.h"
+#include "src/engine/kv_cache.h"
 #include "src/engine/transformer.h"
 #include "src/engine/weights.h"
 #include "src/model/model_desc.h"
@@ -224,6 +225,27 @@ TEST_P(TinyModel, KvTypesKeepTreeAndChainEqual) {
     EXPECT_LT(rel_err(lt.data(), fresh.data(), r.V()), tol) << dtype_name(t);
   }
   EXPECT_THROW(r.tf->set_kv_type(DType::Q4_0), Error);
+}
+
+// The KV type names: each parses to its type, and the one-line error for any
+// other name lists them all (built from kKvTypeNames, not written out).
+TEST(KvTypeNames, ParseAndTheErrorListsEveryName) {
+  EXPECT_EQ(kv_type_from_name("f32"), DType::F32);
+  EXPECT_EQ(kv_type_from_name("f16"), DType::F16);
+  EXPECT_EQ(kv_type_from_name("bf16"), DType::BF16);
+  for (const char* bad : {"q8_0", "F16", "", "f16 "}) {
+    try {
+      kv_type_from_name(bad);
+      ADD_FAILURE() << "'" << bad << "' parsed";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find("--kv-type: expected "), 0u) << msg;
+      for (const char* n : kKvTypeNames) EXPECT_NE(msg.find(n), std::string::npos) << msg;
+      EXPECT_NE(msg.find("got '" + std::string(bad) + "'"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos);
+    }
+  }
+  EXPECT_EQ(kv_type_list(" | "), "f32 | f16 | bf16");
 }
 
 TEST_P(TinyModel, BadBatchesAreErrors) {

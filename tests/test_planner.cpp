@@ -4,6 +4,7 @@
 // dynamic-tree objective and calibration (--tree auto), and the
 // L40 / Llama2-70B / Llama2-7B prediction in Sequoia's offloading regime.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "src/planner/model_config.h"
 #include "src/planner/optimizer.h"
 #include "src/planner/predict.h"
+#include "src/planner/profile_cache.h"
 #include "src/spec/sequoia_dp.h"
 #include "src/spec/tree_policy.h"
 #include "src/util/error.h"
@@ -636,4 +638,53 @@ TEST(Acceptance, FileErrors) {
             up + ": acceptance vector must be non-increasing (p_2 > p_1)");
   const std::string ok = write("ok.json", "{\"acceptance\": [0.5, 0.25]}");
   EXPECT_EQ(spec::read_acceptance_file(ok), (std::vector<double>{0.5, 0.25}));
+}
+
+// --tree auto's cache file names (profile_cache.h): each profile's name
+// changes with exactly what decides it, and an unreadable model is an error.
+TEST(ProfileCache, NamesChangeWithWhatDecidesTheProfile) {
+  const auto dir = std::filesystem::temp_directory_path() / ("redwood_profile_cache_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string a = (dir / "target.gguf").string(), b = (dir / "draft.gguf").string();
+  std::ofstream(a) << "target";
+  std::ofstream(b) << "draft";
+  const std::vector<std::string> files{a, b};
+  SamplingParams t0, t6;
+  t6.temperature = 0.6f;
+  const std::string d = dir.string();
+  EXPECT_EQ(acceptance_cache_path(d, files, t0), acceptance_cache_path(d, files, t0));
+  EXPECT_NE(acceptance_cache_path(d, files, t0), acceptance_cache_path(d, files, t6));
+  EXPECT_NE(acceptance_cache_path(d, files, t0), acceptance_cache_path(d, {b, a}, t0));
+  EXPECT_EQ(acceptance_cache_path(d, files, t0).rfind(d + "/acceptance-", 0), 0u);
+
+  offload::MemoryPlan p1, p2;
+  p1.layer_tier = {offload::Tier::kDevice, offload::Tier::kStorage};
+  p2.layer_tier = {offload::Tier::kDevice, offload::Tier::kHost};
+  p1.ring_slots = p2.ring_slots = 2;
+  HardwareKey k{"cpu", "820MiB", "", 0, 2, 32, &p1};
+  const std::string h1 = hardware_cache_path(d, files, k);
+  EXPECT_EQ(h1, hardware_cache_path(d, files, k));
+  HardwareKey k2 = k;
+  k2.plan = &p2;
+  EXPECT_NE(h1, hardware_cache_path(d, files, k2));
+  k2 = k;
+  k2.max_budget = 64;
+  EXPECT_NE(h1, hardware_cache_path(d, files, k2));
+  k2 = k;
+  k2.plan = nullptr;
+  EXPECT_NE(h1, hardware_cache_path(d, files, k2));
+
+  const std::string y1 = dynamic_cache_path(d, files, t0, 32, 8, 16, "|greedy=0.5");
+  EXPECT_NE(y1, dynamic_cache_path(d, files, t0, 32, 8, 16, "|greedy=0.6"));
+  EXPECT_NE(y1, dynamic_cache_path(d, files, t0, 32, 8, 8, "|greedy=0.5"));
+
+  // A model file rewritten (another size) is another profile.
+  const std::string before = acceptance_cache_path(d, files, t0);
+  std::ofstream(a) << "target, requantized";
+  EXPECT_NE(before, acceptance_cache_path(d, files, t0));
+
+  std::filesystem::remove(a);
+  EXPECT_NE(testutil::error_of([&] { acceptance_cache_path(d, files, t0); }).find(a + ": cannot stat"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
 }

@@ -16,7 +16,7 @@ CLI::Validator kv_type_check() {  // kv_type_from_name's message, without the op
       return e.what();
     }
   };
-  return CLI::Validator(check, "f32|f16|bf16");
+  return CLI::Validator(check, kv_type_list("|"));
 }
 
 CLI::Validator int_range(long long lo, long long hi) {

@@ -19,12 +19,19 @@ DType kv_type_from_name(const std::string& name, const char* what) {
   static_assert(std::size(kTypes) == std::size(kKvTypeNames));
   for (size_t i = 0; i < std::size(kKvTypeNames); ++i)
     if (name == kKvTypeNames[i]) return kTypes[i];
-  throw Error((what ? std::string(what) + ": " : std::string()) + "expected f32, f16 or bf16, got '" + name + "'");
+  throw Error((what ? std::string(what) + ": " : std::string()) + "expected " + kv_type_list(" | ") + ", got '" + name +
+              "'");
+}
+
+std::string kv_type_list(const char* sep) {
+  std::string list;
+  for (const char* n : kKvTypeNames) list += (list.empty() ? "" : sep) + std::string(n);
+  return list;
 }
 
 void KvCache::check_type(DType t) {
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
-    throw Error("the KV cache type must be f32, f16 or bf16, not " + std::string(dtype_name(t)));
+    throw Error("the KV cache type must be one of " + kv_type_list(", ") + ", not " + std::string(dtype_name(t)));
 }
 
 KvCache::KvCache(Backend& be, int n_layers, int kv_dim, int capacity, DType type)

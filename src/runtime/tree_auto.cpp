@@ -1,9 +1,6 @@
 // Timing passes and --tree auto (see tree_auto.h).
 #include "src/runtime/tree_auto.h"
 
-#include <sys/stat.h>
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +8,7 @@
 #include <functional>
 
 #include "src/planner/dynamic_profile.h"
+#include "src/planner/profile_cache.h"
 #include "src/spec/acceptance_measure.h"
 #include "src/util/cache_dir.h"
 #include "src/util/error.h"
@@ -47,22 +45,6 @@ const char* const kBuiltinText[] = {
     "In the early morning the city was quiet. A few shops were opening, a bus passed slowly down the main street, "
     "and the smell of fresh coffee came from the small cafe on the corner.",
 };
-
-// A cheap identity of the model files (no hashing of weights): absolute path,
-// size and modification time of each.
-std::string quick_key(const std::vector<std::string>& files, const std::string& extra) {
-  std::string s;
-  for (const std::string& f : files) {
-    struct stat st {};
-    if (::stat(f.c_str(), &st) != 0) throw Error(f + ": cannot stat");
-    s += std::filesystem::absolute(f).string() + "|" + std::to_string(st.st_size) + "|" +
-         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
-  }
-  s += extra;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(s.data(), s.size())));
-  return hex;
-}
 
 }  // namespace
 
@@ -273,25 +255,11 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   std::vector<std::string> files = m.desc.files;
   files.insert(files.end(), d.desc.files.begin(), d.desc.files.end());
   const std::string dir = make_cache_dir();
-  char sampling_key[96];
-  std::snprintf(sampling_key, sizeof sampling_key, "T=%.6g;top_p=%.6g;top_k=%d", sampling.temperature, sampling.top_p,
-                sampling.top_k);
-  // "|v2": profiles since the target-sample scheme was added (older ones lack it).
-  const std::string acc_path = dir + "/acceptance-" + quick_key(files, std::string(sampling_key) + "|v2") + ".json";
-  // The hardware key holds what decides pass times: the budgets as given and
-  // the plan they produced for this run's shape (which layers are resident,
-  // host-staged or streamed, the ring), threads and the tree cap.
-  std::string plan_key = "resident";
-  if (m.plan) {
-    plan_key.clear();
-    for (const offload::Tier t : m.plan->layer_tier) plan_key += std::to_string(static_cast<int>(t));
-    plan_key += "|" + std::to_string(m.plan->ring_slots) + "x" + std::to_string(m.plan->slot_bytes);
-  }
-  const std::string hw_path =
-      dir + "/hardware-" +
-      quick_key(files, run.backend + "|" + run.device_mem + "|" + run.host_mem + "|" + std::to_string(run.ring) + "|" +
-                           std::to_string(cpu_threads()) + "|" + std::to_string(max_budget) + "|" + plan_key) +
-      ".json";
+  const std::string sampling_key = planner::sampling_key(sampling);
+  const std::string acc_path = planner::acceptance_cache_path(dir, files, sampling);
+  const std::string hw_path = planner::hardware_cache_path(
+      dir, files, {run.backend, run.device_mem, run.host_mem, run.ring, cpu_threads(), max_budget,
+                   m.plan ? &*m.plan : nullptr});
   spec::AcceptanceProfile acc;
   if (!acceptance_file.empty()) {
     acc = spec::read_acceptance_profile(acceptance_file);
@@ -302,7 +270,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
       std::fprintf(log,
                    "redwood: --tree auto: no acceptance profile for this model pair at %s yet; measuring it "
                    "(cached in %s)\n",
-                   sampling_key, acc_path.c_str());
+                   sampling_key.c_str(), acc_path.c_str());
     std::vector<std::vector<int32_t>> prompts;
     for (const char* t : kBuiltinText) prompts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
     spec::AcceptanceRun r;
@@ -395,11 +363,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   constexpr int kDynamicPositions = 16;
   if (!dyn.empty()) {
     const std::string dyn_path =
-        dir + "/dynamic-" +
-        quick_key(files, std::string(sampling_key) + "|seed=" + std::to_string(sampling.seed) + "|" +
-                             std::to_string(max_budget) + "|" + std::to_string(max_depth) + "|" +
-                             std::to_string(kDynamicPositions) + a1_key + "|v2") +
-        ".json";
+        planner::dynamic_cache_path(dir, files, sampling, max_budget, max_depth, kDynamicPositions, a1_key);
     if (std::filesystem::exists(dyn_path)) {
       dyn = planner::read_dynamic(dyn_path);
     } else {

@@ -2,9 +2,14 @@
 
     from harness import check, summary
     check("name", condition, "what to print when it fails")
+    tmp = scratch_dir("redwood_x_")  # removed at exit unless a check failed
     return summary()   # prints "N passed, M failed[: names]"; 1 if anything failed
 """
 from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
 
 FAILED: list[str] = []
 _PASSED = [0]
@@ -22,3 +27,19 @@ def check(name: str, cond: bool, msg: str = "") -> None:
 def summary() -> int:
     print(f"{_PASSED[0]} passed, {len(FAILED)} failed" + (": " + ", ".join(FAILED) if FAILED else ""))
     return 1 if FAILED else 0
+
+
+def scratch_dir(prefix: str) -> str:
+    """A temporary directory for the test's files (models, outputs: tens of
+    MB). Removed when the process exits with no failed check; kept, and named,
+    when one failed, so that it can be looked at."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+
+    def clean() -> None:
+        if FAILED:
+            print(f"kept {tmp} (a check failed)", flush=True)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    atexit.register(clean)
+    return tmp

@@ -30,10 +30,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-from harness import check, summary as finish
+from harness import check, summary as finish, scratch_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
@@ -76,7 +75,7 @@ def main() -> int:
     args = ap.parse_args()
     rng = random.Random(args.seed)
     print(f"seed {args.seed}", flush=True)
-    tmp = tempfile.mkdtemp(prefix="redwood_batch_cli_")
+    tmp = scratch_dir("redwood_batch_cli_")
     rw = args.redwood
     with open(PROMPTS) as f:
         ids = [json.loads(l)["id"] for l in f if l.strip()]

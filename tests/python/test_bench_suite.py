@@ -18,10 +18,9 @@ import os
 import struct
 import subprocess
 import sys
-import tempfile
 import zlib
 
-from harness import check, summary as finish
+from harness import check, summary as finish, scratch_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Must match src/cli/bench_suite.cpp (kColours, kBaselineColour).
@@ -101,7 +100,7 @@ def main() -> int:
     ap.add_argument("--redwood", required=True)
     ap.add_argument("--model", required=True)
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="redwood_bench_suite_")
+    tmp = scratch_dir("redwood_bench_suite_")
     draft = os.path.join(tmp, "draft.gguf")
     p = subprocess.run([args.redwood, "make-draft", "--from", args.model, "--layers", "10", "--out", draft],
                        capture_output=True, text=True, timeout=300)

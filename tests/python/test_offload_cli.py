@@ -21,9 +21,8 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
-from harness import check, summary as finish
+from harness import check, summary as finish, scratch_dir
 
 
 
@@ -38,7 +37,7 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     args = ap.parse_args()
     m = ["--model", args.model]
-    tmp = tempfile.mkdtemp(prefix="redwood_offload_cli_")
+    tmp = scratch_dir("redwood_offload_cli_")
 
     # plan-memory
     p = run(args, ["plan-memory"] + m + ["--device-mem", "64MiB", "--ctx", "256", "--tokens", "16", "--json"])

@@ -16,9 +16,8 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
-from harness import check, summary as finish
+from harness import check, summary as finish, scratch_dir
 
 
 
@@ -32,7 +31,7 @@ def main() -> int:
     if not os.path.exists(args.model):
         print(f"SKIP: {args.model} missing (run tools/fetch-models.sh)")
         return 0
-    tmp = tempfile.mkdtemp(prefix="redwood_profile_cli_")
+    tmp = scratch_dir("redwood_profile_cli_")
     draft = os.path.join(tmp, "draft.gguf")
     p = subprocess.run([rw, "make-draft", "--from", args.model, "--layers", "10", "--out", draft],
                        capture_output=True, text=True, timeout=300)
