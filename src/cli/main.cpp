@@ -11,6 +11,7 @@
 #include "src/cli/commands.h"
 #include "src/runtime/inspect.h"
 #include "src/util/error.h"
+#include "src/util/temp_files.h"
 
 namespace {
 // Everything a command printed must have reached stdout: a failed write (a
@@ -29,6 +30,7 @@ int finish_stdout(int rc) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  redwood::remove_temp_files_on_signal();  // Ctrl-C mid-write leaves no OUT.tmp.PID behind
   CLI::App app{"redwood: run models too big for one GPU (CPU backend, tree speculative decoding)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", redwood::runtime::version_line());

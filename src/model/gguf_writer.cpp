@@ -109,7 +109,8 @@ void write_gguf(const GgufFile& src, const std::string& out_path, const std::map
   o.buf.append((align - o.buf.size() % align) % align, '\0');
 
   const std::string tmp = output_tmp_path(out_path);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const TempFileGuard guard(tmp);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) throw Error(out_path + ": cannot create: " + strerror(errno));
   const int in = ::open(src.path().c_str(), O_RDONLY | O_CLOEXEC);
   try {

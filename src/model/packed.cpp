@@ -362,11 +362,12 @@ PackStats pack_model(const std::string& from, const std::string& out,
   std::vector<PackIndexEntry> index(h.index_count);
 
   PackStats st;
-  const std::string tmp = output_tmp_path(out);
-  Fd o(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (o.fd < 0) throw Error(out + ": cannot create: " + strerror(errno));
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xs(XXH3_createState(), &XXH3_freeState);
   if (!xs) throw Error("out of memory (xxhash state)");
+  const std::string tmp = output_tmp_path(out);
+  const TempFileGuard guard(tmp);
+  Fd o(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (o.fd < 0) throw Error(out + ": cannot create: " + strerror(errno));
   try {
     uint64_t at = align_up(h.index_offset + index.size() * sizeof(PackIndexEntry), kAlign);
     for (size_t i = 0; i < index.size(); ++i) {
@@ -394,21 +395,26 @@ PackStats pack_model(const std::string& from, const std::string& out,
 
     // Verify what was written: the head and index as a reader sees them, then
     // every tensor read back, decoded and compared with the source's hash.
-    (void)load_packed_desc(tmp);
-    const GgufFile g = GgufFile::open_header(tmp, h.meta_offset, h.meta_bytes);
+    // (Errors name `out`: the temp file is removed on the way out.)
     std::vector<uint8_t> raw;
-    for (size_t i = 0; i < index.size(); ++i) {
-      TensorExtent t;
-      t.name = g.tensors()[i].name;
-      t.type = g.tensors()[i].type;
-      t.bytes = index[i].raw_bytes;
-      t.offset = index[i].stored_offset;
-      t.stored_bytes = index[i].stored_bytes;
-      t.packed = true;
-      raw.resize(t.bytes);
-      read_tensor(o.fd, tmp, t, raw.data());
-      if (XXH3_64bits(raw.data(), raw.size()) != index[i].raw_hash)
-        throw Error(out + ": verification failed: tensor '" + t.name + "' does not decode to the source's bytes");
+    try {
+      (void)load_packed_desc(tmp);
+      const GgufFile g = GgufFile::open_header(tmp, h.meta_offset, h.meta_bytes);
+      for (size_t i = 0; i < index.size(); ++i) {
+        TensorExtent t;
+        t.name = g.tensors()[i].name;
+        t.type = g.tensors()[i].type;
+        t.bytes = index[i].raw_bytes;
+        t.offset = index[i].stored_offset;
+        t.stored_bytes = index[i].stored_bytes;
+        t.packed = true;
+        raw.resize(t.bytes);
+        read_tensor(o.fd, tmp, t, raw.data());
+        if (XXH3_64bits(raw.data(), raw.size()) != index[i].raw_hash)
+          throw Error("tensor '" + t.name + "' does not decode to the source's bytes");
+      }
+    } catch (const Error& e) {
+      throw Error(out + ": verification failed: " + e.what());
     }
   } catch (...) {
     ::unlink(tmp.c_str());

@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include "src/util/temp_files.h"
+
 namespace redwood::runtime {
 
 namespace {
@@ -13,6 +15,7 @@ static_assert(std::atomic<int>::is_always_lock_free);
 
 extern "C" void on_stop_signal(int sig) {
   g_signal.store(sig);
+  remove_temp_files_on(sig);  // a second one kills at once, leaving no temp file
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // SIGINT/SIGTERM for long runs (generate, batch, bench run): the first signal
 // asks the run to stop (polled through stop_signal, e.g. as a generation's
-// cancelled()), a second one kills at once.
+// cancelled()), a second one kills at once (removing any temp output file:
+// src/util/temp_files.h).
 #pragma once
 
 namespace redwood::runtime {

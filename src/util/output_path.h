@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "src/util/error.h"
+#include "src/util/temp_files.h"
 
 namespace redwood {
 
@@ -83,7 +84,8 @@ inline void check_output_path(const std::string& out, const std::vector<std::str
   if (!p.empty()) throw Error(what + ": " + p);
 }
 
-// The temp file beside `out` that a writer fills and renames.
+// The temp file beside `out` that a writer fills and renames (under a
+// TempFileGuard, so that a fatal signal removes it: temp_files.h).
 inline std::string output_tmp_path(const std::string& out) { return out + ".tmp." + std::to_string(::getpid()); }
 
 // Renames the finished temp file over `out`, after checking again that `out`
@@ -134,7 +136,8 @@ inline void write_output_file(const std::string& out, const std::string& bytes, 
     return;
   }
   const std::string tmp = output_tmp_path(out);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const TempFileGuard guard(tmp);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) throw Error(out + ": cannot create: " + strerror(errno));
   try {
     output_path_detail::write_all_fd(fd, out, bytes);

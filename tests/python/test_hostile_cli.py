@@ -12,6 +12,8 @@ Checks, each a one-line error and exit 1 unless said otherwise:
   stdout:   a failed write on stdout (/dev/full) is exit 1 with a line on stderr.
   validate: --temperature inf, --seed -1 / overflow, --device-mem "", --tree sequoia:,
             SIZE+draft without --draft.
+  signal:   SIGINT, SIGTERM or SIGHUP during `pack` or `quantize` kills it (exit by the signal)
+            and leaves neither the output nor its temp file.
 Only the files of a temporary folder are written (copies of a small self-draft stand in for models).
 """
 from __future__ import annotations
@@ -21,10 +23,12 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 
 from harness import check, summary as finish
 
@@ -287,6 +291,37 @@ def body(rw: str, big: str, tmp: str) -> int:
                      "--chain-depth", "0", "-q"], timeout=300)
         check(f"validate: prompt line with a {name} is refused", one_line_error(p, needle),
               f"rc={p.returncode} {p.stderr[-300:]}")
+
+    # ---- signal: a writer killed mid-write leaves no temp file ------------------------------
+    # A 256 MiB F16 model, so that pack and quantize are still writing when the signal comes
+    # (the test waits for the temp file to appear, then signals).
+    synth = os.path.join(tmp, "synth-f16.gguf")
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "make-synthetic-gguf.py")
+    g = subprocess.run([sys.executable, tool, "--layers", "8", "--dim", "1024", "--heads", "8", "--kv-heads", "8",
+                        "--ffn", "4096", "--vocab", "1000", "--type", "F16", "--out", synth],
+                       capture_output=True, text=True, timeout=300)
+    check("signal: synthetic model made", g.returncode == 0, g.stderr[-300:])
+    outdir = os.path.join(tmp, "sig")
+    os.makedirs(outdir, exist_ok=True)
+    for cmd, extra in (("pack", []), ("quantize", ["--type", "Q8_0"])):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            out = os.path.join(outdir, f"{cmd}.out")
+            proc = subprocess.Popen([rw, cmd, "--from", synth, "--out", out, *extra],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    restore_signals=True, start_new_session=True)
+            deadline, seen = time.time() + 60, False
+            while time.time() < deadline and proc.poll() is None:
+                if any(".tmp." in f for f in os.listdir(outdir)):
+                    seen = True
+                    break
+                time.sleep(0.002)
+            proc.send_signal(sig)
+            rc = proc.wait(timeout=120)
+            left = os.listdir(outdir)
+            check(f"signal: {cmd} killed by {sig.name} mid-write leaves nothing", seen and rc == -sig and not left,
+                  f"temp file seen={seen} rc={rc} left={left}")
+            for f in left:
+                os.remove(os.path.join(outdir, f))
     return finish()
 
 

@@ -1,0 +1,81 @@
+#include "src/util/temp_files.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+namespace redwood {
+
+namespace {
+
+// Registered paths, read by the handler: fixed buffers (nothing to allocate
+// or free, so a handler never reads freed memory), each published by its
+// state (kFree -> kWriting -> kReady). A handler that meets a slot being
+// reused by another thread at that very moment may miss that one file.
+constexpr int kSlots = 64;
+constexpr size_t kMaxPath = 4096;
+enum : int { kFree, kWriting, kReady };
+std::atomic<int> g_state[kSlots];
+char g_path[kSlots][kMaxPath];
+static_assert(std::atomic<int>::is_always_lock_free);
+
+extern "C" void on_fatal_signal(int sig) {
+  const int saved = errno;
+  for (int i = 0; i < kSlots; ++i)
+    if (g_state[i].load() == kReady) ::unlink(g_path[i]);
+  errno = saved;
+  // Die of the signal, as without this handler.
+  struct sigaction sa {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, nullptr);
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, sig);
+  sigprocmask(SIG_UNBLOCK, &s, nullptr);
+  raise(sig);
+}
+
+}  // namespace
+
+TempFileGuard::TempFileGuard(const std::string& path) : slot_(-1) {
+  if (path.size() >= kMaxPath) return;  // not registered: the writer's own error paths still remove it
+  for (int i = 0; i < kSlots; ++i) {
+    int expected = kFree;
+    if (g_state[i].compare_exchange_strong(expected, kWriting)) {
+      std::memcpy(g_path[i], path.c_str(), path.size() + 1);
+      g_state[i].store(kReady);
+      slot_ = i;
+      return;
+    }
+  }
+}
+
+TempFileGuard::~TempFileGuard() {
+  if (slot_ >= 0) g_state[slot_].store(kFree);
+}
+
+void remove_temp_files_on(int sig) {
+  struct sigaction old {};
+  if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) return;  // nohup, a background job: stays ignored
+  struct sigaction sa {};
+  sa.sa_handler = on_fatal_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(sig, &sa, nullptr);
+}
+
+void remove_temp_files_on_signal() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) remove_temp_files_on(sig);
+}
+
+int registered_temp_files() {
+  int n = 0;
+  for (const auto& st : g_state) n += st.load() == kReady;
+  return n;
+}
+
+}  // namespace redwood

@@ -1,0 +1,122 @@
+// Temp output files and fatal signals (src/util/temp_files.h, used by every
+// writer through output_path.h, `redwood pack` and the GGUF writer): a
+// signal that ends the process removes the registered temp files, leaves
+// other files alone, and the process still dies of that signal; an ignored
+// signal (nohup) stays ignored. Each case runs in a forked child.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/util/output_path.h"
+#include "src/util/temp_files.h"
+
+namespace redwood {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Dir {
+  fs::path p = fs::temp_directory_path() / ("redwood_temp_files_" + std::to_string(::getpid()));
+  Dir() { fs::create_directories(p); }
+  ~Dir() { fs::remove_all(p); }
+  std::string file(const char* name) const {
+    const std::string f = (p / name).string();
+    std::ofstream(f) << "partial output";
+    return f;
+  }
+};
+
+// Runs body in a child; returns its wait status.
+template <class F>
+int in_child(F body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    body();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+TEST(TempFiles, AFatalSignalRemovesRegisteredFilesAndStillKills) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    Dir d;
+    const std::string tmp = d.file("out.gguf.tmp.1"), other = d.file("notes.txt"), done = d.file("done.tmp.2");
+    const int status = in_child([&] {
+      remove_temp_files_on_signal();
+      { const TempFileGuard finished(done); }  // renamed into place before the signal: not removed
+      const TempFileGuard guard(tmp);
+      ::raise(sig);
+      ::_exit(3);  // not reached
+    });
+    ASSERT_TRUE(WIFSIGNALED(status)) << "signal " << sig << ", status " << status;
+    EXPECT_EQ(WTERMSIG(status), sig);
+    EXPECT_FALSE(fs::exists(tmp)) << sig;
+    EXPECT_TRUE(fs::exists(other)) << sig;
+    EXPECT_TRUE(fs::exists(done)) << sig;
+  }
+}
+
+// The control: without the handler the signal leaves the temp file behind
+// (what a killed `redwood pack` did before).
+TEST(TempFiles, WithoutTheHandlerTheFileStays) {
+  Dir d;
+  const std::string tmp = d.file("out.rwpk.tmp.1");
+  const int status = in_child([&] {
+    const TempFileGuard guard(tmp);
+    ::signal(SIGTERM, SIG_DFL);
+    ::raise(SIGTERM);
+  });
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_TRUE(fs::exists(tmp));
+}
+
+TEST(TempFiles, AnIgnoredSignalStaysIgnored) {
+  Dir d;
+  const std::string tmp = d.file("out.tmp.1");
+  const int status = in_child([&] {
+    ::signal(SIGHUP, SIG_IGN);  // nohup
+    remove_temp_files_on_signal();
+    const TempFileGuard guard(tmp);
+    ::raise(SIGHUP);
+    ::_exit(7);  // survived
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+  EXPECT_TRUE(fs::exists(tmp));
+}
+
+TEST(TempFiles, GuardsRegisterWhileTheyLive) {
+  const int before = registered_temp_files();
+  {
+    const TempFileGuard a("/nonexistent/a.tmp"), b("/nonexistent/b.tmp");
+    EXPECT_EQ(registered_temp_files(), before + 2);
+  }
+  EXPECT_EQ(registered_temp_files(), before);
+  // More guards than slots: the extra ones are simply not registered.
+  std::vector<std::unique_ptr<TempFileGuard>> many;
+  for (int i = 0; i < 100; ++i) many.push_back(std::make_unique<TempFileGuard>("/nonexistent/" + std::to_string(i)));
+  EXPECT_EQ(registered_temp_files(), 64);
+  many.clear();
+  EXPECT_EQ(registered_temp_files(), before);
+}
+
+// write_output_file's temp file is registered only while it is written.
+TEST(TempFiles, WriteOutputFileLeavesNothingRegistered) {
+  Dir d;
+  const int before = registered_temp_files();
+  write_output_file((d.p / "x.json").string(), "{}\n");
+  EXPECT_EQ(registered_temp_files(), before);
+  EXPECT_TRUE(fs::exists(d.p / "x.json"));
+}
+
+}  // namespace
+}  // namespace redwood
