@@ -160,6 +160,15 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
   }
+  try {
+    start_threads();
+  } catch (...) {  // a thread that could not start (EAGAIN): stop and join the ones that did
+    stop_threads();
+    throw;
+  }
+}
+
+void StreamedWeights::start_threads() {
   if (stage_buf_.empty()) {
     io_thread_ = std::thread([this] {
       raise_io_priority();
@@ -205,6 +214,10 @@ void StreamedWeights::raise_io_priority() {
 }
 
 StreamedWeights::~StreamedWeights() {
+  stop_threads();
+}
+
+void StreamedWeights::stop_threads() noexcept {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -213,7 +226,8 @@ StreamedWeights::~StreamedWeights() {
   dcv_.notify_all();
   if (io_thread_.joinable()) io_thread_.join();
   if (decode_thread_.joinable()) decode_thread_.join();
-  for (std::thread& t : decode_helpers_) t.join();
+  for (std::thread& t : decode_helpers_)
+    if (t.joinable()) t.join();
 }
 
 const char* StreamedWeights::reader_kind() const {
@@ -255,6 +269,21 @@ void StreamedWeights::load(uint64_t seq, Slot& s, int k) {
                      s.host + s.storage);
 }
 
+// Under mu_: the first error of the I/O or decode threads is the one the pass
+// rethrows (a later one is usually its consequence), with the stream element
+// it failed on.
+void StreamedWeights::fail(uint64_t seq) {
+  if (!io_error_) {
+    io_error_ = std::current_exception();
+    io_error_seq_ = seq;
+  }
+  cv_.notify_all();
+}
+
+bool StreamedWeights::failed_by(uint64_t seq) const {
+  return io_error_ && io_error_seq_ <= seq;
+}
+
 void StreamedWeights::io_loop() {
   const size_t k = slots_.size();
   std::unique_lock lock(mu_);
@@ -270,8 +299,7 @@ void StreamedWeights::io_loop() {
       load(seq, s, static_cast<int>(seq % k));
     } catch (...) {
       lock.lock();
-      io_error_ = std::current_exception();
-      cv_.notify_all();
+      fail(seq);
       return;
     }
     lock.lock();
@@ -390,8 +418,7 @@ void StreamedWeights::read_loop() {
       }
     } catch (...) {
       lock.lock();
-      io_error_ = std::current_exception();
-      cv_.notify_all();
+      fail(seq);
       return;
     }
     lock.lock();
@@ -415,8 +442,8 @@ void StreamedWeights::decode_loop() {
     s.state = SlotState::kLoading;
     s.seq = seq;
     Stage& st = stages_[seq % k];
-    cv_.wait(lock, [&] { return stop_ || io_error_ || (st.full && st.seq == seq); });
-    if (stop_ || !(st.full && st.seq == seq)) return;  // a read failed: the pass rethrows it
+    cv_.wait(lock, [&] { return stop_ || failed_by(seq) || (st.full && st.seq == seq); });
+    if (stop_ || !(st.full && st.seq == seq)) return;  // its read failed: the pass rethrows it
     lock.unlock();
     try {
       const int layer = stream_[seq % stream_.size()];
@@ -433,13 +460,13 @@ void StreamedWeights::decode_loop() {
         // Before the slot is ready: a chunk the device could not decode is an
         // error now, never a layer of stale weights.
         if (!link_->packed_ok(slot))
-          throw Error("offload: layer " + std::to_string(layer) +
+          throw Error(files_.at(layers_[layer].wq.file) + ": layer " + std::to_string(layer) +
                       ": a packed chunk does not decode on the device (corrupt packed model)");
       } else {
         uint8_t* dst = link_->landing(slot);
         decode_layer(layer, packed, dst);
         if (opts_.verify_io && checksum(layer, dst) != reference_sum_[layer])
-          throw Error("--verify-io: layer " + std::to_string(layer) +
+          throw Error("--verify-io: " + files_.at(layers_[layer].wq.file) + ": layer " + std::to_string(layer) +
                       " streamed bytes differ from the first read (storage, decode or transfer corruption)");
         link_->upload(slot, dst, lay.slot_bytes);
       }
@@ -451,8 +478,7 @@ void StreamedWeights::decode_loop() {
       if (opts_.trace) opts_.trace->add(Trace::kIo, "decode layer " + std::to_string(layer), t0, t1, lay.payload_bytes);
     } catch (...) {
       lock.lock();
-      io_error_ = std::current_exception();
-      cv_.notify_all();
+      fail(seq);
       return;
     }
     lock.lock();
@@ -473,8 +499,9 @@ void StreamedWeights::wait_ready(uint64_t seq, int layer) {
   {
     std::unique_lock lock(mu_);
     const auto ready = [&] { return s.state == SlotState::kReady && s.seq == seq; };
-    cv_.wait(lock, [&] { return io_error_ || ready(); });
-    if (!ready()) rethrow_io_error();  // a failed prefetch of a later layer does not fail this one
+    // A failed read or decode of a later layer does not fail this one.
+    cv_.wait(lock, [&] { return failed_by(seq) || ready(); });
+    if (!ready()) rethrow_io_error();
     s.state = SlotState::kInUse;
   }
   const auto t1 = Clock::now();

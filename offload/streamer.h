@@ -105,6 +105,8 @@ class StreamedWeights final : public WeightSource {
     double seconds = 0;
   };
 
+  void start_threads();          // the I/O thread, and the decode thread and helpers of a packed model
+  void stop_threads() noexcept;  // stops and joins every thread that started
   void io_loop();
   void read_loop();    // packed: the I/O thread
   void decode_loop();  // packed: the decode thread
@@ -121,6 +123,8 @@ class StreamedWeights final : public WeightSource {
   void wait_ready(uint64_t seq, int layer);
   void free_current();
   void rethrow_io_error();
+  void fail(uint64_t seq);              // under mu_, in a catch block: records the error, wakes everyone
+  bool failed_by(uint64_t seq) const;  // under mu_: an error at element seq or before
 
   std::vector<LayerDesc> layers_;  // copies: the streamer outlives no one's ModelDesc
   std::vector<std::string> files_;
@@ -150,7 +154,8 @@ class StreamedWeights final : public WeightSource {
   uint64_t next_load_ = 0;     // I/O thread: next stream element to load
   uint64_t next_consume_ = 0;  // forward pass: next stream element it will acquire
   bool stop_ = false;
-  std::exception_ptr io_error_;
+  std::exception_ptr io_error_;  // the first error of the I/O or decode threads
+  uint64_t io_error_seq_ = 0;     // the stream element it failed on
   std::thread io_thread_;
   std::thread decode_thread_;
   std::vector<std::thread> decode_helpers_;
