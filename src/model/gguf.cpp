@@ -177,13 +177,24 @@ GgufFile GgufFile::open_header(const std::string& path, uint64_t base, uint64_t 
   return parse(path, base, size, true);
 }
 
-GgufFile GgufFile::parse(const std::string& path, uint64_t base, uint64_t size, bool header_only) {
+GgufFile GgufFile::open_header(int fd, const std::string& path, uint64_t base, uint64_t size) {
+  return parse(path, base, size, true, fd);
+}
+
+GgufFile GgufFile::parse(const std::string& path, uint64_t base, uint64_t size, bool header_only, int use_fd) {
   GgufFile g;
   g.path_ = path;
-  Fd fd;
-  // O_NONBLOCK: a FIFO must not block the open (it is refused below).
-  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd.fd < 0) throw Error(path + ": cannot open: " + strerror(errno));
+  Fd own;
+  int fd_in = use_fd;
+  if (fd_in < 0) {
+    // O_NONBLOCK: a FIFO must not block the open (it is refused below).
+    own.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (own.fd < 0) throw Error(path + ": cannot open: " + strerror(errno));
+    fd_in = own.fd;
+  }
+  struct Borrowed {
+    int fd;
+  } fd{fd_in};
   struct stat st{};
   if (fstat(fd.fd, &st) != 0) throw Error(path + ": cannot stat: " + strerror(errno));
   if (!S_ISREG(st.st_mode))

@@ -59,6 +59,9 @@ class GgufFile {
   // src/model/packed.h): tensor offsets stay relative to the data section
   // (tensors()[i].offset is unchecked and meaningless to the caller).
   static GgufFile open_header(const std::string& path, uint64_t base, uint64_t size);
+  // The same from an open descriptor of `path` (the bytes a caller has just
+  // checksummed through it, not whatever the path names by now).
+  static GgufFile open_header(int fd, const std::string& path, uint64_t base, uint64_t size);
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
@@ -82,7 +85,7 @@ class GgufFile {
   std::vector<int64_t> get_int_array(const std::string& key) const;
 
  private:
-  static GgufFile parse(const std::string& path, uint64_t base, uint64_t size, bool header_only);
+  static GgufFile parse(const std::string& path, uint64_t base, uint64_t size, bool header_only, int fd = -1);
   std::string path_;
   uint32_t version_ = 0;
   uint64_t file_size_ = 0;

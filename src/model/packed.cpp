@@ -291,7 +291,7 @@ ModelDesc load_packed_desc(const std::string& path) {
   XXH3_freeState(xs);
   if (!hash_ok(got, h.hash)) throw Error(path + ": corrupt packed model (header or index fails its checksum)");
 
-  const GgufFile g = GgufFile::open_header(path, h.meta_offset, h.meta_bytes);
+  const GgufFile g = GgufFile::open_header(fd.fd, path, h.meta_offset, h.meta_bytes);  // the bytes just hashed
   if (g.tensors().size() != index.size())
     throw Error(path + ": corrupt packed model (" + std::to_string(index.size()) + " index entries for " +
                 std::to_string(g.tensors().size()) + " tensors)");
