@@ -269,11 +269,15 @@ void StreamedWeights::load(uint64_t seq, Slot& s, int k) {
                      s.host + s.storage);
 }
 
-// Under mu_: the first error of the I/O or decode threads is the one the pass
-// rethrows (a later one is usually its consequence), with the stream element
-// it failed on.
+// Under mu_: the error of the earliest stream element is the one the pass
+// rethrows, whichever thread met it first. (Keeping the first in time could
+// hang: the read thread, ahead, fails on element r; then the decode thread
+// fails on r - 1 and exits; a pass waiting for r - 1 must see an error at or
+// before it.) Each thread stops at its failed element, and the decode thread
+// stops at the first element whose read failed, so every element after the
+// earliest failure is never made ready and every one before it is.
 void StreamedWeights::fail(uint64_t seq) {
-  if (!io_error_) {
+  if (!io_error_ || seq < io_error_seq_) {
     io_error_ = std::current_exception();
     io_error_seq_ = seq;
   }

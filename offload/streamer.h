@@ -154,8 +154,8 @@ class StreamedWeights final : public WeightSource {
   uint64_t next_load_ = 0;     // I/O thread: next stream element to load
   uint64_t next_consume_ = 0;  // forward pass: next stream element it will acquire
   bool stop_ = false;
-  std::exception_ptr io_error_;  // the first error of the I/O or decode threads
-  uint64_t io_error_seq_ = 0;     // the stream element it failed on
+  std::exception_ptr io_error_;  // the error at the earliest stream element (I/O or decode thread)
+  uint64_t io_error_seq_ = 0;     // that element
   std::thread io_thread_;
   std::thread decode_thread_;
   std::vector<std::thread> decode_helpers_;

@@ -15,10 +15,14 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <future>
+#include <thread>
 #include <random>
 #include <set>
 
@@ -596,6 +600,94 @@ TEST(PackedFile, ACraftedChunkThatPassesItsChecksumsIsAnError) {
       EXPECT_NE(std::string(e.what()).find(variant == 0 ? "on the device" : "chunk 0"), std::string::npos) << e.what();
     }
   }
+}
+
+// Errors in both pipeline threads, the later element's first in time: the
+// read thread (ahead) fails on element 2 (the next pass's layer 0) while the
+// decode thread is held before element 1, whose crafted chunk then fails to
+// decode. The pass waiting for element 1 gets that decode error: the error
+// kept is the earliest element's. (Keeping the first in time made this pass
+// wait forever; before that, it failed on the later read's error.)
+TEST(PackedFile, ErrorsInBothPipelineThreadsReportTheEarliestLayerNeverHang) {
+  const PackedTiny f("twoerr", DType::F16);
+  const ModelDesc gm = load_model_desc(f.good);
+  const TensorExtent& wq = gm.layers[1].wq;
+  auto b = f.bytes;
+  StreamHead sh;
+  std::memcpy(&sh, b.data() + wq.offset, sizeof sh);
+  std::vector<ChunkEntry> dir(sh.n_chunks);
+  std::memcpy(dir.data(), b.data() + wq.offset + sizeof sh, dir.size() * sizeof(ChunkEntry));
+  wpack::ChunkHead ch;
+  uint8_t* chunk = b.data() + wq.offset + dir[0].offset;
+  std::memcpy(&ch, chunk, sizeof ch);
+  ASSERT_EQ(ch.codec, wpack::kHighByte);
+  std::memset(chunk + sizeof ch, 0xff, wpack::code_bytes(dir[0].n, ch.k));  // every code an escape
+  dir[0].hash = XXH3_64bits(chunk, dir[0].stored);
+  sh.dir_hash = XXH3_64bits_withSeed(dir.data(), dir.size() * sizeof(ChunkEntry), sh.raw_bytes);
+  std::memcpy(b.data() + wq.offset, &sh, sizeof sh);
+  std::memcpy(b.data() + wq.offset + sizeof sh, dir.data(), dir.size() * sizeof(ChunkEntry));
+  spit(f.bad, b);
+  const ModelDesc m = load_model_desc(f.bad);
+
+  // A host link whose slot 1 is released only once the read of element 2 has
+  // failed (and 50 ms more, for the read thread to record its error).
+  struct Gate {
+    std::atomic<bool> open{false};
+  };
+  auto gate = std::make_shared<Gate>();
+  class GatedLink final : public offload::SlotLink {
+   public:
+    explicit GatedLink(std::shared_ptr<Gate> g) : gate_(std::move(g)) {}
+    void init(int slots, size_t bytes, bool) override {
+      slots_.clear();
+      for (int k = 0; k < slots; ++k) slots_.emplace_back(bytes, offload::kIoAlign);
+    }
+    const uint8_t* slot(int k) const override { return slots_[k].data(); }
+    uint8_t* landing(int k) override { return slots_[k].data(); }
+    uint8_t* alloc_host(size_t bytes) override { return host_.emplace_back(bytes, offload::kIoAlign).data(); }
+    void upload(int k, const uint8_t* src, size_t n) override {
+      if (src != slots_[k].data()) std::memcpy(slots_[k].data(), src, n);
+    }
+    void wait_released(int k) override {
+      if (k != 1 || held_) return;
+      held_ = true;
+      for (int i = 0; i < 10000 && !gate_->open; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+
+   private:
+    std::shared_ptr<Gate> gate_;
+    bool held_ = false;
+    std::vector<AlignedBuffer> slots_, host_;
+  };
+  offload::StreamOptions o;
+  o.link = std::make_shared<GatedLink>(gate);
+  const uint64_t layer0 = m.layers[0].wq.offset;
+  auto reads_of_layer0 = std::make_shared<std::atomic<int>>(0);
+  o.reader.fault = [gate, layer0, reads_of_layer0](int, uint64_t off, uint64_t want, int64_t res) -> int64_t {
+    if (off <= layer0 && layer0 < off + want && ++*reads_of_layer0 == 2) {
+      gate->open = true;
+      return -EIO;
+    }
+    return res;
+  };
+  const std::vector<offload::Tier> all(m.layers.size(), offload::Tier::kStorage);
+  auto w = std::make_unique<offload::StreamedWeights>(m, manual_plan(all, 2), o);
+  auto pass = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      run_passes(m, *w);
+      return "(no error)";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  });
+  if (pass.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "the pass waits forever for a layer whose decode failed";
+    std::abort();  // the streamer cannot be joined; nothing else to do
+  }
+  const std::string err = pass.get();
+  EXPECT_TRUE(gate->open) << "the read of element 2 never failed: the test did not set up its race";
+  EXPECT_NE(err.find("does not decode"), std::string::npos) << err;
 }
 
 // Property test over random damage (fuzzing by mutation, seeded): each of many

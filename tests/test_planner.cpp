@@ -4,7 +4,9 @@
 // dynamic-tree objective and calibration (--tree auto), and the
 // L40 / Llama2-70B / Llama2-7B prediction in Sequoia's offloading regime.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cmath>
 #include <filesystem>
@@ -656,13 +658,32 @@ TEST(ProfileCache, NamesChangeWithWhatDecidesTheProfile) {
   EXPECT_NE(acceptance_cache_path(d, files, t0), acceptance_cache_path(d, files, t6));
   EXPECT_NE(acceptance_cache_path(d, files, t0), acceptance_cache_path(d, {b, a}, t0));
   EXPECT_EQ(acceptance_cache_path(d, files, t0).rfind(d + "/acceptance-", 0), 0u);
+  // The names are pinned to their format, so that caches written by earlier
+  // builds stay valid: XXH3-64 of "abs path|size|mtime s.ns;" per file, then
+  // what decides the profile.
+  auto identity = [](const std::string& f) {
+    struct stat st {};
+    EXPECT_EQ(::stat(f.c_str(), &st), 0);
+    return std::filesystem::absolute(f).string() + "|" + std::to_string(st.st_size) + "|" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
+  };
+  auto hex = [](const std::string& s) {
+    char h[17];
+    std::snprintf(h, sizeof h, "%016llx", static_cast<unsigned long long>(XXH3_64bits(s.data(), s.size())));
+    return std::string(h);
+  };
+  EXPECT_EQ(acceptance_cache_path(d, files, t0),
+            d + "/acceptance-" + hex(identity(a) + identity(b) + "T=0;top_p=1;top_k=0|v2") + ".json");
+  EXPECT_EQ(sampling_key(t6), "T=0.6;top_p=1;top_k=0");
 
   offload::MemoryPlan p1, p2;
   p1.layer_tier = {offload::Tier::kDevice, offload::Tier::kStorage};
   p2.layer_tier = {offload::Tier::kDevice, offload::Tier::kHost};
   p1.ring_slots = p2.ring_slots = 2;
+  p1.slot_bytes = 4096;
   HardwareKey k{"cpu", "820MiB", "", 0, 2, 32, &p1};
   const std::string h1 = hardware_cache_path(d, files, k);
+  EXPECT_EQ(h1, d + "/hardware-" + hex(identity(a) + identity(b) + "cpu|820MiB||0|2|32|02|2x4096") + ".json");
   EXPECT_EQ(h1, hardware_cache_path(d, files, k));
   HardwareKey k2 = k;
   k2.plan = &p2;
@@ -675,6 +696,8 @@ TEST(ProfileCache, NamesChangeWithWhatDecidesTheProfile) {
   EXPECT_NE(h1, hardware_cache_path(d, files, k2));
 
   const std::string y1 = dynamic_cache_path(d, files, t0, 32, 8, 16, "|greedy=0.5");
+  EXPECT_EQ(y1, d + "/dynamic-" +
+                    hex(identity(a) + identity(b) + "T=0;top_p=1;top_k=0|seed=0|32|8|16|greedy=0.5|v2") + ".json");
   EXPECT_NE(y1, dynamic_cache_path(d, files, t0, 32, 8, 16, "|greedy=0.6"));
   EXPECT_NE(y1, dynamic_cache_path(d, files, t0, 32, 8, 8, "|greedy=0.5"));
 

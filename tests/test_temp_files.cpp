@@ -51,6 +51,7 @@ TEST(TempFiles, AFatalSignalRemovesRegisteredFilesAndStillKills) {
     Dir d;
     const std::string tmp = d.file("out.gguf.tmp.1"), other = d.file("notes.txt"), done = d.file("done.tmp.2");
     const int status = in_child([&] {
+      ::signal(sig, SIG_DFL);  // the test runner may have inherited it ignored (nohup, a background job)
       remove_temp_files_on_signal();
       { const TempFileGuard finished(done); }  // renamed into place before the signal: not removed
       const TempFileGuard guard(tmp);

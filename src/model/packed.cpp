@@ -414,7 +414,9 @@ PackStats pack_model(const std::string& from, const std::string& out,
           throw Error("tensor '" + t.name + "' does not decode to the source's bytes");
       }
     } catch (const Error& e) {
-      throw Error(out + ": verification failed: " + e.what());
+      std::string why = e.what();  // it may name the temp file, which is removed on the way out
+      for (size_t pos; (pos = why.find(tmp)) != std::string::npos;) why.replace(pos, tmp.size(), out);
+      throw Error(out + ": verification failed: " + why);
     }
   } catch (...) {
     ::unlink(tmp.c_str());

@@ -13,19 +13,30 @@ namespace {
 
 // Registered paths, read by the handler: fixed buffers (nothing to allocate
 // or free, so a handler never reads freed memory), each published by its
-// state (kFree -> kWriting -> kReady). A handler that meets a slot being
-// reused by another thread at that very moment may miss that one file.
+// state (kFree -> kWriting -> kReady) and a generation that changes with
+// every registration. The handler copies a ready path, then checks that the
+// slot is still ready in the same generation (no other thread rewrote it
+// meanwhile) before it unlinks the copy; a slot reused at that very moment
+// is skipped (that one file may stay).
 constexpr int kSlots = 64;
 constexpr size_t kMaxPath = 4096;
 enum : int { kFree, kWriting, kReady };
 std::atomic<int> g_state[kSlots];
+std::atomic<unsigned> g_generation[kSlots];
 char g_path[kSlots][kMaxPath];
-static_assert(std::atomic<int>::is_always_lock_free);
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<unsigned>::is_always_lock_free);
 
 extern "C" void on_fatal_signal(int sig) {
   const int saved = errno;
-  for (int i = 0; i < kSlots; ++i)
-    if (g_state[i].load() == kReady) ::unlink(g_path[i]);
+  char path[kMaxPath];
+  for (int i = 0; i < kSlots; ++i) {
+    if (g_state[i].load() != kReady) continue;
+    const unsigned gen = g_generation[i].load();
+    size_t n = 0;
+    for (; n + 1 < kMaxPath && g_path[i][n] != '\0'; ++n) path[n] = g_path[i][n];
+    path[n] = '\0';
+    if (g_state[i].load() == kReady && g_generation[i].load() == gen) ::unlink(path);
+  }
   errno = saved;
   // Die of the signal, as without this handler.
   struct sigaction sa {};
@@ -47,6 +58,7 @@ TempFileGuard::TempFileGuard(const std::string& path) : slot_(-1) {
     int expected = kFree;
     if (g_state[i].compare_exchange_strong(expected, kWriting)) {
       std::memcpy(g_path[i], path.c_str(), path.size() + 1);
+      g_generation[i].fetch_add(1);
       g_state[i].store(kReady);
       slot_ = i;
       return;

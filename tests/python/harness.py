@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import signal
+import sys
 import tempfile
 
 FAILED: list[str] = []
@@ -43,3 +45,22 @@ def scratch_dir(prefix: str) -> str:
 
     atexit.register(clean)
     return tmp
+
+
+def default_signals() -> None:
+    """preexec_fn for a child the test will signal: SIGINT, SIGTERM and SIGHUP at
+    their defaults even when the test runner inherited them ignored (nohup, a
+    background job), so that the child sees what a user's process does."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
+_previous_hook = sys.excepthook
+
+
+def _uncaught(kind, value, tb) -> None:
+    FAILED.append(f"uncaught {kind.__name__}")  # scratch_dir keeps the folder
+    _previous_hook(kind, value, tb)
+
+
+sys.excepthook = _uncaught

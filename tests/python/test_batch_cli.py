@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from harness import check, summary as finish, scratch_dir
+from harness import check, default_signals, summary as finish, scratch_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
@@ -103,7 +103,8 @@ def main() -> int:
     runs = 0
     while runs < 40:
         runs += 1
-        proc = subprocess.Popen([rw, "batch", job], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([rw, "batch", job], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=default_signals)
         if kills < 4:
             time.sleep(rng.uniform(0.3, max(0.6, full_seconds / 4)))
             if proc.poll() is None:
@@ -188,7 +189,8 @@ def main() -> int:
     for sig, code, name in [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")]:
         out = os.path.join(tmp, f"sig{code}.jsonl")
         job = write(os.path.join(tmp, f"sig{code}.toml"), job_text(args.model, out))
-        proc = subprocess.Popen([rw, "batch", job], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([rw, "batch", job], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=default_signals)
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
             if os.path.exists(out) and os.path.getsize(out) > 0:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from harness import check, summary as finish
+from harness import check, default_signals, summary as finish
 
 
 def run(args, cmd: list[str]) -> subprocess.CompletedProcess:
@@ -59,7 +59,8 @@ def main() -> int:
     # SIGINT: the text printed so far stays, exit 130, one line on stderr.
     long = ["generate"] + m + ["--prompt", "Once upon a time", "-n", "100000", "--ctx", "100010"]
     ref = run(args, ["generate"] + m + ["--prompt", "Once upon a time", "-n", "60"])
-    proc = subprocess.Popen([args.redwood] + long, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([args.redwood] + long, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=default_signals)
     os.set_blocking(proc.stdout.fileno(), False)
     got = b""
     deadline = time.time() + 120

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from harness import check, summary as finish
+from harness import check, default_signals, summary as finish
 
 
 def run(rw: str, args: list[str], timeout: float = 120, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
@@ -308,7 +308,7 @@ def body(rw: str, big: str, tmp: str) -> int:
             out = os.path.join(outdir, f"{cmd}.out")
             proc = subprocess.Popen([rw, cmd, "--from", synth, "--out", out, *extra],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    restore_signals=True, start_new_session=True)
+                                    start_new_session=True, preexec_fn=default_signals)
             deadline, seen = time.time() + 60, False
             while time.time() < deadline and proc.poll() is None:
                 if any(".tmp." in f for f in os.listdir(outdir)):
