@@ -82,6 +82,13 @@ void remove_temp_files_on(int sig) {
 
 void remove_temp_files_on_signal() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) remove_temp_files_on(sig);
+  // A file-size limit (ulimit -f) hit mid-write: write() then fails with EFBIG
+  // and the writer's error path removes its temp file and says so in one
+  // line, instead of SIGXFSZ killing the process with the file left behind.
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGXFSZ, &ign, nullptr);
 }
 
 int registered_temp_files() {

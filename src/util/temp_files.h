@@ -25,7 +25,8 @@ class TempFileGuard {
 };
 
 // Installs the handler for SIGINT, SIGTERM and SIGHUP: remove every registered
-// temp file, then die of the signal. Called once at start-up (main); commands
+// temp file, then die of the signal. SIGXFSZ is ignored, so that a file-size
+// limit is a write error (EFBIG), handled like a full disk. Called once at start-up (main); commands
 // that stop cleanly on a first signal (runtime/stop_signal.h) replace it for
 // SIGINT/SIGTERM and hand the second signal back to it.
 void remove_temp_files_on_signal();

@@ -14,6 +14,7 @@ Checks, each a one-line error and exit 1 unless said otherwise:
             SIZE+draft without --draft.
   signal:   SIGINT, SIGTERM or SIGHUP during `pack` or `quantize` kills it (exit by the signal)
             and leaves neither the output nor its temp file.
+  fsize:    a file-size limit (ulimit -f) hit by `pack` or `quantize` is a one-line error.
 Only the files of a temporary folder are written (copies of a small self-draft stand in for models).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import shutil
 import signal
 import stat
@@ -322,6 +324,22 @@ def body(rw: str, big: str, tmp: str) -> int:
                   f"temp file seen={seen} rc={rc} left={left}")
             for f in left:
                 os.remove(os.path.join(outdir, f))
+
+    # A file-size limit (ulimit -f 1 MiB) hit mid-write: one line naming the output, exit 1, no
+    # temp file (SIGXFSZ used to kill the writer and leave it).
+    def small_fsize() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    for cmd, extra in (("pack", []), ("quantize", ["--type", "Q8_0"])):
+        out = os.path.join(outdir, f"{cmd}.out")
+        p = subprocess.run([rw, cmd, "--from", synth, "--out", out, *extra], capture_output=True, text=True,
+                           timeout=300, preexec_fn=small_fsize)
+        left = os.listdir(outdir)
+        check(f"fsize: {cmd} past ulimit -f is a one-line error, nothing left",
+              one_line_error(p, out) and "too large" in p.stderr and not left,
+              f"rc={p.returncode} {p.stderr[-300:]} left={left}")
+        for f in left:
+            os.remove(os.path.join(outdir, f))
     return finish()
 
 
