@@ -163,7 +163,9 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
     const std::string gpf = dir + "/plots/" + g + ".gp";
     write_output_file(gpf, gp);
     if (!have_gnuplot) continue;
+    const TempFileGuard guard(png + ".tmp");  // gnuplot writes it; a fatal signal removes it
     if (!run_gnuplot(gpf)) {
+      ::unlink((png + ".tmp").c_str());
       have_gnuplot = false;
       continue;
     }
