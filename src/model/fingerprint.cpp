@@ -17,6 +17,7 @@
 #include "src/util/cache_dir.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
+#include "src/util/temp_files.h"
 
 namespace redwood {
 
@@ -144,6 +145,7 @@ uint64_t whole_file_hash(const Files& files, int i) {
     try {
       (void)make_cache_dir();
       const std::string tmp = entry + ".tmp." + std::to_string(::getpid());
+      const TempFileGuard guard(tmp);
       {
         std::ofstream out(tmp, std::ios::trunc);
         out << key << "\n" << hex64(h) << "\n";
