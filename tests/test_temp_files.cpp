@@ -119,5 +119,83 @@ TEST(TempFiles, WriteOutputFileLeavesNothingRegistered) {
   EXPECT_TRUE(fs::exists(d.p / "x.json"));
 }
 
+// TempOutput, the one temp-file writer (output_path.h): an uncommitted one
+// (an error, an exception) leaves neither the output nor the temp file; a
+// committed one leaves only the output; a link planted at the temp name is
+// removed, never written through; a fatal signal while it is open removes it.
+TEST(TempOutput, CommitRenamesAnErrorRemoves) {
+  Dir d;
+  const std::string out = (d.p / "model.gguf").string();
+  const int before = registered_temp_files();
+  try {
+    TempOutput t(out);
+    EXPECT_EQ(registered_temp_files(), before + 1);
+    EXPECT_TRUE(fs::exists(t.path()));
+    throw Error("mid-write");
+  } catch (const Error&) {
+  }
+  EXPECT_EQ(registered_temp_files(), before);
+  EXPECT_TRUE(fs::is_empty(d.p)) << "an uncommitted TempOutput left a file";
+
+  {
+    TempOutput t(out);
+    ASSERT_EQ(::write(t.fd(), "abc", 3), 3);
+    t.commit();
+  }
+  EXPECT_EQ(registered_temp_files(), before);
+  std::string text;
+  std::ifstream(out) >> text;
+  EXPECT_EQ(text, "abc");
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.p), fs::directory_iterator{}), 1);
+}
+
+TEST(TempOutput, ALinkPlantedAtTheTempNameIsNotWrittenThrough) {
+  Dir d;
+  const std::string victim = d.file("victim.txt"), out = (d.p / "out.bin").string();
+  fs::create_symlink(victim, output_tmp_path(out));
+  fs::create_hard_link(victim, d.p / "hard.txt");
+  {
+    TempOutput t(out);
+    ASSERT_EQ(::write(t.fd(), "new", 3), 3);
+    t.commit();
+  }
+  ::unlink(output_tmp_path(out).c_str());
+  ASSERT_EQ(::link((d.p / "hard.txt").c_str(), output_tmp_path(out).c_str()), 0);  // a hard link this time
+  {
+    TempOutput t(out);
+    ASSERT_EQ(::write(t.fd(), "newer", 5), 5);
+    t.commit();
+  }
+  std::string text;
+  std::getline(std::ifstream(victim), text);
+  EXPECT_EQ(text, "partial output");
+  std::getline(std::ifstream(out), text);
+  EXPECT_EQ(text, "newer");
+}
+
+TEST(TempOutput, AFatalSignalWhileOpenRemovesIt) {
+  Dir d;
+  const std::string out = (d.p / "out.rwpk").string();
+  const int status = in_child([&] {
+    ::signal(SIGTERM, SIG_DFL);
+    remove_temp_files_on_signal();
+    TempOutput t(out);
+    if (!fs::exists(t.path())) ::_exit(4);
+    ::raise(SIGTERM);
+    ::_exit(3);
+  });
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  EXPECT_TRUE(fs::is_empty(d.p));
+}
+
+TEST(TempOutput, AnUncreatableTempFileIsAnErrorNamingTheOutput) {
+  try {
+    TempOutput t("/nonexistent-dir/out.gguf");
+    FAIL() << "created";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("/nonexistent-dir/out.gguf: cannot create: ", 0), 0u) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace redwood

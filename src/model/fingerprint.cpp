@@ -17,7 +17,7 @@
 #include "src/util/cache_dir.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
-#include "src/util/temp_files.h"
+#include "src/util/output_path.h"
 
 namespace redwood {
 
@@ -144,17 +144,10 @@ uint64_t whole_file_hash(const Files& files, int i) {
   if (!entry.empty() && same_version(before, files.stat(i))) {  // not cached when it changed while read
     try {
       (void)make_cache_dir();
-      const std::string tmp = entry + ".tmp." + std::to_string(::getpid());
-      const TempFileGuard guard(tmp);
-      {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << key << "\n" << hex64(h) << "\n";
-        if (!out.flush()) throw Error("write");
-      }
-      std::filesystem::rename(tmp, entry);
-    } catch (const std::exception&) {
-      std::error_code ec;
-      std::filesystem::remove(entry + ".tmp." + std::to_string(::getpid()), ec);
+      TempOutput out(entry);
+      output_path_detail::write_all_fd(out.fd(), entry, key + "\n" + hex64(h) + "\n");
+      out.commit();
+    } catch (const std::exception&) {  // a cache: not written is not an error (the temp file is gone)
     }
   }
   return h;

@@ -147,13 +147,6 @@ GgufValue read_value(Reader& r, GgufType type, int depth, const std::string& key
   return v;
 }
 
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 }  // namespace
 
 const char* gguf_type_name(GgufType t) {

@@ -108,52 +108,36 @@ void write_gguf(const GgufFile& src, const std::string& out_path, const std::map
   }
   o.buf.append((align - o.buf.size() % align) % align, '\0');
 
-  const std::string tmp = output_tmp_path(out_path);
-  const TempFileGuard guard(tmp);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) throw Error(out_path + ": cannot create: " + strerror(errno));
-  const int in = ::open(src.path().c_str(), O_RDONLY | O_CLOEXEC);
-  try {
-    if (in < 0) throw Error(src.path() + ": cannot open: " + strerror(errno));
-    write_all(fd, out_path, o.buf.data(), o.buf.size());
-    std::vector<char> chunk(8 << 20);
-    std::vector<uint8_t> made;
-    for (size_t i = 0; i < ts.size(); ++i) {
-      const auto& t = ts[i];
-      if (t.fill) {
-        made.assign(t.bytes, 0);
-        t.fill(made.data());
-        write_all(fd, out_path, reinterpret_cast<const char*>(made.data()), made.size());
-      } else {
-        if (from[i]->bytes != t.bytes)
-          throw Error("write_gguf: tensor '" + t.name + "' copies " + std::to_string(from[i]->bytes) +
-                      " bytes but declares " + std::to_string(t.bytes));
-        uint64_t done = 0;
-        while (done < t.bytes) {
-          const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), t.bytes - done));
-          read_exact(in, src.path(), chunk.data(), want, from[i]->offset + done);
-          write_all(fd, out_path, chunk.data(), want);
-          done += want;
-        }
+  TempOutput tmp(out_path);
+  const int fd = tmp.fd();
+  Fd in(::open(src.path().c_str(), O_RDONLY | O_CLOEXEC));
+  if (in.fd < 0) throw Error(src.path() + ": cannot open: " + strerror(errno));
+  write_all(fd, out_path, o.buf.data(), o.buf.size());
+  std::vector<char> chunk(8 << 20);
+  std::vector<uint8_t> made;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto& t = ts[i];
+    if (t.fill) {
+      made.assign(t.bytes, 0);
+      t.fill(made.data());
+      write_all(fd, out_path, reinterpret_cast<const char*>(made.data()), made.size());
+    } else {
+      if (from[i]->bytes != t.bytes)
+        throw Error("write_gguf: tensor '" + t.name + "' copies " + std::to_string(from[i]->bytes) +
+                    " bytes but declares " + std::to_string(t.bytes));
+      uint64_t done = 0;
+      while (done < t.bytes) {
+        const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), t.bytes - done));
+        read_exact(in.fd, src.path(), chunk.data(), want, from[i]->offset + done);
+        write_all(fd, out_path, chunk.data(), want);
+        done += want;
       }
-      const uint64_t pad = (align - t.bytes % align) % align;
-      if (pad) write_all(fd, out_path, std::string(pad, '\0').data(), pad);
-      if (progress) progress(i + 1, ts.size());
     }
-    if (::fsync(fd) != 0) throw Error(out_path + ": fsync failed: " + strerror(errno));
-  } catch (...) {
-    if (in >= 0) ::close(in);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+    const uint64_t pad = (align - t.bytes % align) % align;
+    if (pad) write_all(fd, out_path, std::string(pad, '\0').data(), pad);
+    if (progress) progress(i + 1, ts.size());
   }
-  ::close(in);
-  if (::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw Error(out_path + ": cannot write: " + strerror(e));
-  }
-  rename_output_into_place(tmp, out_path);
+  tmp.commit();
 }
 
 void write_gguf_subset(const GgufFile& src, const std::string& out_path,

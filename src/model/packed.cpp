@@ -40,17 +40,6 @@ bool hash_ok(uint64_t got, uint64_t want) {
 #endif
 }
 
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 void pwrite_all(int fd, const std::string& path, const void* p, uint64_t n, uint64_t off) {
   const auto* b = static_cast<const uint8_t*>(p);
   while (n > 0) {
@@ -364,72 +353,59 @@ PackStats pack_model(const std::string& from, const std::string& out,
   PackStats st;
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xs(XXH3_createState(), &XXH3_freeState);
   if (!xs) throw Error("out of memory (xxhash state)");
-  const std::string tmp = output_tmp_path(out);
-  const TempFileGuard guard(tmp);
-  Fd o(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (o.fd < 0) throw Error(out + ": cannot create: " + strerror(errno));
-  try {
-    uint64_t at = align_up(h.index_offset + index.size() * sizeof(PackIndexEntry), kAlign);
-    for (size_t i = 0; i < index.size(); ++i) {
-      const GgufTensorInfo& ti = src.tensors()[i];
-      PackIndexEntry& e = index[i];
-      e.stored_offset = at;
-      e.raw_bytes = ti.bytes;
-      e.stored_bytes = write_stream(in.fd, from, ti, o.fd, out, at, xs.get(), st);
-      e.raw_hash = XXH3_64bits_digest(xs.get());
-      at = align_up(at + e.stored_bytes, kAlign);
-      if (progress) progress(i + 1, index.size());
-    }
-    // The file ends at a 4096 boundary: the streamer's aligned reads of the last
-    // tensor then never run past its end.
-    if (::ftruncate(o.fd, static_cast<off_t>(at)) != 0) throw Error(out + ": cannot size: " + strerror(errno));
-    st.file_bytes = at;
-    XXH3_64bits_reset(xs.get());
-    XXH3_64bits_update(xs.get(), meta.data(), meta.size());
-    XXH3_64bits_update(xs.get(), index.data(), index.size() * sizeof(PackIndexEntry));
-    h.hash = XXH3_64bits_digest(xs.get());
-    pwrite_all(o.fd, out, &h, sizeof h, 0);
-    pwrite_all(o.fd, out, meta.data(), meta.size(), h.meta_offset);
-    pwrite_all(o.fd, out, index.data(), index.size() * sizeof(PackIndexEntry), h.index_offset);
-    if (::fsync(o.fd) != 0) throw Error(out + ": fsync failed: " + strerror(errno));
+  TempOutput o(out, O_RDWR);
+  const int ofd = o.fd();
+  const std::string& tmp = o.path();
+  uint64_t at = align_up(h.index_offset + index.size() * sizeof(PackIndexEntry), kAlign);
+  for (size_t i = 0; i < index.size(); ++i) {
+    const GgufTensorInfo& ti = src.tensors()[i];
+    PackIndexEntry& e = index[i];
+    e.stored_offset = at;
+    e.raw_bytes = ti.bytes;
+    e.stored_bytes = write_stream(in.fd, from, ti, ofd, out, at, xs.get(), st);
+    e.raw_hash = XXH3_64bits_digest(xs.get());
+    at = align_up(at + e.stored_bytes, kAlign);
+    if (progress) progress(i + 1, index.size());
+  }
+  // The file ends at a 4096 boundary: the streamer's aligned reads of the last
+  // tensor then never run past its end.
+  if (::ftruncate(ofd, static_cast<off_t>(at)) != 0) throw Error(out + ": cannot size: " + strerror(errno));
+  st.file_bytes = at;
+  XXH3_64bits_reset(xs.get());
+  XXH3_64bits_update(xs.get(), meta.data(), meta.size());
+  XXH3_64bits_update(xs.get(), index.data(), index.size() * sizeof(PackIndexEntry));
+  h.hash = XXH3_64bits_digest(xs.get());
+  pwrite_all(ofd, out, &h, sizeof h, 0);
+  pwrite_all(ofd, out, meta.data(), meta.size(), h.meta_offset);
+  pwrite_all(ofd, out, index.data(), index.size() * sizeof(PackIndexEntry), h.index_offset);
+  if (::fsync(ofd) != 0) throw Error(out + ": write failed: " + strerror(errno));  // before reading it back
 
-    // Verify what was written: the head and index as a reader sees them, then
-    // every tensor read back, decoded and compared with the source's hash.
-    // (Errors name `out`: the temp file is removed on the way out.)
-    std::vector<uint8_t> raw;
-    try {
-      (void)load_packed_desc(tmp);
-      const GgufFile g = GgufFile::open_header(tmp, h.meta_offset, h.meta_bytes);
-      for (size_t i = 0; i < index.size(); ++i) {
-        TensorExtent t;
-        t.name = g.tensors()[i].name;
-        t.type = g.tensors()[i].type;
-        t.bytes = index[i].raw_bytes;
-        t.offset = index[i].stored_offset;
-        t.stored_bytes = index[i].stored_bytes;
-        t.packed = true;
-        raw.resize(t.bytes);
-        read_tensor(o.fd, tmp, t, raw.data());
-        if (XXH3_64bits(raw.data(), raw.size()) != index[i].raw_hash)
-          throw Error("tensor '" + t.name + "' does not decode to the source's bytes");
-      }
-    } catch (const Error& e) {
-      std::string why = e.what();  // it may name the temp file, which is removed on the way out
-      for (size_t pos; (pos = why.find(tmp)) != std::string::npos;) why.replace(pos, tmp.size(), out);
-      throw Error(out + ": verification failed: " + why);
+  // Verify what was written: the head and index as a reader sees them, then
+  // every tensor read back, decoded and compared with the source's hash.
+  // (Errors name `out`: the temp file is removed on the way out.)
+  std::vector<uint8_t> raw;
+  try {
+    (void)load_packed_desc(tmp);
+    const GgufFile g = GgufFile::open_header(tmp, h.meta_offset, h.meta_bytes);
+    for (size_t i = 0; i < index.size(); ++i) {
+      TensorExtent t;
+      t.name = g.tensors()[i].name;
+      t.type = g.tensors()[i].type;
+      t.bytes = index[i].raw_bytes;
+      t.offset = index[i].stored_offset;
+      t.stored_bytes = index[i].stored_bytes;
+      t.packed = true;
+      raw.resize(t.bytes);
+      read_tensor(ofd, tmp, t, raw.data());
+      if (XXH3_64bits(raw.data(), raw.size()) != index[i].raw_hash)
+        throw Error("tensor '" + t.name + "' does not decode to the source's bytes");
     }
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
+  } catch (const Error& e) {
+    std::string why = e.what();  // it may name the temp file, which is removed on the way out
+    for (size_t pos; (pos = why.find(tmp)) != std::string::npos;) why.replace(pos, tmp.size(), out);
+    throw Error(out + ": verification failed: " + why);
   }
-  const int fd = o.fd;
-  o.fd = -1;
-  if (::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw Error(out + ": cannot write: " + strerror(e));
-  }
-  rename_output_into_place(tmp, out);
+  o.commit();
   return st;
 }
 

@@ -31,13 +31,6 @@ constexpr uint64_t kMaxDim = 1ull << 48;
 constexpr size_t kMaxRank = 8;
 constexpr int kMaxJsonDepth = 64;
 
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 bool is_dir(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);

@@ -138,13 +138,11 @@ void check_output(const std::string& path, const std::vector<std::string>& input
                   bool fifo_ok) {
   check_output_path(path, inputs, option, fifo_ok);
   if (fifo_ok && is_fifo(path)) return;  // streamed to, never renamed over
-  const std::string tmp = output_tmp_path(path);
-  const TempFileGuard guard(tmp);  // a signal during the probe removes it too
-  // A probe: no O_TRUNC, and a link planted at the temp name is not followed.
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) throw Error(option + ": " + path + ": cannot create: " + strerror(errno));
-  ::close(fd);
-  ::unlink(tmp.c_str());
+  try {
+    const TempOutput probe(path);  // created and removed: the run's output can be written there
+  } catch (const Error& e) {
+    throw Error(option + ": " + e.what());
+  }
 }
 
 RunOptions resident_run(const RunOptions& run) {

@@ -15,6 +15,18 @@
 
 namespace redwood {
 
+// An owned file descriptor, closed when it goes away (-1: none).
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 // Reads bytes [offset, offset + n) of fd into dst. EINTR/EAGAIN and short reads
 // are retried; an I/O error or end of file -> redwood::Error naming the file.
 inline void read_exact(int fd, const std::string& path, void* dst, uint64_t n, uint64_t offset) {

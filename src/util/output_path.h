@@ -84,8 +84,7 @@ inline void check_output_path(const std::string& out, const std::vector<std::str
   if (!p.empty()) throw Error(what + ": " + p);
 }
 
-// The temp file beside `out` that a writer fills and renames (under a
-// TempFileGuard, so that a fatal signal removes it: temp_files.h).
+// The temp file beside `out` that a writer fills and renames.
 inline std::string output_tmp_path(const std::string& out) { return out + ".tmp." + std::to_string(::getpid()); }
 
 // Renames the finished temp file over `out`, after checking again that `out`
@@ -103,6 +102,47 @@ inline void rename_output_into_place(const std::string& tmp, const std::string& 
     throw Error(out + ": cannot rename into place: " + strerror(e));
   }
 }
+
+// The temp file of one write of `out`: created empty and exclusively beside it
+// (OUT.tmp.PID; a file or link already at that name is unlinked first, never
+// written through), registered for removal on a fatal signal (temp_files.h)
+// before it exists, and removed when the TempOutput goes away uncommitted (an
+// error, an exception). commit() fsyncs, closes and renames it over `out`.
+// Errors name `out`, not the temp file.
+class TempOutput {
+ public:
+  explicit TempOutput(const std::string& out, int access = O_WRONLY)
+      : out_(out), tmp_(output_tmp_path(out)), guard_(tmp_) {
+    ::unlink(tmp_.c_str());  // a stale one (an earlier process with this PID); O_EXCL does not follow links
+    fd_ = ::open(tmp_.c_str(), access | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd_ < 0) throw Error(out_ + ": cannot create: " + strerror(errno));
+  }
+  ~TempOutput() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  TempOutput(const TempOutput&) = delete;
+  TempOutput& operator=(const TempOutput&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return tmp_; }  // the temp file (to read back what was written)
+  const std::string& out() const { return out_; }
+
+  void commit() {
+    if (::fsync(fd_) != 0) throw Error(out_ + ": write failed: " + strerror(errno));
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) throw Error(out_ + ": write failed: " + strerror(errno));
+    committed_ = true;  // rename_output_into_place removes the temp file itself when it fails
+    rename_output_into_place(tmp_, out_);
+  }
+
+ private:
+  std::string out_, tmp_;
+  TempFileGuard guard_;  // before the file exists, after it is gone
+  int fd_ = -1;
+  bool committed_ = false;
+};
 
 namespace output_path_detail {
 inline void write_all_fd(int fd, const std::string& out, const std::string& bytes) {
@@ -135,24 +175,9 @@ inline void write_output_file(const std::string& out, const std::string& bytes, 
     if (::close(fd) != 0) throw Error(out + ": write failed: " + strerror(errno));
     return;
   }
-  const std::string tmp = output_tmp_path(out);
-  const TempFileGuard guard(tmp);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) throw Error(out + ": cannot create: " + strerror(errno));
-  try {
-    output_path_detail::write_all_fd(fd, out, bytes);
-    if (::fsync(fd) != 0) throw Error(out + ": write failed: " + strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw Error(out + ": write failed: " + strerror(e));
-  }
-  rename_output_into_place(tmp, out);
+  TempOutput t(out);
+  output_path_detail::write_all_fd(t.fd(), out, bytes);
+  t.commit();
 }
 
 }  // namespace redwood

@@ -1,7 +1,7 @@
 // Temp files a signal must not leave behind. Writers fill OUT.tmp.PID and
-// rename it over OUT (output_path.h), removing it on every error; a
-// TempFileGuard also names it to the signal handler that
-// remove_temp_files_on_signal() installs, so that SIGINT, SIGTERM or SIGHUP
+// rename it over OUT through one TempOutput (output_path.h), which removes it
+// on every error and holds a TempFileGuard naming it to the signal handler
+// that remove_temp_files_on_signal() installs: SIGINT, SIGTERM or SIGHUP
 // arriving mid-write (Ctrl-C during a `redwood pack` of a 140 GB model)
 // removes it before the process dies of that signal (its exit status is as
 // without the handler).
