@@ -7,29 +7,23 @@
 
 namespace redwood::offload {
 
-namespace {
+void HostSlotLink::init(int slots, size_t bytes, bool /*storage_reads*/) {
+  slots_.clear();
+  for (int k = 0; k < slots; ++k) slots_.emplace_back(bytes, kIoAlign);
+  slot_bytes_ = bytes;
+}
 
-class CpuLink final : public SlotLink {
- public:
-  void init(int slots, size_t bytes, bool /*storage_reads*/) override {
-    slots_.clear();
-    for (int k = 0; k < slots; ++k) slots_.emplace_back(bytes, kIoAlign);
-  }
-  const uint8_t* slot(int k) const override { return slots_[k].data(); }
-  uint8_t* landing(int k) override { return slots_[k].data(); }
-  uint8_t* alloc_host(size_t bytes) override { return host_.emplace_back(bytes, kIoAlign).data(); }
-  void upload(int k, const uint8_t* src, size_t n) override {
-    if (src != slots_[k].data()) std::memcpy(slots_[k].data(), src, n);
-  }
+uint8_t* HostSlotLink::alloc_host(size_t bytes) {
+  return host_.emplace_back(bytes, kIoAlign).data();
+}
 
- private:
-  std::vector<AlignedBuffer> slots_, host_;
-};
-
-}  // namespace
+void HostSlotLink::upload(int k, const uint8_t* src, size_t n) {
+  uint8_t* dst = landing(k);
+  if (src != dst) std::memcpy(dst, src, n);
+}
 
 std::unique_ptr<SlotLink> make_cpu_link() {
-  return std::make_unique<CpuLink>();
+  return std::make_unique<HostSlotLink>();
 }
 
 }  // namespace redwood::offload

@@ -1,7 +1,7 @@
 // Where the ring slots live and how a layer's bytes get into one: the only
 // part of the streaming pipeline that differs between backends.
 //
-// CPU backend (CpuLink): "device" memory is RAM, so storage reads land directly
+// CPU backend (HostSlotLink): "device" memory is RAM, so storage reads land directly
 // in the slot and a host-staged layer is one memcpy into it.
 // CUDA backend (make_cuda_link): slots in VRAM; storage reads land in pinned
 // staging (cudaHostAlloc, registered with io_uring), then cudaMemcpyAsync on a
@@ -17,6 +17,8 @@
 #include <memory>
 #include <stdexcept>
 #include <vector>
+
+#include "src/engine/weights.h"
 
 namespace redwood::offload {
 
@@ -73,6 +75,26 @@ class SlotLink {
     (void)k;
     return true;
   }
+};
+
+// The CPU backend's link: slots in host memory, which storage reads land in
+// directly; a host-staged layer is one memcpy. Tests derive from it to watch
+// or delay the streamer's side of the protocol.
+class HostSlotLink : public SlotLink {
+ public:
+  void init(int slots, size_t bytes, bool storage_reads) override;
+  const uint8_t* slot(int k) const override { return slots_[static_cast<size_t>(k)].data(); }
+  uint8_t* landing(int k) override { return slots_[static_cast<size_t>(k)].data(); }
+  uint8_t* alloc_host(size_t bytes) override;
+  void upload(int k, const uint8_t* src, size_t n) override;
+
+ protected:
+  int slot_count() const { return static_cast<int>(slots_.size()); }
+  size_t slot_bytes() const { return slot_bytes_; }
+
+ private:
+  std::vector<AlignedBuffer> slots_, host_;
+  size_t slot_bytes_ = 0;
 };
 
 std::unique_ptr<SlotLink> make_cpu_link();

@@ -358,19 +358,11 @@ TEST_P(PackedModel, LogitsAreBitIdenticalResidentAndStreamed) {
 // stored bytes handed over as they are, the chunks expanded by the CUDA
 // decoder's plan), here in host memory: the streamer's side of device
 // decoding (staging images, chunk tables, host-tier streams), run on the CPU.
-class DecodingLink final : public offload::SlotLink {
+class DecodingLink final : public offload::HostSlotLink {
  public:
-  void init(int slots, size_t bytes, bool) override {
-    slots_.clear();
-    for (int k = 0; k < slots; ++k) slots_.emplace_back(bytes, offload::kIoAlign);
-    slot_bytes_ = bytes;
-  }
-  const uint8_t* slot(int k) const override { return slots_[k].data(); }
-  uint8_t* landing(int k) override { return slots_[k].data(); }
-  uint8_t* alloc_host(size_t bytes) override { return host_.emplace_back(bytes, offload::kIoAlign).data(); }
   void upload(int k, const uint8_t* src, size_t n) override {
     ++uploads;
-    if (src != slots_[k].data()) std::memcpy(slots_[k].data(), src, n);
+    HostSlotLink::upload(k, src, n);
   }
   bool decodes_packed() const override { return true; }
   void init_packed(size_t staging_bytes, size_t max_chunks) override {
@@ -380,12 +372,12 @@ class DecodingLink final : public offload::SlotLink {
   void upload_packed(int k, const uint8_t* src, size_t n, const std::vector<offload::PackedChunkJob>& jobs) override {
     ++packed_uploads;
     if (n > staging_ || jobs.size() > max_chunks_) throw Error("upload_packed: larger than init_packed said");
-    failed_.resize(slots_.size());
+    failed_.resize(static_cast<size_t>(slot_count()));
     failed_[k] = false;
     for (const auto& j : jobs) {
-      if (j.src + j.stored > n || j.dst + uint64_t{j.n} * j.w > slot_bytes_) throw Error("upload_packed: a job out of range");
+      if (j.src + j.stored > n || j.dst + uint64_t{j.n} * j.w > slot_bytes()) throw Error("upload_packed: a job out of range");
       // Like the device's status flag: the chunks that decode are written, a failure is reported by packed_ok.
-      if (!unpack_in_parts(src + j.src, j.stored, slots_[k].data() + j.dst, j.n, static_cast<int>(j.w), 256))
+      if (!unpack_in_parts(src + j.src, j.stored, landing(k) + j.dst, j.n, static_cast<int>(j.w), 256))
         failed_[k] = true;
     }
   }
@@ -393,9 +385,8 @@ class DecodingLink final : public offload::SlotLink {
   int uploads = 0, packed_uploads = 0;
 
  private:
-  std::vector<AlignedBuffer> slots_, host_;
   std::vector<bool> failed_;
-  size_t slot_bytes_ = 0, staging_ = 0, max_chunks_ = 0;
+  size_t staging_ = 0, max_chunks_ = 0;
 };
 
 TEST_P(PackedModel, LogitsAreBitIdenticalWhenTheLinkDecodes) {
@@ -635,19 +626,9 @@ TEST(PackedFile, ErrorsInBothPipelineThreadsReportTheEarliestLayerNeverHang) {
     std::atomic<bool> open{false};
   };
   auto gate = std::make_shared<Gate>();
-  class GatedLink final : public offload::SlotLink {
+  class GatedLink final : public offload::HostSlotLink {
    public:
     explicit GatedLink(std::shared_ptr<Gate> g) : gate_(std::move(g)) {}
-    void init(int slots, size_t bytes, bool) override {
-      slots_.clear();
-      for (int k = 0; k < slots; ++k) slots_.emplace_back(bytes, offload::kIoAlign);
-    }
-    const uint8_t* slot(int k) const override { return slots_[k].data(); }
-    uint8_t* landing(int k) override { return slots_[k].data(); }
-    uint8_t* alloc_host(size_t bytes) override { return host_.emplace_back(bytes, offload::kIoAlign).data(); }
-    void upload(int k, const uint8_t* src, size_t n) override {
-      if (src != slots_[k].data()) std::memcpy(slots_[k].data(), src, n);
-    }
     void wait_released(int k) override {
       if (k != 1 || held_) return;
       held_ = true;
@@ -658,7 +639,6 @@ TEST(PackedFile, ErrorsInBothPipelineThreadsReportTheEarliestLayerNeverHang) {
    private:
     std::shared_ptr<Gate> gate_;
     bool held_ = false;
-    std::vector<AlignedBuffer> slots_, host_;
   };
   offload::StreamOptions o;
   o.link = std::make_shared<GatedLink>(gate);
