@@ -6,12 +6,16 @@
 // older commit's kernel library for A/B runs:
 //   bench_passes gemm [N ...]      F16 and Q4_0, default N = 64
 //   bench_passes gemm-odd [N ...]  odd shapes (hashes for identity checks)
+//   bench_passes gemm-smol [N ...] SmolLM2's (and the regime stand-in's) shapes, in cache:
+//                                  small matrices, where a call's fixed costs show
 //   bench_passes attention         tree passes of 64-768 tokens after a prefix
 //   bench_passes gemv-stack TYPE [DIM FFN KV_DIM LAYERS [N]]
-//                                  GEMVs of N tokens (default 1) over a layer
-//                                  stack's seven matrices, streamed from DRAM as
-//                                  in decoding (default: the 1.88B model's
-//                                  shapes, 26 layers)
+//                                  GEMVs of N tokens (default 1; N > 8: the
+//                                  batched pass) over a layer stack's seven
+//                                  matrices, streamed from DRAM as in decoding
+//                                  (default: the 1.88B model's shapes, 26
+//                                  layers; F16 widths in multiples of 64, e.g.
+//                                  the regime stand-in's 576 1536 192)
 // REPS=k fixes the repetitions (REPS=1 for a quick identity check).
 
 #include <algorithm>
@@ -59,12 +63,14 @@ int reps_or(int fallback) {
   return r ? std::max(1, atoi(r)) : fallback;
 }
 
-void gemm(bool odd, const std::vector<int>& ns) {
+void gemm(const std::string& set, const std::vector<int>& ns) {
   struct Shape {
     int64_t rows, cols;
   };
-  const std::vector<Shape> shapes = odd ? std::vector<Shape>{{1000, 576}, {130, 1536}, {61, 320}, {7, 96}}
-                                        : std::vector<Shape>{{2048, 2048}, {8192, 2048}, {2048, 8192}, {32000, 2048}};
+  const std::vector<Shape> shapes =
+      set == "odd"     ? std::vector<Shape>{{1000, 576}, {130, 1536}, {61, 320}, {7, 96}}
+      : set == "smol" ? std::vector<Shape>{{576, 576}, {192, 576}, {1536, 576}, {576, 1536}}
+                      : std::vector<Shape>{{2048, 2048}, {8192, 2048}, {2048, 8192}, {32000, 2048}};
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0, 0.02f);
   for (DType t : {DType::F16, DType::Q4_0}) {
@@ -164,8 +170,9 @@ int gemv_stack(const std::string& type, int64_t dim, int64_t ffn, int64_t kv, in
     std::printf("  %lldx%lld %.1f", static_cast<long long>(shape[m][0]), static_cast<long long>(shape[m][1]),
                 static_cast<double>(bytes[m]) * layers * reps / secs[m] / 1e9);
   }
-  std::printf("  | all %.1f GB/s, %.2f ms per pass\n", static_cast<double>(buf.size()) * reps / total / 1e9,
-              total / reps * 1e3);
+  const double flops = 2.0 * static_cast<double>(buf.size()) / info.block_bytes * info.block_elems * n;
+  std::printf("  | all %.1f GB/s, %.2f ms per pass, %.1f GFLOP/s\n", static_cast<double>(buf.size()) * reps / total / 1e9,
+              total / reps * 1e3, flops * reps / total / 1e9);
   return 0;
 }
 
@@ -212,23 +219,24 @@ int main(int argc, char** argv) {
   std::vector<int> ns;
   for (int i = 2; i < argc; ++i) ns.push_back(std::max(1, atoi(argv[i])));
   if (ns.empty()) ns = {64};
-  if (mode == "gemm" || mode == "gemm-odd") {
-    gemm(mode == "gemm-odd", ns);
+  if (mode == "gemm" || mode == "gemm-odd" || mode == "gemm-smol") {
+    gemm(mode == "gemm" ? "" : mode.substr(5), ns);
   } else if (mode == "attention") {
     attention_case(256, 512, 16, 16, 20);  // the 1.88B model's heads
     attention_case(256, 2048, 16, 16, 10);
     attention_case(768, 512, 64, 8, 5);  // Llama2-70B's heads (GQA)
     attention_case(64, 1000, 9, 3, 50);  // SmolLM2's head grouping (hd 128 here)
   } else if (mode == "gemv-stack" && argc >= 3) {
-    // Widths are multiples of 256 (every type's block), at least one layer.
+    // Widths are multiples of 256 (every type's block; F16: of 64, e.g. SmolLM2's 576), at least one layer.
+    const int64_t wu = std::string(argv[2]) == "F16" ? 64 : 256;
     const auto arg = [&](int i, int64_t fallback, int64_t unit) {
       return argc > i ? std::max<int64_t>(unit, atoll(argv[i]) / unit * unit) : fallback;
     };
-    return gemv_stack(argv[2], arg(3, 2048, 256), arg(4, 8192, 256), arg(5, 2048, 256), static_cast<int>(arg(6, 26, 1)),
-                      static_cast<int>(std::min<int64_t>(cpu::kGemvMaxN, arg(7, 1, 1))));
+    return gemv_stack(argv[2], arg(3, 2048, wu), arg(4, 8192, wu), arg(5, 2048, wu), static_cast<int>(arg(6, 26, 1)),
+                      static_cast<int>(std::min<int64_t>(4096, arg(7, 1, 1))));
   } else {
     std::fprintf(stderr,
-                 "usage: bench_passes gemm|gemm-odd [N ...] | attention | gemv-stack TYPE [DIM FFN KV_DIM LAYERS [N]]"
+                 "usage: bench_passes gemm|gemm-odd|gemm-smol [N ...] | attention | gemv-stack TYPE [DIM FFN KV_DIM LAYERS [N]]"
                  "   (REPS=k)\n");
     return 2;
   }
