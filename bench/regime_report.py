@@ -18,6 +18,20 @@ import os
 import sys
 
 
+def split(c):
+    """Where a streamed cell's time goes (as `redwood bench run`'s time_split; computed from the
+    summary, so older results read too): per step and per streamed pass (prefill included)."""
+    s, off = c["summary"], c["summary"].get("offload", {})
+    passes = off.get("passes", 0)
+    if not passes:
+        return None
+    steps = s["target_passes"] or s["tokens"]
+    io = off.get("io_seconds", 0.0)
+    return {"step": s["decode_seconds"] / steps, "draft": s["draft_seconds"] / steps,
+            "pass": off["wall_seconds"] / passes, "io": io / passes, "compute": off["compute_seconds"] / passes,
+            "stall": off["stall_seconds"] / passes, "gbps": off["storage_bytes"] / io / 1e9 if io else 0.0}
+
+
 def cells(path):
     return json.load(open(path))["cells"] if os.path.exists(path) else []
 
@@ -51,6 +65,20 @@ def main():
             print(f"\nRedwood's best speculative (T = 0) against llama.cpp in the same limit: "
                   f"{llama['plain']['s_per_token'] / r:.1f}x plain, {llama['speculative']['s_per_token'] / r:.1f}x "
                   f"speculative.")
+
+    heads = [base[t] for t in sorted(base)] + [best[t] for t in sorted(best)]
+    if any(split(c) for c in heads):
+        print("\nWhere the time goes (per step: drafting and one target pass, a token for plain streaming; per "
+              "streamed pass, prefill included: wall, the I/O thread's busy time, compute, the compute's wait "
+              "for layers, the reads' rate):\n")
+        print("| configuration | T | s/step | draft s/step | pass s | I/O busy s | compute s | stall s | read GB/s |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for c in heads:
+            x = split(c)
+            if x:
+                name = f"{c['tree']} (budget {c['budget']})" if c["tree"] else "plain streaming"
+                print(f"| {name} | {c['temperature']:g} | {x['step']:.3f} | {x['draft']:.3f} | {x['pass']:.3f} | "
+                      f"{x['io']:.3f} | {x['compute']:.3f} | {x['stall']:.3f} | {x['gbps']:.2f} |")
 
     print("\nEvery cell (speedup over the same temperature's plain streaming):\n")
     print("| T | tree | budget | s/token | tokens/pass | tree nodes | draft share | stall s/pass | peak RSS MiB | "

@@ -46,7 +46,33 @@ struct Row {
   double stall_per_pass = 0;  // target passes' wait for streamed layers (prefill passes included)
   uint64_t peak_rss = 0;      // the cell's peak resident set
   int64_t tokens = 0, prompts = 0;
+  // Where a streamed cell's time goes: per step (a target pass and the drafting
+  // before it; one token for plain decoding), and per streamed pass (prefill
+  // passes included) its wall time, the I/O thread's busy time, the compute
+  // and the compute's wait for layers, and the reads' rate.
+  bool streamed = false;
+  double step_s = 0, draft_step_s = 0, pass_s = 0, io_pass_s = 0, compute_pass_s = 0, read_gbps = 0;
 };
+
+// Fills a row's time split from its job summary (nothing when no layer streamed).
+void time_split(Row& row) {
+  const json& sm = row.summary;
+  const json off = sm.value("offload", json::object());
+  const double passes = off.value("passes", 0.0);
+  if (passes <= 0 || off.value("storage_bytes", 0.0) + off.value("host_bytes", 0.0) <= 0) return;
+  row.streamed = true;
+  const int64_t tp = sm.value("target_passes", int64_t{0});
+  const double steps = static_cast<double>(tp > 0 ? tp : row.tokens);
+  if (steps > 0) {
+    row.step_s = sm.value("decode_seconds", 0.0) / steps;
+    row.draft_step_s = sm.value("draft_seconds", 0.0) / steps;
+  }
+  row.pass_s = off.value("wall_seconds", 0.0) / passes;
+  row.io_pass_s = off.value("io_seconds", 0.0) / passes;
+  row.compute_pass_s = off.value("compute_seconds", 0.0) / passes;
+  const double io = off.value("io_seconds", 0.0);
+  row.read_gbps = io > 0 ? off.value("storage_bytes", 0.0) / io / 1e9 : 0.0;
+}
 
 // The first `limit` prompt lines of a set, written once per suite directory.
 std::string prompt_subset(const std::string& src, int limit, const std::string& dir) {
@@ -246,6 +272,7 @@ SuiteReport run_suite(const SuiteRun& o) {
     if (const int64_t sp = r.summary.value("streamed_passes", int64_t{0}); sp > 0)
       row.stall_per_pass = r.summary.value("stall_seconds", 0.0) / static_cast<double>(sp);
     row.peak_rss = r.summary.value("peak_rss_bytes", uint64_t{0});
+    time_split(row);
     std::fprintf(stderr, "%.4f s/token, %.2f tokens/pass\n", row.s_per_token, row.tokens_per_pass);
     rows.push_back(std::move(row));
   }
@@ -295,7 +322,30 @@ SuiteReport run_suite(const SuiteRun& o) {
                    {"peak_rss_bytes", r.peak_rss},
                    {"speedup_vs_ar", speedup},
                    {"summary", r.summary}});
+    if (r.streamed)
+      all.back()["time_split"] = {{"step_s", r.step_s},          {"draft_s_per_step", r.draft_step_s},
+                                  {"pass_s", r.pass_s},          {"io_busy_s_per_pass", r.io_pass_s},
+                                  {"compute_s_per_pass", r.compute_pass_s}, {"stall_s_per_pass", r.stall_per_pass},
+                                  {"read_gb_per_s", r.read_gbps}};
   }
+  // Where the time goes, for the cells that streamed layers.
+  std::string split;
+  for (const Row& r : rows) {
+    if (!r.streamed) continue;
+    split += "| " + r.cell.model + " | " + (r.cell.tree.empty() ? std::string("autoregressive") : r.cell.tree) +
+             " | " + (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " +
+             num(r.cell.temperature) + " | " + num(r.step_s, "%.3f") + " | " + num(r.draft_step_s, "%.3f") + " | " +
+             num(r.pass_s, "%.3f") + " | " + num(r.io_pass_s, "%.3f") + " | " + num(r.compute_pass_s, "%.3f") +
+             " | " + num(r.stall_per_pass, "%.3f") + " | " + num(r.read_gbps, "%.2f") + " |\n";
+  }
+  if (!split.empty())
+    md += "\nWhere the time goes: per step (drafting, then one target pass; a token for autoregressive), and per "
+          "streamed pass (prefill passes included) its wall time, the I/O thread's busy time, the compute, the "
+          "compute's wait for layers (stall) and the reads' rate.\n\n"
+          "| model | tree | budget | T | s/step | draft s/step | pass s | I/O busy s/pass | compute s/pass | stall "
+          "s/pass | read GB/s |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+          split;
   write_output_file(o.out + "/results.csv", csv);
   write_output_file(o.out + "/results.md", "# " + (s.name.empty() ? o.suite : s.name) + "\n\n" + md);
   bool have_gnuplot = true;

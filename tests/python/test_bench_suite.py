@@ -167,6 +167,30 @@ def main() -> int:
                        capture_output=True, text=True, timeout=600)
     check("budget too small: names matrix.device_mem", p.returncode == 1 and "small.toml:5: matrix.device_mem:" in
           p.stderr and "memory.device" not in p.stderr, p.stderr[-800:])
+    # Streamed cells: the markdown says where the time goes (draft, pass, I/O, compute, stall, read rate),
+    # the JSON carries the same split; resident cells (above) have no such table.
+    check("resident suite: no time-split table", "Where the time goes" not in md, md[-400:])
+    streamed = os.path.join(tmp, "streamed.toml")
+    with open(streamed, "w") as f:
+        f.write(f'[suite]\nmax_tokens = 4\nctx = 256\nlimit = 1\n[[model]]\nname = "m"\ntarget = "{args.model}"\n'
+                f'draft = "{draft}"\n[matrix]\ndevice_mem = ["110MiB+draft"]\ntrees = ["chain"]\nbudgets = [2]\n'
+                f'prompts = ["{prompts}"]\n')
+    p = subprocess.run([args.redwood, "bench", "run", streamed, "--out", os.path.join(tmp, "streamed")],
+                       capture_output=True, text=True, timeout=600)
+    check("streamed suite runs", p.returncode == 0, p.stderr[-800:])
+    if p.returncode == 0:
+        smd = open(os.path.join(tmp, "streamed", "results.md")).read()
+        split = smd[smd.find("Where the time goes"):] if "Where the time goes" in smd else ""
+        rows_ = [line.split("|")[1:-1] for line in split.splitlines() if line.startswith("| m |")]
+        check("time-split table: one row per streamed cell", len(rows_) == 2, smd[-800:])
+        nums = [[float(x) for x in r[4:]] for r in rows_]
+        check("time-split: passes read at a positive rate, I/O and compute took time",
+              all(n[6] > 0 and n[3] > 0 and n[4] > 0 and n[2] >= n[5] for n in nums), str(nums))
+        check("time-split: the chain cell drafts, autoregressive does not",
+              [n[1] > 0 for n in nums] == [False, True], str(nums))
+        sdoc = json.load(open(os.path.join(tmp, "streamed", "results.json")))
+        check("json: time_split for every streamed cell",
+              all(c["time_split"]["read_gb_per_s"] > 0 for c in sdoc["cells"]), json.dumps(sdoc["cells"][0])[:300])
     return finish()
 
 
