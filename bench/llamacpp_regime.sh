@@ -6,7 +6,9 @@
 # (cgroup v1 memory.limit_in_bytes, or v2 memory.max), with the page cache dropped before each
 # run. llama.cpp mmaps the model, so a model larger than the limit is re-read from storage
 # through page faults on every pass: plain offloading by the kernel.
-#   [TARGET=GGUF] bench/llamacpp_regime.sh [LIMIT_MIB]
+#   [TARGET=GGUF] [SPEC_ONLY=1] bench/llamacpp_regime.sh [LIMIT_MIB]
+# SPEC_ONLY=1 runs only the speculative example (plain decoding in a tight limit takes
+# minutes per prompt); its plain row then reads "not run".
 # LIMIT_MIB defaults to the smallest peak RSS of Redwood's speculative cells in
 # out/regime/suite (the suite runs its cells in one process, and later cells' peaks also
 # hold memory the allocator kept from earlier cells; a single `redwood batch` run of the
@@ -94,6 +96,7 @@ run_in_cgroup() {  # command... ; the page cache dropped first
 plain_s=0 plain_n=0 spec_s=0 spec_n=0 drafted=0 accepted=0 peak_plain=0 peak_spec=0
 for p in "${PROMPTS[@]}"; do
   text=$(python3 -c "import json,sys; print(json.loads(sys.argv[1]), end='')" "$p")
+  if [[ ${SPEC_ONLY:-0} != 1 ]]; then
   log=$(run_in_cgroup "$BIN/llama-completion" -m "$TARGET" -p "$text" -n "$N_TOKENS" -t "$THREADS" --temp 0 \
     -c 320 -no-cnv --no-warmup --ignore-eos --no-display-prompt 2>&1 </dev/null || true)
   peak_plain=$(($(cat "$PEAK") > peak_plain ? $(cat "$PEAK") : peak_plain))
@@ -102,6 +105,7 @@ for p in "${PROMPTS[@]}"; do
   [[ -n ${ms:-} ]] || { echo "llamacpp_regime: llama-completion failed:" >&2; echo "$log" | tail -5 >&2; exit 1; }
   plain_s=$(python3 -c "print($plain_s + $ms / 1000)")
   plain_n=$((plain_n + runs))
+  fi
   log=$(run_in_cgroup "$BIN/llama-speculative-simple" -m "$TARGET" -md "$DRAFT" -p "$text" -n "$N_TOKENS" \
     -t "$THREADS" --temp 0 -c 320 --spec-type draft-simple --spec-draft-n-max "$DRAFT_MAX" 2>&1 </dev/null || true)
   peak_spec=$(($(cat "$PEAK") > peak_spec ? $(cat "$PEAK") : peak_spec))
@@ -116,6 +120,7 @@ rmdir "$CG" 2>/dev/null || true
 # bench/regime_report.py reads llamacpp.json (the default target); another target's result is kept apart.
 RESULT="$OUT/llamacpp.json"
 [ "$TARGET" = models/regime-target.gguf ] || RESULT="$OUT/llamacpp-$(basename "$TARGET" .gguf)-$LIMIT_MIB.json"
+[[ ${SPEC_ONLY:-0} != 1 ]] || RESULT="$OUT/llamacpp-spec-$(basename "$TARGET" .gguf)-$LIMIT_MIB.json"
 
 python3 - "$plain_s" "$plain_n" "$spec_s" "$spec_n" "$drafted" "$accepted" "$LIMIT_MIB" "$peak_plain" "$peak_spec" \
   "$N_PROMPTS" "$N_TOKENS" "$DRAFT_MAX" "$RESULT" "$TARGET" <<'PY'
@@ -127,11 +132,12 @@ print(f"llama.cpp on {target} in a memory cgroup of {lim} MiB (page cache includ
       f"{np_} prompts x {nt} tokens, greedy, {__import__('os').cpu_count()} threads\n")
 print("| llama.cpp | s/token | tokens | accepted / drafted | peak cgroup MiB |")
 print("|---|---:|---:|---:|---:|")
-print(f"| plain (llama-completion) | {ps / max(pn, 1):.3f} | {pn} | - | {int(pk1) / 2**20:.0f} |")
+print(f"| plain (llama-completion) | {ps / pn:.3f} | {pn} | - | {int(pk1) / 2**20:.0f} |" if pn else
+      "| plain (llama-completion) | not run | - | - | - |")
 print(f"| speculative (llama-speculative-simple, --spec-draft-n-max {dm}) | {ss / max(sn, 1):.3f} | {sn} | "
       f"{ac} / {dr} | {int(pk2) / 2**20:.0f} |")
 json.dump({"target": target, "limit_mib": int(lim), "prompts": int(np_), "max_tokens": int(nt),
-           "plain": {"s_per_token": ps / max(pn, 1), "tokens": pn, "peak_bytes": int(pk1)},
+           "plain": {"s_per_token": ps / pn, "tokens": pn, "peak_bytes": int(pk1)} if pn else None,
            "speculative": {"s_per_token": ss / max(sn, 1), "tokens": sn, "drafted": dr, "accepted": ac,
                            "draft_max": int(dm), "peak_bytes": int(pk2)}}, open(out, "w"), indent=1)
 PY
