@@ -97,14 +97,14 @@ plain_s=0 plain_n=0 spec_s=0 spec_n=0 drafted=0 accepted=0 peak_plain=0 peak_spe
 for p in "${PROMPTS[@]}"; do
   text=$(python3 -c "import json,sys; print(json.loads(sys.argv[1]), end='')" "$p")
   if [[ ${SPEC_ONLY:-0} != 1 ]]; then
-  log=$(run_in_cgroup "$BIN/llama-completion" -m "$TARGET" -p "$text" -n "$N_TOKENS" -t "$THREADS" --temp 0 \
-    -c 320 -no-cnv --no-warmup --ignore-eos --no-display-prompt 2>&1 </dev/null || true)
-  peak_plain=$(($(cat "$PEAK") > peak_plain ? $(cat "$PEAK") : peak_plain))
-  # "eval time =  X ms /  N runs"
-  read -r ms runs < <(echo "$log" | sed -n 's/.*[^t] eval time = *\([0-9.]*\) ms \/ *\([0-9]*\) runs.*/\1 \2/p' | tail -1)
-  [[ -n ${ms:-} ]] || { echo "llamacpp_regime: llama-completion failed:" >&2; echo "$log" | tail -5 >&2; exit 1; }
-  plain_s=$(python3 -c "print($plain_s + $ms / 1000)")
-  plain_n=$((plain_n + runs))
+    log=$(run_in_cgroup "$BIN/llama-completion" -m "$TARGET" -p "$text" -n "$N_TOKENS" -t "$THREADS" --temp 0 \
+      -c 320 -no-cnv --no-warmup --ignore-eos --no-display-prompt 2>&1 </dev/null || true)
+    peak_plain=$(($(cat "$PEAK") > peak_plain ? $(cat "$PEAK") : peak_plain))
+    # "eval time =  X ms /  N runs"
+    read -r ms runs < <(echo "$log" | sed -n 's/.*[^t] eval time = *\([0-9.]*\) ms \/ *\([0-9]*\) runs.*/\1 \2/p' | tail -1)
+    [[ -n ${ms:-} ]] || { echo "llamacpp_regime: llama-completion failed:" >&2; echo "$log" | tail -5 >&2; exit 1; }
+    plain_s=$(python3 -c "print($plain_s + $ms / 1000)")
+    plain_n=$((plain_n + runs))
   fi
   log=$(run_in_cgroup "$BIN/llama-speculative-simple" -m "$TARGET" -md "$DRAFT" -p "$text" -n "$N_TOKENS" \
     -t "$THREADS" --temp 0 -c 320 --spec-type draft-simple --spec-draft-n-max "$DRAFT_MAX" 2>&1 </dev/null || true)

@@ -19,13 +19,19 @@ import sys
 
 
 def split(c):
-    """Where a streamed cell's time goes (as `redwood bench run`'s time_split; computed from the
-    summary, so older results read too): per step and per streamed pass (prefill included)."""
-    s, off = c["summary"], c["summary"].get("offload", {})
+    """Where a streamed cell's time goes: `redwood bench run`'s time_split when the results have
+    it; for older results, the same from the summary (per streamed pass over the model's whole
+    streaming, which for --tree auto cells includes the passes it timed while loading)."""
+    t = c.get("time_split")
+    if t:
+        return {"step": t["step_s"], "draft": t["draft_s_per_step"], "pass": t["pass_s"],
+                "io": t["io_busy_s_per_pass"], "compute": t["compute_s_per_pass"], "stall": t["stall_s_per_pass"],
+                "gbps": t["read_gb_per_s"]}
+    s, off = c["summary"], c["summary"].get("offload") or {}
     passes = off.get("passes", 0)
-    if not passes:
+    steps = s.get("target_passes") or s.get("tokens")
+    if not passes or not steps or off.get("storage_bytes", 0) + off.get("host_bytes", 0) <= 0:
         return None
-    steps = s["target_passes"] or s["tokens"]
     io = off.get("io_seconds", 0.0)
     return {"step": s["decode_seconds"] / steps, "draft": s["draft_seconds"] / steps,
             "pass": off["wall_seconds"] / passes, "io": io / passes, "compute": off["compute_seconds"] / passes,
@@ -57,10 +63,12 @@ def main():
     if llama:
         b0 = base.get(0.0)
         for k, name in (("plain", "llama.cpp plain"), ("speculative", "llama.cpp speculative (draft-simple)")):
+            if not llama.get(k):  # SPEC_ONLY=1 runs leave plain out
+                continue
             v = llama[k]["s_per_token"]
             vs = f"{b0['s_per_token'] / v:.2f}x" if b0 else "-"
             print(f"| {name}, same memory limit ({llama['limit_mib']} MiB) | 0 | {v:.3f} | - | {vs} |")
-        if 0.0 in best:
+        if 0.0 in best and llama.get("plain") and llama.get("speculative"):
             r = best[0.0]["s_per_token"]
             print(f"\nRedwood's best speculative (T = 0) against llama.cpp in the same limit: "
                   f"{llama['plain']['s_per_token'] / r:.1f}x plain, {llama['speculative']['s_per_token'] / r:.1f}x "

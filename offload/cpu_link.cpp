@@ -18,7 +18,7 @@ uint8_t* HostSlotLink::alloc_host(size_t bytes) {
 }
 
 void HostSlotLink::upload(int k, const uint8_t* src, size_t n) {
-  uint8_t* dst = landing(k);
+  uint8_t* dst = slots_[static_cast<size_t>(k)].data();
   if (src != dst) std::memcpy(dst, src, n);
 }
 

@@ -24,6 +24,11 @@ ResultTotals total_results(const std::string& output, const std::unordered_set<s
     t.verify_seconds += mt.value("verify_seconds", 0.0);
     t.stall_seconds += mt.value("stall_seconds", 0.0);
     t.streamed_passes += mt.value("streamed_passes", int64_t{0});
+    t.stream_wall_seconds += mt.value("stream_wall_seconds", 0.0);
+    t.stream_compute_seconds += mt.value("stream_compute_seconds", 0.0);
+    t.io_seconds += mt.value("io_seconds", 0.0);
+    t.storage_bytes += mt.value("storage_bytes", uint64_t{0});
+    t.host_bytes += mt.value("host_bytes", uint64_t{0});
     t.peak_rss_bytes = std::max<uint64_t>(t.peak_rss_bytes, mt.value("peak_rss_bytes", uint64_t{0}));
     if (mt.contains("target_passes") && mt["target_passes"].is_number_integer()) {
       t.target_passes += mt["target_passes"].get<int64_t>();
@@ -66,6 +71,12 @@ json summary_json(const ResultTotals& t, const RunFacts& f) {
       {"verify_seconds", t.verify_seconds},
       {"streamed_passes", t.streamed_passes},
       {"stall_seconds", t.stall_seconds},
+      {"streamed",
+       {{"wall_seconds", t.stream_wall_seconds},
+        {"compute_seconds", t.stream_compute_seconds},
+        {"io_seconds", t.io_seconds},
+        {"storage_bytes", t.storage_bytes},
+        {"host_bytes", t.host_bytes}}},
       {"peak_rss_bytes", t.peak_rss_bytes},
       {"finish_reasons", t.finish_reasons},
       {"config", f.config}};

@@ -18,6 +18,10 @@ struct ResultTotals {
   Percentiles s_per_token;  // over lines with tokens
   double decode_seconds = 0, draft_seconds = 0, verify_seconds = 0, stall_seconds = 0;
   int64_t streamed_passes = 0;
+  // Streamed passes (prefill included): wall, compute, the I/O thread's busy
+  // time, bytes read from storage and copied from host memory.
+  double stream_wall_seconds = 0, stream_compute_seconds = 0, io_seconds = 0;
+  uint64_t storage_bytes = 0, host_bytes = 0;
   uint64_t peak_rss_bytes = 0;
   // Speculative lines: target passes, tokens they emitted, tree nodes verified.
   int64_t target_passes = 0, emitted = 0;

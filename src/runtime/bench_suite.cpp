@@ -54,12 +54,14 @@ struct Row {
   double step_s = 0, draft_step_s = 0, pass_s = 0, io_pass_s = 0, compute_pass_s = 0, read_gbps = 0;
 };
 
-// Fills a row's time split from its job summary (nothing when no layer streamed).
+// Fills a row's time split from its job summary: the sums of its result
+// lines (every run of a resumed cell; the passes --tree auto times while it
+// loads are not a prompt's and are left out). Nothing when no layer streamed.
 void time_split(Row& row) {
   const json& sm = row.summary;
-  const json off = sm.value("offload", json::object());
-  const double passes = off.value("passes", 0.0);
-  if (passes <= 0 || off.value("storage_bytes", 0.0) + off.value("host_bytes", 0.0) <= 0) return;
+  const json st = sm.value("streamed", json::object());
+  const double passes = sm.value("streamed_passes", 0.0);
+  if (passes <= 0 || st.value("storage_bytes", 0.0) + st.value("host_bytes", 0.0) <= 0) return;
   row.streamed = true;
   const int64_t tp = sm.value("target_passes", int64_t{0});
   const double steps = static_cast<double>(tp > 0 ? tp : row.tokens);
@@ -67,11 +69,11 @@ void time_split(Row& row) {
     row.step_s = sm.value("decode_seconds", 0.0) / steps;
     row.draft_step_s = sm.value("draft_seconds", 0.0) / steps;
   }
-  row.pass_s = off.value("wall_seconds", 0.0) / passes;
-  row.io_pass_s = off.value("io_seconds", 0.0) / passes;
-  row.compute_pass_s = off.value("compute_seconds", 0.0) / passes;
-  const double io = off.value("io_seconds", 0.0);
-  row.read_gbps = io > 0 ? off.value("storage_bytes", 0.0) / io / 1e9 : 0.0;
+  row.pass_s = st.value("wall_seconds", 0.0) / passes;
+  row.io_pass_s = st.value("io_seconds", 0.0) / passes;
+  row.compute_pass_s = st.value("compute_seconds", 0.0) / passes;
+  const double io = st.value("io_seconds", 0.0);
+  row.read_gbps = io > 0 ? st.value("storage_bytes", 0.0) / io / 1e9 : 0.0;
 }
 
 // The first `limit` prompt lines of a set, written once per suite directory.
@@ -332,19 +334,22 @@ SuiteReport run_suite(const SuiteRun& o) {
   std::string split;
   for (const Row& r : rows) {
     if (!r.streamed) continue;
-    split += "| " + r.cell.model + " | " + (r.cell.tree.empty() ? std::string("autoregressive") : r.cell.tree) +
-             " | " + (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " +
+    split += "| " + r.cell.model + " | " + r.cell.device_mem + " | " +
+             (r.cell.tree.empty() ? std::string("autoregressive") : r.cell.tree) + " | " +
+             (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " +
+             fs::path(r.cell.prompts).stem().string() + " | " +
              num(r.cell.temperature) + " | " + num(r.step_s, "%.3f") + " | " + num(r.draft_step_s, "%.3f") + " | " +
              num(r.pass_s, "%.3f") + " | " + num(r.io_pass_s, "%.3f") + " | " + num(r.compute_pass_s, "%.3f") +
              " | " + num(r.stall_per_pass, "%.3f") + " | " + num(r.read_gbps, "%.2f") + " |\n";
   }
   if (!split.empty())
-    md += "\nWhere the time goes: per step (drafting, then one target pass; a token for autoregressive), and per "
-          "streamed pass (prefill passes included) its wall time, the I/O thread's busy time, the compute, the "
-          "compute's wait for layers (stall) and the reads' rate.\n\n"
-          "| model | tree | budget | T | s/step | draft s/step | pass s | I/O busy s/pass | compute s/pass | stall "
-          "s/pass | read GB/s |\n"
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+    md += "\nWhere the time goes: per step (drafting, then one target pass; for autoregressive, decoding time per "
+          "token, the first of which comes from the prefill), and per streamed pass (prefill passes included) its "
+          "wall time, the I/O thread's busy time, the compute, the compute's wait for layers (stall) and the reads' "
+          "rate.\n\n"
+          "| model | device mem | tree | budget | prompts | T | s/step | draft s/step | pass s | I/O busy s/pass | "
+          "compute s/pass | stall s/pass | read GB/s |\n"
+          "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
           split;
   write_output_file(o.out + "/results.csv", csv);
   write_output_file(o.out + "/results.md", "# " + (s.name.empty() ? o.suite : s.name) + "\n\n" + md);

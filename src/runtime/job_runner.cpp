@@ -226,7 +226,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     req.max_tokens = job.max_tokens;
     req.prefill_chunk = job.prefill_chunk;
     req.stop = job.stop;
-    const double stall_before = m.streamed ? m.streamed->totals().stall_seconds : 0.0;
+    const offload::PassIo io_before = m.streamed ? m.streamed->totals() : offload::PassIo{};
     const int passes_before = m.streamed ? m.streamed->passes() : 0;
     const spec::Generation g = session->generate(req, {}, [&] {
       refresh(false);
@@ -241,9 +241,16 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
                                       {"seconds", g.decode_seconds},
                                       {"s_per_token", g.s_per_token()},
                                       {"peak_rss_bytes", peak_rss()}};  // since the job started
-    if (m.streamed) {  // this prompt's target passes (prefill included) and their wait for streamed layers
+    if (m.streamed) {  // this prompt's target passes (prefill included): their wait for streamed layers,
+                       // wall, compute, the I/O thread's busy time and the bytes read for them
+      const offload::PassIo& now = m.streamed->totals();
       metrics["streamed_passes"] = m.streamed->passes() - passes_before;
-      metrics["stall_seconds"] = m.streamed->totals().stall_seconds - stall_before;
+      metrics["stall_seconds"] = now.stall_seconds - io_before.stall_seconds;
+      metrics["stream_wall_seconds"] = now.wall_seconds - io_before.wall_seconds;
+      metrics["stream_compute_seconds"] = now.compute_seconds - io_before.compute_seconds;
+      metrics["io_seconds"] = now.io_seconds - io_before.io_seconds;
+      metrics["storage_bytes"] = now.storage_bytes - io_before.storage_bytes;
+      metrics["host_bytes"] = now.host_bytes - io_before.host_bytes;
     }
     if (g.spec) {
       metrics["target_passes"] = g.spec->target_passes;

@@ -183,14 +183,35 @@ def main() -> int:
         split = smd[smd.find("Where the time goes"):] if "Where the time goes" in smd else ""
         rows_ = [line.split("|")[1:-1] for line in split.splitlines() if line.startswith("| m |")]
         check("time-split table: one row per streamed cell", len(rows_) == 2, smd[-800:])
-        nums = [[float(x) for x in r[4:]] for r in rows_]
-        check("time-split: passes read at a positive rate, I/O and compute took time",
-              all(n[6] > 0 and n[3] > 0 and n[4] > 0 and n[2] >= n[5] for n in nums), str(nums))
-        check("time-split: the chain cell drafts, autoregressive does not",
-              [n[1] > 0 for n in nums] == [False, True], str(nums))
         sdoc = json.load(open(os.path.join(tmp, "streamed", "results.json")))
-        check("json: time_split for every streamed cell",
-              all(c["time_split"]["read_gb_per_s"] > 0 for c in sdoc["cells"]), json.dumps(sdoc["cells"][0])[:300])
+        ts = [c.get("time_split") for c in sdoc["cells"]]
+        check("json: time_split for every streamed cell", all(ts), json.dumps(sdoc["cells"][0])[:300])
+        if all(ts):
+            check("time-split: reads at a positive rate; I/O, compute and passes took time",
+                  all(t["read_gb_per_s"] > 0 and t["io_busy_s_per_pass"] > 0 and t["compute_s_per_pass"] > 0
+                      and t["pass_s"] >= t["stall_s_per_pass"] for t in ts), str(ts))
+            check("time-split: the chain cell drafts, autoregressive does not",
+                  [t["draft_s_per_step"] > 0 for t in ts] == [False, True], str(ts))
+            # The arithmetic, against the summary's own sums (the result lines' metrics).
+            ok = True
+            for c, t in zip(sdoc["cells"], ts):
+                sm, st = c["summary"], c["summary"]["streamed"]
+                steps = sm["target_passes"] or sm["tokens"]
+                ok &= abs(t["step_s"] * steps - sm["decode_seconds"]) < 1e-9 * max(1.0, sm["decode_seconds"])
+                ok &= abs(t["pass_s"] * sm["streamed_passes"] - st["wall_seconds"]) < 1e-6
+                ok &= abs(t["read_gb_per_s"] * st["io_seconds"] * 1e9 - st["storage_bytes"]) < 1e-3 * st["storage_bytes"]
+            check("time-split: per step and per pass from the summary's sums", ok, str(ts))
+            # A fresh cell's per-prompt sums are its model's whole streaming since it was loaded.
+            check("per-prompt sums cover every pass", all(
+                c["summary"]["streamed"]["storage_bytes"] == c["summary"]["offload"]["storage_bytes"] and
+                c["summary"]["streamed_passes"] == c["summary"]["offload"]["passes"] for c in sdoc["cells"]),
+                json.dumps([(c["summary"]["streamed"], c["summary"]["offload"]) for c in sdoc["cells"]])[:600])
+            # Resumed (nothing left to run, no model loaded): the same split, read from the result lines.
+            p = subprocess.run([args.redwood, "bench", "run", streamed, "--out", os.path.join(tmp, "streamed")],
+                               capture_output=True, text=True, timeout=600)
+            again = json.load(open(os.path.join(tmp, "streamed", "results.json")))
+            check("resumed: the same time split", p.returncode == 0 and
+                  [c.get("time_split") for c in again["cells"]] == ts, p.stderr[-400:])
     return finish()
 
 
