@@ -147,7 +147,7 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
       if (r->cell.tree.empty()) base = r;
     std::string gp = "set terminal pngcairo size 1200,560 font ',10'\n";
     const std::string png = dir + "/plots/" + g + ".png";
-    gp += "set output " + gp_quote(png + ".tmp") + "\n";
+    gp += "set output " + gp_quote(output_tmp_path(png)) + "\n";  // TempOutput's file, below
     gp += "set multiplot layout 1,2 title " + gp_quote(g) + " noenhanced\n";
     gp += "set key below noenhanced\nset grid\nset xlabel 'tree budget (nodes per target pass)'\nset logscale x 2\n";
     std::set<int> budgets;  // one budget alone: an explicit range (gnuplot warns of an empty x range)
@@ -191,13 +191,14 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
     const std::string gpf = dir + "/plots/" + g + ".gp";
     write_output_file(gpf, gp);
     if (!have_gnuplot) continue;
-    const TempFileGuard guard(png + ".tmp");  // gnuplot writes it; a fatal signal removes it
+    // Created here (exclusively: gnuplot would follow a link planted at the
+    // name), filled by gnuplot, removed when it fails or on a fatal signal.
+    TempOutput out(png);
     if (!run_gnuplot(gpf)) {
-      ::unlink((png + ".tmp").c_str());
       have_gnuplot = false;
       continue;
     }
-    rename_output_into_place(png + ".tmp", png);
+    out.commit();
     pngs.push_back(png);
   }
   return pngs;
