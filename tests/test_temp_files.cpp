@@ -188,6 +188,27 @@ TEST(TempOutput, AFatalSignalWhileOpenRemovesIt) {
   EXPECT_TRUE(fs::is_empty(d.p));
 }
 
+// Two writes of one output at once in one process would share OUT.tmp.PID:
+// the second is refused and the first's file is left alone.
+TEST(TempOutput, ASecondWriteOfTheSameOutputIsRefused) {
+  Dir d;
+  const std::string out = (d.p / "x.bin").string();
+  {
+    TempOutput first(out);
+    ASSERT_EQ(::write(first.fd(), "ab", 2), 2);
+    try {
+      TempOutput second(out);
+      FAIL() << "two temp files under one name";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("already being written"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(fs::file_size(first.path()), 2u);
+    first.commit();
+  }
+  EXPECT_EQ(fs::file_size(out), 2u);
+  const TempOutput again(out);  // free once the first is gone
+}
+
 TEST(TempOutput, AnUncreatableTempFileIsAnErrorNamingTheOutput) {
   try {
     TempOutput t("/nonexistent-dir/out.gguf");

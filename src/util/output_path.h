@@ -18,6 +18,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,11 +110,12 @@ inline void rename_output_into_place(const std::string& tmp, const std::string& 
 // written through), registered for removal on a fatal signal (temp_files.h)
 // before it exists, and removed when the TempOutput goes away uncommitted (an
 // error, an exception). commit() fsyncs, closes and renames it over `out`.
-// Errors name `out`, not the temp file.
+// Errors name `out`, not the temp file. Two at once for one output in one
+// process (they would share the name) is an error, not a silent clash.
 class TempOutput {
  public:
   explicit TempOutput(const std::string& out, int access = O_WRONLY)
-      : out_(out), tmp_(output_tmp_path(out)), guard_(tmp_) {
+      : out_(out), tmp_(output_tmp_path(out)), claim_(tmp_, out), guard_(tmp_) {
     ::unlink(tmp_.c_str());  // a stale one (an earlier process with this PID); O_EXCL does not follow links
     fd_ = ::open(tmp_.c_str(), access | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd_ < 0) throw Error(out_ + ": cannot create: " + strerror(errno));
@@ -138,7 +141,34 @@ class TempOutput {
   }
 
  private:
+  // This process's temp names in use.
+  class Claim {
+   public:
+    Claim(const std::string& tmp, const std::string& out) : tmp_(tmp) {
+      const std::lock_guard lock(mu());
+      if (!names().insert(tmp_).second) throw Error(out + ": already being written by this process");
+    }
+    ~Claim() {
+      const std::lock_guard lock(mu());
+      names().erase(tmp_);
+    }
+    Claim(const Claim&) = delete;
+    Claim& operator=(const Claim&) = delete;
+
+   private:
+    static std::mutex& mu() {
+      static std::mutex m;
+      return m;
+    }
+    static std::set<std::string>& names() {
+      static std::set<std::string> s;
+      return s;
+    }
+    std::string tmp_;
+  };
+
   std::string out_, tmp_;
+  Claim claim_;
   TempFileGuard guard_;  // before the file exists, after it is gone
   int fd_ = -1;
   bool committed_ = false;
