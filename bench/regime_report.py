@@ -19,23 +19,14 @@ import sys
 
 
 def split(c):
-    """Where a streamed cell's time goes: `redwood bench run`'s time_split when the results have
-    it; for older results, the same from the summary (per streamed pass over the model's whole
-    streaming, which for --tree auto cells includes the passes it timed while loading)."""
+    """Where a streamed cell's time goes: `redwood bench run`'s time_split (None for a cell that
+    streamed nothing, or results older than it)."""
     t = c.get("time_split")
-    if t:
-        return {"step": t["step_s"], "draft": t["draft_s_per_step"], "pass": t["pass_s"],
-                "io": t["io_busy_s_per_pass"], "compute": t["compute_s_per_pass"], "stall": t["stall_s_per_pass"],
-                "gbps": t["read_gb_per_s"]}
-    s, off = c["summary"], c["summary"].get("offload") or {}
-    passes = off.get("passes", 0)
-    steps = s.get("target_passes") or s.get("tokens")
-    if not passes or not steps or off.get("storage_bytes", 0) + off.get("host_bytes", 0) <= 0:
+    if not t:
         return None
-    io = off.get("io_seconds", 0.0)
-    return {"step": s["decode_seconds"] / steps, "draft": s["draft_seconds"] / steps,
-            "pass": off["wall_seconds"] / passes, "io": io / passes, "compute": off["compute_seconds"] / passes,
-            "stall": off["stall_seconds"] / passes, "gbps": off["storage_bytes"] / io / 1e9 if io else 0.0}
+    return {"step": t["step_s"], "draft": t["draft_s_per_step"], "pass": t["pass_s"],
+            "io": t["io_busy_s_per_pass"], "compute": t["compute_s_per_pass"], "stall": c["stall_s_per_pass"],
+            "gbps": t["read_gb_per_s"]}
 
 
 def cells(path):

@@ -378,11 +378,12 @@ PackStats pack_model(const std::string& from, const std::string& out,
   pwrite_all(ofd, out, &h, sizeof h, 0);
   pwrite_all(ofd, out, meta.data(), meta.size(), h.meta_offset);
   pwrite_all(ofd, out, index.data(), index.size() * sizeof(PackIndexEntry), h.index_offset);
-  if (::fsync(ofd) != 0) throw Error(out + ": write failed: " + strerror(errno));  // before reading it back
 
   // Verify what was written: the head and index as a reader sees them, then
   // every tensor read back, decoded and compared with the source's hash.
-  // (Errors name `out`: the temp file is removed on the way out.)
+  // (Errors name `out`: the temp file is removed on the way out. The bytes come
+  // back through the page cache; a write error the disk reports later fails
+  // commit()'s fsync, before the rename.)
   std::vector<uint8_t> raw;
   try {
     (void)load_packed_desc(tmp);

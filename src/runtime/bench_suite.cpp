@@ -54,6 +54,16 @@ struct Row {
   double step_s = 0, draft_step_s = 0, pass_s = 0, io_pass_s = 0, compute_pass_s = 0, read_gbps = 0;
 };
 
+// A cell's labels in both tables: its tree (or autoregressive), budget (or
+// "-"), device memory (or resident) and the prompt set's file stem.
+struct Labels {
+  std::string tree, budget, mem, prompts;
+};
+Labels labels(const jobs::SuiteCell& c) {
+  return {c.tree.empty() ? "autoregressive" : c.tree, c.tree.empty() ? "-" : std::to_string(c.budget),
+          c.device_mem.empty() ? "resident" : c.device_mem, fs::path(c.prompts).stem().string()};
+}
+
 // Fills a row's time split from its job summary: the sums of its result
 // lines (every run of a resumed cell; the passes --tree auto times while it
 // loads are not a prompt's and are left out). Nothing when no layer streamed.
@@ -69,10 +79,10 @@ void time_split(Row& row) {
     row.step_s = sm.value("decode_seconds", 0.0) / steps;
     row.draft_step_s = sm.value("draft_seconds", 0.0) / steps;
   }
-  row.pass_s = st.value("wall_seconds", 0.0) / passes;
-  row.io_pass_s = st.value("io_seconds", 0.0) / passes;
-  row.compute_pass_s = st.value("compute_seconds", 0.0) / passes;
   const double io = st.value("io_seconds", 0.0);
+  row.pass_s = st.value("wall_seconds", 0.0) / passes;
+  row.io_pass_s = io / passes;
+  row.compute_pass_s = st.value("compute_seconds", 0.0) / passes;
   row.read_gbps = io > 0 ? st.value("storage_bytes", 0.0) / io / 1e9 : 0.0;
 }
 
@@ -295,9 +305,8 @@ SuiteReport run_suite(const SuiteRun& o) {
   for (const Row& r : rows) {
     const double b = base_spt.count(r.cell.group()) ? base_spt[r.cell.group()] : 0.0;
     const double speedup = r.s_per_token > 0 && b > 0 ? b / r.s_per_token : 0.0;
-    const std::string tree = r.cell.tree.empty() ? "autoregressive" : r.cell.tree;
-    const std::string mem = r.cell.device_mem.empty() ? "resident" : r.cell.device_mem;
-    const std::string ps = fs::path(r.cell.prompts).stem().string();
+    const Labels l = labels(r.cell);
+    const std::string &tree = l.tree, &mem = l.mem, &ps = l.prompts;
     csv += csv_field(r.cell.model) + "," + csv_field(mem) + "," + csv_field(tree) + "," +
            std::to_string(r.cell.budget) + "," + num(r.cell.temperature) + "," + csv_field(ps) + "," +
            std::to_string(r.prompts) + "," + std::to_string(r.tokens) + "," + num(r.s_per_token) + "," +
@@ -306,8 +315,7 @@ SuiteReport run_suite(const SuiteRun& o) {
            "," + std::to_string(r.summary["target_passes"].get<int64_t>()) + "," + num(r.draft_share) + "," +
            num(r.stall_per_pass) + "," + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.1f") + "," + num(speedup) +
            "\n";
-    md += "| " + r.cell.model + " | " + mem + " | " + tree + " | " +
-          (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " + num(r.cell.temperature) +
+    md += "| " + r.cell.model + " | " + mem + " | " + tree + " | " + l.budget + " | " + num(r.cell.temperature) +
           " | " + ps + " | " + num(r.s_per_token, "%.4f") + " | " + num(r.tokens_per_pass, "%.2f") + " | " +
           num(r.tree_nodes, "%.1f") + " | " + num(r.draft_share, "%.2f") + " | " + num(r.stall_per_pass, "%.3f") +
           " | " + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.0f") + " | " + num(speedup, "%.2f") + " |\n";
@@ -325,20 +333,20 @@ SuiteReport run_suite(const SuiteRun& o) {
                    {"peak_rss_bytes", r.peak_rss},
                    {"speedup_vs_ar", speedup},
                    {"summary", r.summary}});
-    if (r.streamed)
-      all.back()["time_split"] = {{"step_s", r.step_s},          {"draft_s_per_step", r.draft_step_s},
-                                  {"pass_s", r.pass_s},          {"io_busy_s_per_pass", r.io_pass_s},
-                                  {"compute_s_per_pass", r.compute_pass_s}, {"stall_s_per_pass", r.stall_per_pass},
+    if (r.streamed)  // the stall per pass is the cell's stall_s_per_pass
+      all.back()["time_split"] = {{"step_s", r.step_s},
+                                  {"draft_s_per_step", r.draft_step_s},
+                                  {"pass_s", r.pass_s},
+                                  {"io_busy_s_per_pass", r.io_pass_s},
+                                  {"compute_s_per_pass", r.compute_pass_s},
                                   {"read_gb_per_s", r.read_gbps}};
   }
   // Where the time goes, for the cells that streamed layers.
   std::string split;
   for (const Row& r : rows) {
     if (!r.streamed) continue;
-    split += "| " + r.cell.model + " | " + r.cell.device_mem + " | " +
-             (r.cell.tree.empty() ? std::string("autoregressive") : r.cell.tree) + " | " +
-             (r.cell.tree.empty() ? std::string("-") : std::to_string(r.cell.budget)) + " | " +
-             fs::path(r.cell.prompts).stem().string() + " | " +
+    const Labels l = labels(r.cell);
+    split += "| " + r.cell.model + " | " + l.mem + " | " + l.tree + " | " + l.budget + " | " + l.prompts + " | " +
              num(r.cell.temperature) + " | " + num(r.step_s, "%.3f") + " | " + num(r.draft_step_s, "%.3f") + " | " +
              num(r.pass_s, "%.3f") + " | " + num(r.io_pass_s, "%.3f") + " | " + num(r.compute_pass_s, "%.3f") +
              " | " + num(r.stall_per_pass, "%.3f") + " | " + num(r.read_gbps, "%.2f") + " |\n";
