@@ -306,17 +306,16 @@ SuiteReport run_suite(const SuiteRun& o) {
     const double b = base_spt.count(r.cell.group()) ? base_spt[r.cell.group()] : 0.0;
     const double speedup = r.s_per_token > 0 && b > 0 ? b / r.s_per_token : 0.0;
     const Labels l = labels(r.cell);
-    const std::string &tree = l.tree, &mem = l.mem, &ps = l.prompts;
-    csv += csv_field(r.cell.model) + "," + csv_field(mem) + "," + csv_field(tree) + "," +
-           std::to_string(r.cell.budget) + "," + num(r.cell.temperature) + "," + csv_field(ps) + "," +
+    csv += csv_field(r.cell.model) + "," + csv_field(l.mem) + "," + csv_field(l.tree) + "," +
+           std::to_string(r.cell.budget) + "," + num(r.cell.temperature) + "," + csv_field(l.prompts) + "," +
            std::to_string(r.prompts) + "," + std::to_string(r.tokens) + "," + num(r.s_per_token) + "," +
            num(r.summary["s_per_token"]["p50"].get<double>()) + "," +
            num(r.summary["s_per_token"]["p90"].get<double>()) + "," + num(r.tokens_per_pass) + "," + num(r.tree_nodes) +
            "," + std::to_string(r.summary["target_passes"].get<int64_t>()) + "," + num(r.draft_share) + "," +
            num(r.stall_per_pass) + "," + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.1f") + "," + num(speedup) +
            "\n";
-    md += "| " + r.cell.model + " | " + mem + " | " + tree + " | " + l.budget + " | " + num(r.cell.temperature) +
-          " | " + ps + " | " + num(r.s_per_token, "%.4f") + " | " + num(r.tokens_per_pass, "%.2f") + " | " +
+    md += "| " + r.cell.model + " | " + l.mem + " | " + l.tree + " | " + l.budget + " | " + num(r.cell.temperature) +
+          " | " + l.prompts + " | " + num(r.s_per_token, "%.4f") + " | " + num(r.tokens_per_pass, "%.2f") + " | " +
           num(r.tree_nodes, "%.1f") + " | " + num(r.draft_share, "%.2f") + " | " + num(r.stall_per_pass, "%.3f") +
           " | " + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.0f") + " | " + num(speedup, "%.2f") + " |\n";
     all.push_back({{"model", r.cell.model},
