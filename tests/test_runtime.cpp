@@ -256,7 +256,7 @@ TEST(NonFiniteLogits, EveryDecodingPathRefusesThem) {
   const std::string inf_t = poisoned_model("inf_t", 7, 2, 5, INFINITY);
   const std::string t = tiny_model("clean_t", 288, 7, 2), d = tiny_model("clean_d", 288, 8, 1);
   const std::string nan0 = "logits have a non-finite entry (nan at token id 0 of 288)";
-  const std::string inf5 = "logits have a non-finite entry (+inf at token id 5 of 288)";
+  const std::string inf5 = "logits have a non-finite entry (-inf at token id 5 of 288)";  // +inf weight, h[0] < 0
   EXPECT_EQ(non_finite_error(nan_t, "", 0.0f), "model " + nan0);    // plain greedy (was tokens 0 0 0 ...)
   EXPECT_EQ(non_finite_error(nan_t, "", 0.8f), "model " + nan0);    // plain sampling
   EXPECT_EQ(non_finite_error(nan_t, d, 0.0f), "target " + nan0);    // greedy speculation, target rows
@@ -264,7 +264,7 @@ TEST(NonFiniteLogits, EveryDecodingPathRefusesThem) {
   EXPECT_EQ(non_finite_error(nan_t, d, 0.8f), "target " + nan0);    // sampled speculation (sequoia)
   EXPECT_EQ(non_finite_error(t, nan_d, 0.8f), "draft " + nan0);
   EXPECT_EQ(non_finite_error(nan_t, d, 0.8f, "target-sample"), "target " + nan0);
-  EXPECT_EQ(non_finite_error(inf_t, "", 0.0f), "model " + inf5);    // +inf: greedy picked it
+  EXPECT_EQ(non_finite_error(inf_t, "", 0.0f), "model " + inf5);    // an infinity
   EXPECT_EQ(non_finite_error(inf_t, "", 0.8f), "model " + inf5);
   EXPECT_EQ(non_finite_error(inf_t, d, 0.0f), "target " + inf5);
   EXPECT_EQ(non_finite_error(inf_t, d, 0.8f), "target " + inf5);

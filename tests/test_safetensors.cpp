@@ -390,7 +390,7 @@ TEST_F(SafetensorsTest, ASlidingWindowShorterThanTheContextIsAnError) {
   write_file(dir / "config.json", c.dump());
   EXPECT_NO_THROW(load_model_desc(dir.string()));
   c.erase("use_sliding_window");
-  for (const json w : {json(2048), json(4096), json(nullptr)}) {
+  for (const json& w : {json(2048), json(4096), json(nullptr)}) {
     c["sliding_window"] = w;
     write_file(dir / "config.json", c.dump());
     EXPECT_NO_THROW(load_model_desc(dir.string())) << w;

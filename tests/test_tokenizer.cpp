@@ -198,7 +198,7 @@ TEST(TokenizerSpm, ACharacterWithoutTokenByteTokenOrUnkIsAnError) {
   s.types[static_cast<size_t>(byte_tok(0xff))] = TokenType::kUnused;
   EXPECT_EQ(Tokenizer::create(s)->encode("\xff", false, false), (Ids{kSpace, 0}));  // <unk>
   s.unk_id = -1;
-  const std::string e = testutil::error_of([&] { Tokenizer::create(s)->encode("h\xffe", false, false); });
+  const std::string e = testutil::error_of([&] { Tokenizer::create(s)->encode("h\xff" "e", false, false); });
   EXPECT_NE(e.find("bytes 0xff"), std::string::npos) << e;
 }
 

@@ -69,12 +69,6 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f) {
   }
   const bool spm = spec.kind == TokenizerKind::kSentencePiece;
   spec.pre = f.get_string("tokenizer.ggml.pre").value_or("default");
-  if (!spm) {  // (an SPM vocabulary has no pre-tokenizer: the key is not read, as in llama.cpp)
-    if (!is_known_bpe_pre(spec.pre))
-      throw Error(f.path() + ": tokenizer.ggml.pre = '" + spec.pre + "' is a pre-tokenizer Redwood does not implement (" +
-                  kKnownBpePre + ")");
-    if (spec.merges.empty()) throw Error(f.path() + ": tokenizer.ggml.merges is missing for a BPE vocabulary");
-  }
 
   if (f.find("tokenizer.ggml.scores")) {
     const std::vector<double> scores = f.get_float_array("tokenizer.ggml.scores");
@@ -104,6 +98,12 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f) {
   spec.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
   spec.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   spec.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
+  if (!spm) {  // (an SPM vocabulary has no pre-tokenizer: the key is not read, as in llama.cpp)
+    if (!is_known_bpe_pre(spec.pre))
+      throw Error(f.path() + ": tokenizer.ggml.pre = '" + spec.pre + "' is a pre-tokenizer Redwood does not implement (" +
+                  kKnownBpePre + ")");
+    if (spec.merges.empty()) throw Error(f.path() + ": tokenizer.ggml.merges is missing for a BPE vocabulary");
+  }
   return spec;
 }
 
