@@ -13,6 +13,7 @@
 #include "src/model/gguf_writer.h"
 #include "src/model/model_desc.h"
 #include "src/util/error.h"
+#include "tests/util/errors.h"
 #include "tests/util/tiny_gguf.h"
 
 using namespace redwood;
@@ -238,4 +239,27 @@ TEST(Gguf, BlockListsAreCheckedStrictly) {
   EXPECT_EQ(parse_block_list("0-3,8,10-11", 12), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
   for (const char* bad : {"", ",", "1,", "3-1", "0,0", "2,1", "0-12", "a", "1--2", "1 ,2", "99999999"})
     EXPECT_THROW(parse_block_list(bad, 12), Error) << bad;
+  // A number is named as written, never cut (it said "block 184467").
+  for (const std::string n : {"18446744073709551615", "99999999999999999999999", "12", "0000000000000012"})
+    EXPECT_EQ(testutil::error_of([&] { parse_block_list("0," + n, 12); }),
+              "--blocks '0," + n + "': block " + n + " is past the model's last block 11");
+  EXPECT_EQ(parse_block_list("0000000000000011", 12), (std::vector<int>{11}));
+}
+
+// Issue 42: a sliding window shorter than the context is refused (Redwood
+// attends to the whole context); one that covers it changes nothing.
+TEST(Gguf, ASlidingWindowShorterThanTheContextIsAnError) {
+  const std::string path = ::testing::TempDir() + "gguf_swa.gguf";
+  testutil::TinyShape s;
+  s.layers = 1;
+  for (const uint32_t w : {2048u, 4096u}) {
+    s.sliding_window = w;
+    testutil::write_tiny_llama(path, s);
+    EXPECT_NO_THROW(load_model_desc(path)) << w;
+  }
+  s.sliding_window = 1024;
+  testutil::write_tiny_llama(path, s);
+  EXPECT_EQ(testutil::error_of([&] { load_model_desc(path); }),
+            path + ": metadata key 'llama.attention.sliding_window' = 1024: sliding-window attention is not supported "
+                   "(only a window >= context_length 2048)");
 }

@@ -4,9 +4,17 @@
 // (tests/util/tiny_gguf.h): no model file needed.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "src/engine/sampler.h"
+#include "src/runtime/inspect.h"
+#include "src/runtime/job_runner.h"
 #include "src/runtime/session.h"
 #include "src/runtime/tree_auto.h"
 #include "src/util/error.h"
@@ -202,6 +210,135 @@ TEST_F(Loop, CancelledAfterKStepsFinishesCancelledWithTheTextSoFar) {
       EXPECT_EQ(full.text.compare(0, g.text.size(), g.text), 0);
     }
   }
+}
+
+// ---- non-finite logits: an error on every path, never a token (issue 42) ------------
+
+std::string poisoned_model(const std::string& name, uint32_t seed, int layers, int row, float value) {
+  const std::string path = ::testing::TempDir() + "runtime_" + name + ".gguf";
+  testutil::TinyShape s;
+  s.seed = seed;
+  s.layers = layers;
+  s.poison_row = row;
+  s.poison = value;
+  testutil::write_tiny_llama(path, s);
+  return path;
+}
+
+// The NonFiniteLogits message of generating 8 tokens, or "(no error: tokens ...)".
+std::string non_finite_error(const std::string& target, const std::string& draft, float temperature,
+                             const std::string& verify = "") {
+  SessionConfig c = config(target, draft);
+  c.tree.tree = "chain:3";
+  c.tree.verifier = verify;
+  c.sampling.temperature = temperature;
+  Session s(c);
+  s.load(256, 64, nullptr);
+  const std::vector<int32_t> prompt = {1, 40, 41, 42};
+  spec::GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 8;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = 3;
+  try {
+    const spec::Generation g = s.generate(r);
+    std::string toks;
+    for (const int32_t t : g.tokens) toks += std::to_string(t) + " ";
+    return "(no error: tokens " + toks + ")";
+  } catch (const NonFiniteLogits& e) {
+    return e.what();
+  }
+}
+
+TEST(NonFiniteLogits, EveryDecodingPathRefusesThem) {
+  const float nan = std::nanf("");
+  const std::string nan_t = poisoned_model("nan_t", 7, 2, 0, nan), nan_d = poisoned_model("nan_d", 8, 1, 0, nan);
+  const std::string inf_t = poisoned_model("inf_t", 7, 2, 5, INFINITY);
+  const std::string t = tiny_model("clean_t", 288, 7, 2), d = tiny_model("clean_d", 288, 8, 1);
+  const std::string nan0 = "logits have a non-finite entry (nan at token id 0 of 288)";
+  const std::string inf5 = "logits have a non-finite entry (-inf at token id 5 of 288)";  // +inf weight, h[0] < 0
+  EXPECT_EQ(non_finite_error(nan_t, "", 0.0f), "model " + nan0);    // plain greedy (was tokens 0 0 0 ...)
+  EXPECT_EQ(non_finite_error(nan_t, "", 0.8f), "model " + nan0);    // plain sampling
+  EXPECT_EQ(non_finite_error(nan_t, d, 0.0f), "target " + nan0);    // greedy speculation, target rows
+  EXPECT_EQ(non_finite_error(t, nan_d, 0.0f), "draft " + nan0);     // greedy speculation, draft rows
+  EXPECT_EQ(non_finite_error(nan_t, d, 0.8f), "target " + nan0);    // sampled speculation (sequoia)
+  EXPECT_EQ(non_finite_error(t, nan_d, 0.8f), "draft " + nan0);
+  EXPECT_EQ(non_finite_error(nan_t, d, 0.8f, "target-sample"), "target " + nan0);
+  EXPECT_EQ(non_finite_error(inf_t, "", 0.0f), "model " + inf5);    // an infinity
+  EXPECT_EQ(non_finite_error(inf_t, "", 0.8f), "model " + inf5);
+  EXPECT_EQ(non_finite_error(inf_t, d, 0.0f), "target " + inf5);
+  EXPECT_EQ(non_finite_error(inf_t, d, 0.8f), "target " + inf5);
+}
+
+TEST(NonFiniteLogits, TheLogitsPassRefusesThem) {
+  Session s(config(poisoned_model("nan_logits", 7, 2, 3, std::nanf(""))));
+  s.load(64, 16, nullptr);
+  int calls = 0;
+  try {
+    tree_logits(s.target(), {1, 40, 41}, {}, {}, 2, [&](std::span<const float>) { ++calls; });
+    ADD_FAILURE() << "no error";
+  } catch (const NonFiniteLogits& e) {
+    EXPECT_EQ(std::string(e.what()), "row 0: model logits have a non-finite entry (nan at token id 3 of 288)");
+  }
+  EXPECT_EQ(calls, 0);  // no row of a NaN pass is handed on
+}
+
+// Issue 42 item 10: `redwood logits` runs in passes of a bounded size; chunked
+// passes (a chain committing each, a tree kept pending) give one pass's logits.
+TEST(TreeLogits, ChunkedPassesGiveTheWholePassesLogits) {
+  Session s(config(tiny_model("logits_chunks", 288, 7, 2)));
+  s.load(64, 16, nullptr);
+  const std::vector<int32_t> toks = {1, 40, 41, 42, 43, 44, 45};
+  const std::vector<int32_t> tree = {-1, 0, 0, 1, 2, 2, 4};
+  for (const bool is_tree : {false, true}) {
+    std::vector<float> whole, chunked;
+    tree_logits(s.target(), toks, is_tree ? tree : std::vector<int32_t>{}, {}, 16,
+                [&](std::span<const float> r) { whole.insert(whole.end(), r.begin(), r.end()); });
+    int calls = 0;
+    tree_logits(s.target(), toks, is_tree ? tree : std::vector<int32_t>{}, {}, 3, [&](std::span<const float> r) {
+      ++calls;
+      chunked.insert(chunked.end(), r.begin(), r.end());
+    });
+    EXPECT_EQ(calls, 3);
+    ASSERT_EQ(whole.size(), toks.size() * 288);
+    ASSERT_EQ(chunked.size(), whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) ASSERT_NEAR(chunked[i], whole[i], 1e-4) << i << (is_tree ? " tree" : " chain");
+  }
+}
+
+TEST(NonFiniteLogits, ABatchJobRecordsTheErrorOnThePromptsLine) {
+  const std::string dir = ::testing::TempDir() + "runtime_nan_job/";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream p(dir + "prompts.jsonl");
+    p << "{\"id\": 1, \"prompt\": \"abc\"}\n{\"id\": 2, \"prompt\": \"xyz\"}\n";
+  }
+  jobs::JobConfig job;
+  job.file = dir + "job.toml";
+  job.target = poisoned_model("nan_job", 7, 2, 0, std::nanf(""));
+  job.prompts = dir + "prompts.jsonl";
+  job.output = dir + "out.jsonl";
+  job.ctx = 128;
+  job.max_tokens = 4;
+  jobs::check_job(job);
+  JobHooks hooks;
+  hooks.quiet = true;
+  hooks.log = std::tmpfile();
+  const JobOutcome out = run_job(job, hooks);
+  std::fclose(hooks.log);
+  EXPECT_EQ(out.summary["finish_reasons"].value("error", 0), 2) << out.summary.dump();
+  std::ifstream in(job.output);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    ++lines;
+    EXPECT_EQ(j["finish_reason"], "error") << line;
+    EXPECT_EQ(j["tokens"], nlohmann::json::array()) << line;
+    EXPECT_EQ(j.value("error", ""), "model logits have a non-finite entry (nan at token id 0 of 288)") << line;
+  }
+  EXPECT_EQ(lines, 2);
 }
 
 // ---- --tree auto from synthetic profiles -------------------------------------------

@@ -354,6 +354,49 @@ TEST_F(SafetensorsTest, MistralAndTemplateList) {
   EXPECT_EQ(m.chat_template, "D");
 }
 
+// Issue 42: a tensor the model does not use is an error naming it (a layer
+// past num_hidden_layers was silently left out), except those ignored on
+// purpose (rotary_emb.inv_freq; lm_head.weight when tied: TiedIgnoresPresentLmHead).
+TEST_F(SafetensorsTest, TensorsTheModelDoesNotUseAreAnError) {
+  Tiny t;
+  auto dir = write_model("extra", t);
+  std::vector<TensorSpec> ts = tiny_tensors(t);
+  ts.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {2}});
+  write_file(dir / "model.safetensors", make_safetensors(ts));
+  EXPECT_EQ(load_model_desc(dir.string()).hp.n_layers, t.layers);
+  json c = tiny_config(t);
+  c["num_hidden_layers"] = t.layers - 1;
+  write_file(dir / "config.json", c.dump());
+  expect_error(dir.string(), "tensor 'model.layers." + std::to_string(t.layers - 1) +
+                                 ".input_layernorm.weight' is not used by a " + std::to_string(t.layers - 1) +
+                                 "-block llama model");
+  ts = tiny_tensors(t);
+  ts.push_back({"model.layers.0.self_attn.q_proj.bias", "F32", {static_cast<uint64_t>(t.dim)}});
+  write_file(dir / "config.json", tiny_config(t).dump());
+  write_file(dir / "model.safetensors", make_safetensors(ts));
+  expect_error(dir.string(), "tensor 'model.layers.0.self_attn.q_proj.bias' is not used");
+}
+
+// Issue 42: sliding-window attention is refused unless the window covers the context.
+TEST_F(SafetensorsTest, ASlidingWindowShorterThanTheContextIsAnError) {
+  Tiny t;
+  auto dir = write_model("swa", t);
+  json c = tiny_config(t);
+  c["model_type"] = "mistral";
+  c["sliding_window"] = 1024;  // max_position_embeddings 2048
+  write_file(dir / "config.json", c.dump());
+  expect_error(dir.string(), "'sliding_window' = 1024: sliding-window attention is not supported");
+  c["use_sliding_window"] = false;
+  write_file(dir / "config.json", c.dump());
+  EXPECT_NO_THROW(load_model_desc(dir.string()));
+  c.erase("use_sliding_window");
+  for (const json& w : {json(2048), json(4096), json(nullptr)}) {
+    c["sliding_window"] = w;
+    write_file(dir / "config.json", c.dump());
+    EXPECT_NO_THROW(load_model_desc(dir.string())) << w;
+  }
+}
+
 // config.json's rope_scaling as per-pair frequency divisors. The tiny model's
 // head dim is 4, so with rope_theta 500000 pair 0 has wavelength 2 pi and
 // pair 1 2 pi * 500000^0.5 = 4442.9. Llama 3.1's parameters (factor 8,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -101,4 +102,43 @@ TEST(Sampler, InvalidParams) {
   EXPECT_THROW(Sampler({1.0f, 0.0f, 0, 0}), Error);
   EXPECT_THROW(Sampler({1.0f, 1.5f, 0, 0}), Error);
   EXPECT_THROW(Sampler({1.0f, 1.0f, -2, 0}), Error);
+}
+
+// Issue 42: NaN or infinite logits are an error, never a token (the old argmax
+// kept id 0 when logit 0 was NaN; sampling drew the last id).
+TEST(Sampler, NonFiniteLogitsAreAnErrorNamingTheEntry) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  const std::vector<std::pair<std::vector<float>, std::string>> rows = {
+      {{nan, 1, 2, 3}, "nan at token id 0 of 4"},
+      {{1, 2, 3, nan}, "nan at token id 3 of 4"},
+      {{1, inf, 2, 3, 4, 5, 6, 7, 8}, "+inf at token id 1 of 9"},
+      {{1, 2, -inf}, "-inf at token id 2 of 3"},
+      {{nan, nan, nan}, "nan at token id 0 of 3"}};
+  for (const auto& [l, what] : rows) {
+    for (const float t : {0.0f, 0.7f}) {
+      SamplingParams p;
+      p.temperature = t;
+      std::vector<float> out;
+      for (const auto& f : std::vector<std::function<void()>>{[&] { Sampler(p).sample(l); },
+                                                              [&] { probs(p, l, out, "draft"); }}) {
+        try {
+          f();
+          ADD_FAILURE() << what << " at T = " << t << ": no error";
+        } catch (const NonFiniteLogits& e) {
+          EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("logits have a non-finite entry"), std::string::npos) << e.what();
+        }
+      }
+    }
+    EXPECT_THROW(argmax(l), NonFiniteLogits) << what;
+  }
+  std::vector<float> o;
+  try {
+    probs({}, std::vector<float>{nan}, o, "target");
+    ADD_FAILURE();
+  } catch (const NonFiniteLogits& e) {
+    EXPECT_EQ(std::string(e.what()), "target logits have a non-finite entry (nan at token id 0 of 1)");
+  }
+  const std::vector<float> ok = {-1e30f, 3e38f, 0.0f};  // large but finite: fine
+  EXPECT_EQ(argmax(ok), 1);
 }

@@ -17,6 +17,7 @@
 #include "src/model/tokenizer_spec.h"
 #include "src/tokenizer/tokenizer.h"
 #include "src/util/error.h"
+#include "tests/util/errors.h"
 
 namespace redwood {
 namespace {
@@ -149,8 +150,12 @@ TEST(TokenizerBpe, PreTokenizers) {
   // gpt2 keeps digit runs together; smollm isolates every digit.
   EXPECT_EQ(Tokenizer::create(tiny_bpe_spec("gpt2"))->encode("a12", false, false), (Ids{'a', k12}));
   EXPECT_EQ(Tokenizer::create(tiny_bpe_spec("smollm"))->encode("a12", false, false), (Ids{'a', '1', '2'}));
-  // Unknown names fall back to gpt2.
-  EXPECT_EQ(Tokenizer::create(tiny_bpe_spec("no-such-pre"))->encode("a12", false, false), (Ids{'a', k12}));
+  // An unknown name is an error (it used to become gpt2's pattern silently);
+  // llama.cpp's spelling "gpt-2" is gpt2's pattern.
+  EXPECT_NE(testutil::error_of([] { Tokenizer::create(tiny_bpe_spec("no-such-pre")); })
+                .find("unknown pre-tokenizer 'no-such-pre'"),
+            std::string::npos);
+  EXPECT_EQ(Tokenizer::create(tiny_bpe_spec("gpt-2"))->encode("a12", false, false), (Ids{'a', k12}));
   // gpt2: "a", "  ", "\n", "b"; llama3: "a", "  \n", "b" where "Ġ Ċ" outranks "Ġ Ġ".
   EXPECT_EQ(Tokenizer::create(tiny_bpe_spec("gpt2"))->encode("a  \nb", false, false), (Ids{'a', kSpSp, '\n', 'b'}));
   EXPECT_EQ(Tokenizer::create(tiny_bpe_spec("llama3"))->encode("a  \nb", false, false),
@@ -169,6 +174,32 @@ TEST(TokenizerBpe, InvalidUtf8AndLongInput) {
   const Ids l = tok->encode(long_word, false, false);
   EXPECT_EQ(l.size(), 10000u);
   EXPECT_EQ(tok->decode(l), long_word);
+}
+
+// Issue 42: a byte the vocabulary has no token for is never dropped silently:
+// a <0xNN> byte token when there is one, else an error naming the byte.
+TEST(TokenizerBpe, BytesMissingFromTheVocabularyAreNeverDropped) {
+  TokenizerSpec s = tiny_bpe_spec();
+  s.tokens[0xff] = "<unused-ff>";
+  s.tokens[0xfe] = "<unused-fe>";
+  s.tokens.push_back("<0xFF>");
+  s.types.push_back(TokenType::kByte);
+  const auto fallback = static_cast<int32_t>(s.tokens.size() - 1);
+  auto tok = Tokenizer::create(s);
+  EXPECT_EQ(tok->encode("x\xffy", false, false), (Ids{'x', fallback, 'y'}));
+  const std::string e = testutil::error_of([&] { tok->encode("x\xffy\xfez", false, false); });
+  EXPECT_NE(e.find("byte 0xfe"), std::string::npos) << e;
+}
+
+TEST(TokenizerSpm, ACharacterWithoutTokenByteTokenOrUnkIsAnError) {
+  TokenizerSpec s = tiny_spm_spec();
+  auto with_unk = Tokenizer::create(s);
+  s.tokens[byte_tok(0xff)] = "<unused>";  // no <0xFF>
+  s.types[static_cast<size_t>(byte_tok(0xff))] = TokenType::kUnused;
+  EXPECT_EQ(Tokenizer::create(s)->encode("\xff", false, false), (Ids{kSpace, 0}));  // <unk>
+  s.unk_id = -1;
+  const std::string e = testutil::error_of([&] { Tokenizer::create(s)->encode("h\xff" "e", false, false); });
+  EXPECT_NE(e.find("bytes 0xff"), std::string::npos) << e;
 }
 
 TEST(TokenizerBpe, OutOfRangeIdThrows) {
@@ -698,10 +729,12 @@ TEST_F(RealTokenizer, RoundTrip) {
   EXPECT_EQ(streamed, text);
 }
 
-TEST_F(RealTokenizer, BytesMissingFromVocabAreDropped) {
-  // SmolLM2 has no token for byte 0xFF (never valid UTF-8): HF drops it.
-  EXPECT_EQ(tok_->encode("\xFF", false, false), Ids{});
-  EXPECT_EQ(tok_->encode("a\xFF b", false, false), tok_->encode("a b", false, false));
+TEST_F(RealTokenizer, BytesMissingFromVocabAreAnError) {
+  // SmolLM2 has no token for byte 0xFF (never valid UTF-8): HF and llama.cpp
+  // drop it silently ("x\xffy\xfez" was "xyz"); Redwood says so.
+  const std::string e = testutil::error_of([] { tok_->encode("x\xffy\xfez", false, false); });
+  EXPECT_NE(e.find("byte 0xff"), std::string::npos) << e;
+  EXPECT_NE(testutil::error_of([] { tok_->encode("\xFF", false, false); }).find("byte 0xff"), std::string::npos);
 }
 
 TEST_F(RealTokenizer, Fast) {

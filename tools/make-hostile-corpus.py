@@ -309,6 +309,34 @@ def gguf_cases():
         g.set("tokenizer.ggml.token_type", ARRAY, (I32, SPM_TYPES + [1]))
 
     mod("tokenizer_more_tokens_than_vocab", "tokens but the model's vocabulary is", more_tokens)
+
+    # Issue 42: nothing in a file is silently left out or reinterpreted.
+    def extra_tensor(name, like):
+        def f(g):
+            t = dict(g.tensor(like))
+            t["name"] = name
+            g.tensors.append(t)
+        return f
+
+    mod("block_count_short", "tensor 'blk.1.attn_q.weight' is not used by a 1-block llama model",
+        extra_tensor("blk.1.attn_q.weight", "blk.0.attn_q.weight"))
+    mod("unused_bias", "tensor 'blk.0.attn_q.bias' is not used by a 1-block llama model",
+        extra_tensor("blk.0.attn_q.bias", "blk.0.attn_norm.weight"))
+    mod("sliding_window", "'llama.attention.sliding_window' = 32: sliding-window attention is not supported",
+        lambda g: g.set("llama.attention.sliding_window", U32, 32))
+
+    def bpe(pre, merges):
+        def f(g):
+            g.set("tokenizer.ggml.model", STRING, "gpt2")
+            if pre is not None:
+                g.set("tokenizer.ggml.pre", STRING, pre)
+            if merges:
+                g.set("tokenizer.ggml.merges", ARRAY, (STRING, ["a b"]))
+        return f
+
+    mod("tokenizer_pre_unknown", "tokenizer.ggml.pre = 'no-such-pre' is a pre-tokenizer Redwood does not implement",
+        bpe("no-such-pre", True))
+    mod("tokenizer_bpe_no_merges", "tokenizer.ggml.merges is missing for a BPE vocabulary", bpe("gpt2", False))
     return cases
 
 
@@ -442,6 +470,11 @@ def safetensors_cases():
         "missing tensor 'model.layers.0.mlp.up_proj.weight'")
     add("misshaped_tensor", {"model.safetensors": st_bytes(
         [(n, d, [DIM, DIM] if "k_proj" in n else s) for n, d, s in T])}, "'model.layers.0.self_attn.k_proj.weight' has shape")
+    k = "model.layers.1.self_attn.q_proj.weight"
+    add("layer_past_num_hidden_layers", {"model.safetensors": st_bytes(T + [(k, "BF16", [DIM, DIM])])},
+        "tensor '" + k + "' is not used by a 1-block llama model")
+    add("config_sliding_window", {"config.json": json.dumps(hf_config(sliding_window=32))},
+        "'sliding_window' = 32: sliding-window attention is not supported")
     add("untied_no_lm_head", {"config.json": json.dumps(hf_config(tie_word_embeddings=False))},
         "missing tensor 'lm_head.weight'")
     add("no_safetensors", {"model.safetensors": None}, "no *.safetensors files")

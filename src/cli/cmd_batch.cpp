@@ -41,6 +41,15 @@ int run_batch(BatchOptions& o) {
                  job.output.c_str());
     return 128 + (sig ? sig : SIGINT);
   }
+  const json& reasons = out.summary["finish_reasons"];
+  if (reasons.contains("error")) {  // each such line says why (and so did the log, when it was written)
+    std::fprintf(stderr,
+                 "redwood: %lld of %lld prompts failed (finish_reason \"error\" in %s: their lines say why); "
+                 "summary %s\n",
+                 reasons["error"].get<long long>(), p["done"].get<long long>(), job.output.c_str(),
+                 job.summary.c_str());
+    return 1;
+  }
   std::fprintf(stderr, "redwood: %lld prompts done (%lld this run, %lld bad lines skipped) -> %s; summary %s\n",
                p["done"].get<long long>(), p["done_this_run"].get<long long>(), p["bad_lines"].get<long long>(),
                job.output.c_str(), job.summary.c_str());

@@ -8,6 +8,7 @@
 #include "src/runtime/inspect.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
+#include "src/util/output_path.h"
 
 namespace redwood::cli {
 
@@ -81,8 +82,12 @@ int run_logits(RunOptions& o, const std::string& tokens, const std::string& pare
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   const auto toks = parse_int_list(tokens, "--tokens");
   if (toks.empty()) throw Error("--tokens is empty");
+  // Passes of at most kLogitsChunk tokens, and rows streamed to the file: the
+  // memory is one chunk's activations and logits, not the whole input's.
+  constexpr int kLogitsChunk = 256;
   offload::RunShape shape;
-  shape.ctx = shape.max_tokens = static_cast<int>(toks.size());
+  shape.ctx = static_cast<int>(toks.size());
+  shape.max_tokens = std::min(shape.ctx, kLogitsChunk);
   load_weights(m, o, shape);
   std::vector<int32_t> parents, positions;
   if (!parents_s.empty()) {
@@ -93,8 +98,14 @@ int run_logits(RunOptions& o, const std::string& tokens, const std::string& pare
     positions = parse_int_list(positions_s, "--positions");
     if (positions.size() != toks.size()) throw Error("--positions must have one entry per token");
   }
-  const std::vector<float> logits = runtime::tree_logits(m, toks, parents, positions);
-  write_output_file(out, runtime::npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
+  if (const std::string p = output_path_problem(out, {}); !p.empty()) throw Error(p);
+  TempOutput file(out);  // removed unless committed: an error leaves no partial .npy
+  output_path_detail::write_all_fd(file.fd(), out, runtime::npy_header(toks.size(), m.desc.hp.vocab));
+  runtime::tree_logits(m, toks, parents, positions, kLogitsChunk, [&](std::span<const float> rows) {
+    output_path_detail::write_all_fd(file.fd(), out,
+                                     std::string(reinterpret_cast<const char*>(rows.data()), rows.size_bytes()));
+  });
+  file.commit();
   finish_run(m, o);
   return 0;
 }

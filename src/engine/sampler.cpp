@@ -18,22 +18,42 @@ void validate(const SamplingParams& p) {
   if (p.top_k < 0) throw Error("top-k must be >= 0");
 }
 
-int32_t argmax(std::span<const float> logits) {
+void check_finite(std::span<const float> logits, const char* who) {
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i];
+    if (std::isfinite(x)) continue;
+    throw NonFiniteLogits(std::string(who) + " logits have a non-finite entry (" +
+                          (std::isnan(x) ? "nan" : x > 0 ? "+inf" : "-inf") + " at token id " + std::to_string(i) +
+                          " of " + std::to_string(logits.size()) + ")");
+  }
+}
+
+int32_t argmax(std::span<const float> logits, const char* who) {
+  if (logits.empty()) return 0;
   int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
+  float z = logits[0] - logits[0];  // stays 0 while every entry is finite; NaN after a NaN or an inf
+  for (size_t i = 1; i < logits.size(); ++i) {
+    z += logits[i] - logits[i];
     if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  }
+  if (z != 0.0f) check_finite(logits, who);
   return best;
 }
 
-void probs(const SamplingParams& p, std::span<const float> logits, std::vector<float>& out) {
+void probs(const SamplingParams& p, std::span<const float> logits, std::vector<float>& out, const char* who) {
   const size_t V = logits.size();
   out.assign(V, 0.0f);
   if (V == 0) return;
   if (p.greedy()) {
-    out[argmax(logits)] = 1.0f;
+    out[argmax(logits, who)] = 1.0f;
     return;
   }
-  const float mx = *std::max_element(logits.begin(), logits.end());
+  float mx = logits[0], z = 0.0f;  // z: as in argmax
+  for (const float x : logits) {
+    z += x - x;
+    mx = std::max(mx, x);
+  }
+  if (z != 0.0f) check_finite(logits, who);
   double sum = 0;
   for (size_t i = 0; i < V; ++i) sum += out[i] = math::tempered(logits[i], mx, p.temperature);
   for (auto& x : out) x = static_cast<float>(x / sum);

@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "src/util/error.h"
+
 namespace redwood {
 
 struct SamplingParams {
@@ -21,12 +23,27 @@ struct SamplingParams {
 // Validates parameters; throws redwood::Error with a one-line message.
 void validate(const SamplingParams& p);
 
-// Index of the largest logit (lowest index on ties).
-int32_t argmax(std::span<const float> logits);
+// Logits with a NaN or infinite entry (NaN weights, an overflow in the pass):
+// no token is ever drawn from them. argmax, probs and Sampler::sample throw it
+// ("<who> logits have a non-finite entry (nan at token id 5 of 288)"); `who`
+// names the model ("target", "draft"). A batch job records it on the prompt's
+// line; elsewhere it is the command's one-line error.
+class NonFiniteLogits : public Error {
+ public:
+  using Error::Error;
+};
+
+// Throws NonFiniteLogits naming the first non-finite entry of `logits`, if any.
+void check_finite(std::span<const float> logits, const char* who = "model");
+
+// Index of the largest logit (lowest index on ties). Non-finite logits throw
+// NonFiniteLogits (checked in the same scan).
+int32_t argmax(std::span<const float> logits, const char* who = "model");
 
 // The filtered distribution (temperature, then top-k, then top-p), normalised
-// over the full vocabulary; greedy gives a one-hot vector.
-void probs(const SamplingParams& p, std::span<const float> logits, std::vector<float>& out);
+// over the full vocabulary; greedy gives a one-hot vector. Non-finite logits
+// throw NonFiniteLogits.
+void probs(const SamplingParams& p, std::span<const float> logits, std::vector<float>& out, const char* who = "model");
 
 class Rng {
  public:

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -225,13 +226,19 @@ void make_self_draft(const std::string& from, int layers, const std::string& out
 std::vector<int> parse_block_list(const std::string& spec, int n_blocks) {
   std::vector<int> out;
   size_t pos = 0;
+  // The whole number as written: one past the last block is named as given
+  // (cutting it at six digits made 18446744073709551615 "block 184467").
   auto number = [&](size_t& p) {
     size_t q = p;
-    while (q < spec.size() && spec[q] >= '0' && spec[q] <= '9' && q - p < 6) ++q;
+    while (q < spec.size() && spec[q] >= '0' && spec[q] <= '9') ++q;
     if (q == p) throw Error("--blocks '" + spec + "': expected a block number at character " + std::to_string(p + 1));
-    const int v = std::stoi(spec.substr(p, q - p));
+    const std::string text = spec.substr(p, q - p);
+    const size_t digits = text.size() - std::min(text.find_first_not_of('0'), text.size() - 1);
+    if (digits > 9 || std::stoi(text) >= n_blocks)
+      throw Error("--blocks '" + spec + "': block " + text + " is past the model's last block " +
+                  std::to_string(n_blocks - 1));
     p = q;
-    return v;
+    return std::stoi(text);
   };
   while (pos < spec.size()) {
     const int a = number(pos);

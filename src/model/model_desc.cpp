@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <unordered_set>
 
 #include "kernels/common/math.h"
 #include "src/model/gguf.h"
@@ -150,6 +151,12 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
     throw Error(path + ": partial RoPE (rope.dimension_count != head dim) is not supported");
   if (hp.n_heads % hp.n_kv_heads != 0) throw Error(path + ": head_count is not a multiple of head_count_kv");
   if (hp.head_dim % 2 != 0) throw Error(path + ": head dimension must be even");
+  // Redwood attends to the whole context: a window shorter than it is another model.
+  const auto sw = f.get_uint(p + "attention.sliding_window");  // 0: none
+  if (sw && *sw != 0 && !(hp.ctx_len > 0 && *sw >= static_cast<uint64_t>(hp.ctx_len)))
+    throw Error(path + ": metadata key '" + p + "attention.sliding_window' = " + std::to_string(*sw) +
+                ": sliding-window attention is not supported (only a window >= context_length " +
+                std::to_string(hp.ctx_len) + ")");
   hp.rope_mode = RopeMode::kInterleaved;
   hp.rope_freq_factors = gguf_rope_factors(f, p, hp.head_dim, read);
 
@@ -179,6 +186,10 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
     L.w_up = extent_from_gguf(f, b + "ffn_up.weight");
     L.w_down = extent_from_gguf(f, b + "ffn_down.weight");
   }
+  std::vector<std::string> names;
+  for (const GgufTensorInfo& t : f.tensors())
+    if (t.name != "rope_freqs.weight") names.push_back(t.name);  // read by gguf_rope_factors
+  check_tensors_used(m, names);
   m.tokenizer = tokenizer_spec_from_gguf(f);
   m.chat_template = f.get_string("tokenizer.chat_template").value_or("");
   validate_model_desc(m);
@@ -223,6 +234,16 @@ void validate_model_desc(const ModelDesc& m) {
   if (!m.tokenizer.tokens.empty() && static_cast<int>(m.tokenizer.tokens.size()) > hp.vocab)
     throw Error(m.path + ": tokenizer has " + std::to_string(m.tokenizer.tokens.size()) +
                 " tokens but the model's vocabulary is " + std::to_string(hp.vocab));
+}
+
+void check_tensors_used(const ModelDesc& m, const std::vector<std::string>& names) {
+  std::unordered_set<std::string> used = {m.tok_embd.name, m.output_norm.name, m.lm_head.name};
+  for (const auto& L : m.layers)
+    for (const TensorExtent* t : L.tensors()) used.insert(t->name);
+  for (const std::string& n : names)
+    if (!used.count(n))
+      throw Error(m.path + ": tensor '" + n + "' is not used by a " + std::to_string(m.hp.n_layers) +
+                  "-block llama model");
 }
 
 ModelDesc load_model_desc(const std::string& path) {

@@ -93,4 +93,11 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
 // Checks shapes/types against the hyperparameters (used by both loaders).
 void validate_model_desc(const ModelDesc& m);
 
+// Every tensor a model file holds (`names`, less those its loader reads or
+// ignores on purpose) must be one of m's: anything else (a block past
+// block_count, a bias, an expert) would be silently left out of the pass, so
+// it is an error naming it ("tensor 'blk.1.attn_q.weight' is not used by a
+// 1-block llama model").
+void check_tensors_used(const ModelDesc& m, const std::vector<std::string>& names);
+
 }  // namespace redwood

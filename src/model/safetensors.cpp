@@ -261,6 +261,14 @@ LlamaHParams read_hparams(const Config& c) {
     throw Error(c.path + ": attention_bias / mlp_bias are unsupported");
   if (auto act = c.get_string("hidden_act"); act && *act != "silu")
     throw Error(c.path + ": hidden_act '" + *act + "' is unsupported (supported: silu)");
+  // Sliding-window attention (Mistral 7B v0.1): Redwood attends to the whole
+  // context, so only a window that covers it (or use_sliding_window false) is
+  // the same model.
+  if (auto sw = c.get_int("sliding_window", int64_t{1} << 40);
+      sw && c.get_bool("use_sliding_window").value_or(true) && !(hp.ctx_len > 0 && *sw >= hp.ctx_len))
+    throw Error(c.path + ": 'sliding_window' = " + std::to_string(*sw) +
+                ": sliding-window attention is not supported (only a window >= max_position_embeddings " +
+                std::to_string(hp.ctx_len) + ")");
   return hp;
 }
 
@@ -495,6 +503,16 @@ ModelDesc load_safetensors_desc(const std::string& path) {
     L.w_up = extent(b + "mlp.up_proj.weight");
     L.w_down = extent(b + "mlp.down_proj.weight");
   }
+
+  std::vector<std::string> names;
+  for (const auto& [name, found] : all) {
+    // Ignored as the reference ignores them: RoPE's inverse frequencies (computed
+    // from config.json), and lm_head.weight under tie_word_embeddings (tied to
+    // the embedding, whatever the file holds).
+    if (name.ends_with(".self_attn.rotary_emb.inv_freq") || (hp.tied_lm_head && name == "lm_head.weight")) continue;
+    names.push_back(name);
+  }
+  check_tensors_used(m, names);
 
   // ---- tokenizer ----
   const std::string tok_path = prefix + "tokenizer.json";

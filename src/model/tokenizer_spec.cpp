@@ -98,6 +98,12 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f) {
   spec.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
   spec.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   spec.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
+  if (!spm) {  // (an SPM vocabulary has no pre-tokenizer: the key is not read, as in llama.cpp)
+    if (!is_known_bpe_pre(spec.pre))
+      throw Error(f.path() + ": tokenizer.ggml.pre = '" + spec.pre + "' is a pre-tokenizer Redwood does not implement (" +
+                  kKnownBpePre + ")");
+    if (spec.merges.empty()) throw Error(f.path() + ": tokenizer.ggml.merges is missing for a BPE vocabulary");
+  }
   return spec;
 }
 
@@ -178,7 +184,7 @@ std::string byte_level_pre_name(const json& pre) {
       return "llama3";
     if (regex == R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)")
       return "qwen2";
-    return "default";  // unknown pattern: the tokenizer falls back to GPT-2's
+    return "";  // a pattern Redwood does not implement (GPT-2's would give other tokens)
   }
   if (digits && byte_level) return "smollm";
   return "gpt2";
@@ -291,6 +297,8 @@ TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
   if (byte_level) {
     spec.kind = TokenizerKind::kByteLevelBpe;
     spec.pre = byte_level_pre_name(pre);
+    if (spec.pre.empty())
+      throw Error(path + ": the pre_tokenizer's Split pattern is not one Redwood implements (Llama 3's, Qwen2's)");
   } else {
     // SentencePiece-style BPE (Llama-2 family): ▁ for spaces, <0xNN> byte fallback.
     spec.kind = TokenizerKind::kSentencePiece;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kernels/backend.h"
+#include "src/engine/sampler.h"
 #include "src/model/fingerprint.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
@@ -78,28 +79,43 @@ std::string tokenize_jsonl(const Tokenizer& tok, const std::string& path, bool r
   return out;
 }
 
-std::vector<float> tree_logits(LoadedModel& m, const std::vector<int32_t>& toks, std::vector<int32_t> parents,
-                               std::vector<int32_t> positions) {
-  const ChainBatch chain(toks, 0);
-  std::vector<int32_t> depth = chain.positions;
-  if (parents.empty()) {
-    parents = chain.parents;
-  } else {
-    depth.clear();
-    for (size_t i = 0; i < parents.size(); ++i) {
-      if (parents[i] < -1 || parents[i] >= static_cast<int32_t>(i))
-        throw Error("--parents: entry " + std::to_string(i) + " must be -1 or an earlier index");
-      depth.push_back(parents[i] < 0 ? 0 : depth[static_cast<size_t>(parents[i])] + 1);
+void tree_logits(LoadedModel& m, const std::vector<int32_t>& toks, std::vector<int32_t> parents,
+                 std::vector<int32_t> positions, int chunk, const std::function<void(std::span<const float>)>& rows) {
+  const bool chain = parents.empty();
+  std::vector<int32_t> depth(toks.size());
+  for (size_t i = 0; i < toks.size(); ++i) {
+    if (chain) {
+      depth[i] = static_cast<int32_t>(i);
+      continue;
     }
+    if (parents[i] < -1 || parents[i] >= static_cast<int32_t>(i))
+      throw Error("--parents: entry " + std::to_string(i) + " must be -1 or an earlier index");
+    depth[i] = parents[i] < 0 ? 0 : depth[static_cast<size_t>(parents[i])] + 1;
   }
   if (positions.empty()) positions = depth;
-  KvCache kv = m.transformer->make_cache(static_cast<int>(toks.size()));
-  std::vector<float> logits(toks.size() * static_cast<size_t>(m.desc.hp.vocab));
-  m.transformer->forward(Batch{toks, positions, parents}, kv, logits, LogitsRows::kAll);
-  return logits;
+  // Passes of at most `chunk` tokens, as generate's prefill: a chain commits
+  // each pass (the next attends to it as its prefix); a tree's rows stay one
+  // pending block (parents index it whole), so the logits are the same.
+  const size_t V = static_cast<size_t>(m.desc.hp.vocab), n = toks.size(), step = static_cast<size_t>(std::max(1, chunk));
+  KvCache kv = m.transformer->make_cache(static_cast<int>(n));
+  std::vector<float> logits;
+  std::vector<int32_t> par;
+  for (size_t a = 0; a < n; a += step) {
+    const size_t k = std::min(step, n - a);
+    par.resize(k);
+    for (size_t i = 0; i < k; ++i) par[i] = chain ? static_cast<int32_t>(i) - 1 : parents[a + i];
+    logits.resize(k * V);
+    m.transformer->forward(Batch{std::span(toks).subspan(a, k), std::span(positions).subspan(a, k), par}, kv, logits,
+                           LogitsRows::kAll);
+    if (chain) kv.commit_prefix(static_cast<int>(k));
+    for (size_t r = 0; r < k; ++r)  // a NaN row is an error, not a file of NaN
+      check_finite(std::span<const float>(logits).subspan(r * V, V),
+                   ("row " + std::to_string(a + r) + ": model").c_str());
+    rows(logits);
+  }
 }
 
-std::string npy_f32(const float* data, size_t rows, size_t cols) {
+std::string npy_header(size_t rows, size_t cols) {
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
                        std::to_string(cols) + "), }";
   const size_t total = 10 + header.size() + 1;
@@ -112,7 +128,6 @@ std::string npy_f32(const float* data, size_t rows, size_t cols) {
   out.push_back(static_cast<char>(hl & 0xff));
   out.push_back(static_cast<char>(hl >> 8));
   out += header;
-  out.append(reinterpret_cast<const char*>(data), rows * cols * sizeof(float));
   return out;
 }
 

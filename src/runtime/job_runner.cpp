@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <unordered_set>
 
+#include "src/engine/sampler.h"
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
@@ -228,10 +229,20 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     req.stop = job.stop;
     const offload::PassIo io_before = m.streamed ? m.streamed->totals() : offload::PassIo{};
     const int passes_before = m.streamed ? m.streamed->passes() : 0;
-    const spec::Generation g = session->generate(req, {}, [&] {
-      refresh(false);
-      return hooks.cancelled && hooks.cancelled();
-    });
+    // Non-finite logits (a broken model) are this prompt's error: its line
+    // records it instead of tokens, and the job goes on (exit 1 at the end).
+    spec::Generation g;
+    std::string error;
+    try {
+      g = session->generate(req, {}, [&] {
+        refresh(false);
+        return hooks.cancelled && hooks.cancelled();
+      });
+    } catch (const NonFiniteLogits& e) {
+      error = e.what();
+      g.finish = "error";
+      std::fprintf(hooks.log, "redwood: %s: id %s: %s\n", job.prompts.c_str(), it.id.dump().c_str(), e.what());
+    }
     if (g.finish == "cancelled") {  // abandoned: nothing of it is written
       interrupted = true;
       break;
@@ -267,14 +278,16 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
       pass_tokens += g.spec->emitted;
     }
     check_model_files(it);
-    writer.append(nlohmann::ordered_json{{"id", it.id},
-                                         {"text", g.text},
-                                         {"tokens", g.tokens},
-                                         {"n_tokens", g.tokens.size()},
-                                         {"finish_reason", g.finish},
-                                         {"metrics", std::move(metrics)},
-                                         {"prompt_hash", prompt_hashes.at(it.key)},
-                                         {"settings", settings}});
+    nlohmann::ordered_json line{{"id", it.id},
+                                {"text", g.text},
+                                {"tokens", g.tokens},
+                                {"n_tokens", g.tokens.size()},
+                                {"finish_reason", g.finish}};
+    if (!error.empty()) line["error"] = error;
+    line["metrics"] = std::move(metrics);
+    line["prompt_hash"] = prompt_hashes.at(it.key);
+    line["settings"] = settings;
+    writer.append(line);
     ps.done++;
     ps.done_this_run++;
     ps.tokens += static_cast<int64_t>(g.tokens.size());

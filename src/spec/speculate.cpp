@@ -168,16 +168,16 @@ SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDes
 }
 
 void SpecDecoder::target_probs(std::span<const float> logits, std::vector<float>& out) const {
-  probs(cfg_.sampling, logits, out);
+  probs(cfg_.sampling, logits, out, "target");
 }
 
 void SpecDecoder::draft_probs(std::span<const float> logits, std::vector<float>& out) const {
   if (cfg_.verifier == Verifier::kGreedy) {
     SamplingParams t1;
     t1.temperature = 1.0f;  // greedy drafts use the draft's top-k (and values) under its own softmax
-    probs(t1, logits, out);
+    probs(t1, logits, out, "draft");
   } else {
-    target_probs(logits, out);
+    probs(cfg_.sampling, logits, out, "draft");
   }
 }
 

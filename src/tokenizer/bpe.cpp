@@ -156,9 +156,10 @@ class BpeTokenizer final : public TokenizerBase {
       ignore_merges_ = true;  // as Llama-3's tokenizer.json and llama.cpp do
     } else if (pre == "qwen2") {
       regex_ = std::make_unique<Regex>(kQwen2Regex);
-    } else {
-      // "gpt2", "default" and any name we do not know: the GPT-2 pattern.
+    } else if (is_known_bpe_pre(pre)) {  // "gpt2", "gpt-2" (llama.cpp's name), "default": the GPT-2 pattern
       regex_ = std::make_unique<Regex>(kGpt2Regex);
+    } else {
+      throw Error("tokenizer: unknown pre-tokenizer '" + pre + "' (known: " + kKnownBpePre + ")");
     }
 
     const auto cps = byte_to_codepoint();
@@ -169,6 +170,10 @@ class BpeTokenizer final : public TokenizerBase {
       std::string s;
       append_utf8(s, cps[static_cast<size_t>(b)]);
       byte_id_[static_cast<size_t>(b)] = find_token(s);
+      if (byte_id_[static_cast<size_t>(b)] < 0) {  // a byte-fallback token <0xNN>, as some BPE vocabularies have
+        static const char* hex = "0123456789ABCDEF";
+        byte_id_[static_cast<size_t>(b)] = find_token(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
+      }
     }
 
     merges_ = build_merges();
@@ -244,17 +249,25 @@ class BpeTokenizer final : public TokenizerBase {
     std::push_heap(sc.heap.begin(), sc.heap.end(), std::greater<>());
   }
 
-  // A byte whose mapped character is not in the vocabulary (SmolLM2 lacks
-  // e.g. 0xF5..0xFF) is dropped, as Hugging Face's BPE without an unk token and
-  // llama.cpp both do; emitting the unk id (often <|endoftext|>) would be worse.
-  static void emit_id(int32_t id, std::vector<int32_t>& out) {
-    if (id >= 0) out.push_back(id);
+  // A byte with neither its mapped character nor a <0xNN> token in the
+  // vocabulary (SmolLM2 lacks 0xF5..0xFF, which valid UTF-8 never holds) is an
+  // error: llama.cpp and Hugging Face's BPE drop it silently, and the unk id
+  // (often <|endoftext|>) would end the text.
+  int32_t byte_token(uint8_t b) const {
+    const int32_t id = byte_id_[b];
+    if (id < 0) {
+      static const char* hex = "0123456789abcdef";
+      throw Error(std::string("tokenizer: the text holds byte 0x") + hex[b >> 4] + hex[b & 15] +
+                  (b >= 0x80 ? " (not valid UTF-8 here)" : "") + ", which this vocabulary has no token for");
+    }
+    return id;
   }
+  static void emit_id(int32_t id, std::vector<int32_t>& out) { out.push_back(id); }
 
   void encode_word(std::string_view w, Scratch& sc, std::vector<int32_t>& out) const {
     if (w.empty()) return;
     if (w.size() == 1) {
-      emit_id(byte_id_[static_cast<uint8_t>(w[0])], out);
+      emit_id(byte_token(static_cast<uint8_t>(w[0])), out);
       return;
     }
     if (ignore_merges_) {
@@ -266,12 +279,9 @@ class BpeTokenizer final : public TokenizerBase {
         return;
       }
     }
-    // Bytes without a token are left out before merging (HF's BPE skips
-    // unknown characters when building the word), so their neighbours meet.
     sc.syms.clear();
     for (char ch : w) {
-      const int32_t id = byte_id_[static_cast<uint8_t>(ch)];
-      if (id < 0) continue;
+      const int32_t id = byte_token(static_cast<uint8_t>(ch));
       const auto i = static_cast<int32_t>(sc.syms.size());
       sc.syms.push_back({id, i - 1, -1, true});
       if (i > 0) sc.syms[static_cast<size_t>(i - 1)].next = i;
@@ -308,6 +318,18 @@ class BpeTokenizer final : public TokenizerBase {
 };
 
 }  // namespace
+
+}  // namespace redwood::tok
+
+namespace redwood {
+bool is_known_bpe_pre(std::string_view pre) {
+  for (const char* k : {"smollm", "llama3", "llama-bpe", "llama-v3", "qwen2", "gpt2", "gpt-2", "default"})
+    if (pre == k) return true;
+  return false;
+}
+}  // namespace redwood
+
+namespace redwood::tok {
 
 std::unique_ptr<Tokenizer> make_bpe(TokenizerSpec spec) { return std::make_unique<BpeTokenizer>(std::move(spec)); }
 

@@ -144,7 +144,16 @@ class SpmTokenizer final : public TokenizerBase {
         for (char ch : piece) out.push_back(byte_id_[static_cast<uint8_t>(ch)]);
       } else if (spec_.unk_id >= 0) {
         out.push_back(spec_.unk_id);
-      }  // else: no byte tokens and no <unk>: the character is dropped
+      } else {  // never dropped silently (llama.cpp fails here too)
+        std::string hexes;
+        for (const char ch : piece) {
+          static const char* hex = "0123456789abcdef";
+          const auto b = static_cast<uint8_t>(ch);
+          hexes += std::string(hexes.empty() ? "" : " ") + "0x" + hex[b >> 4] + hex[b & 15];
+        }
+        throw Error("tokenizer: the text holds a character (bytes " + hexes +
+                    ") that this vocabulary has no token, byte token or <unk> for");
+      }
     }
   }
 

@@ -40,6 +40,13 @@ struct TokenizerSpec {
   bool add_space_prefix = false;  // SPM: prepend a space (U+2581) to the text
 };
 
+// Whether a byte-level BPE pre-tokenizer name (GGUF tokenizer.ggml.pre) is one
+// Redwood implements: smollm, llama3 (llama-bpe, llama-v3), qwen2, gpt2
+// (gpt-2) and default (the GPT-2 pattern). Any other name is an error, as in
+// llama.cpp: its pattern is not GPT-2's, and tokens would silently differ.
+bool is_known_bpe_pre(std::string_view pre);
+inline constexpr const char* kKnownBpePre = "smollm, llama3, llama-bpe, llama-v3, qwen2, gpt2, gpt-2, default";
+
 class Tokenizer {
  public:
   // Validates the spec (ids in range, merges name known tokens, ...) and builds

@@ -332,6 +332,11 @@ struct TinyShape {
   std::vector<float> rope_freqs;        // when set: tensor rope_freqs.weight (Llama 3 scaling), head dim / 2 values
   float rope_linear = -1;               // when >= 0: rope.scaling.factor
   std::string rope_scaling = "linear";  // rope.scaling.type written with it (none when empty)
+  // When >= 0: output.weight is written as F32 with entry [poison_row][0] =
+  // poison (NaN, an infinity), so that token's logit is non-finite at every row.
+  int poison_row = -1;
+  float poison = 0.0f;
+  uint32_t sliding_window = 0;  // when > 0: llama.attention.sliding_window (context_length is 2048)
 };
 
 // Minimal GGUF v3 writer.
@@ -431,6 +436,7 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
   w.kv_u32("llama.context_length", 2048);
   w.kv_f32("llama.rope.freq_base", 10000.0f);
   w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  if (s.sliding_window > 0) w.kv_u32("llama.attention.sliding_window", s.sliding_window);
   if (s.rope_linear >= 0) {
     if (!s.rope_scaling.empty()) w.kv_str("llama.rope.scaling.type", s.rope_scaling);
     w.kv_f32("llama.rope.scaling.factor", s.rope_linear);
@@ -459,7 +465,11 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
   w.tensor("output_norm.weight", DType::F32, 1, s.dim, ones(s.dim));
   if (!s.rope_freqs.empty())
     w.tensor("rope_freqs.weight", DType::F32, 1, static_cast<int64_t>(s.rope_freqs.size()), s.rope_freqs);
-  if (!s.tied) w.tensor("output.weight", s.type, s.vocab, s.dim, rnd(s.vocab, s.dim, sc));
+  if (!s.tied) {
+    std::vector<float> out = rnd(s.vocab, s.dim, sc);
+    if (s.poison_row >= 0) out[static_cast<size_t>(s.poison_row) * s.dim] = s.poison;
+    w.tensor("output.weight", s.poison_row >= 0 ? DType::F32 : s.type, s.vocab, s.dim, out);
+  }
   for (int l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     w.tensor(b + "attn_norm.weight", DType::F32, 1, s.dim, ones(s.dim));
