@@ -615,6 +615,47 @@ TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
         << b[0] << "\n-> " << error_of([&] { (void)parse_suite_text(b[0], "s.toml"); });
 }
 
+// A 100 kB file nested 50,000 levels deep (a dotted key, a table header, an
+// array) overflowed toml++'s stack (SIGSEGV): every TOML reader bounds nesting
+// before the library sees the text, with one line naming file and line.
+TEST(JobParsers, DeeplyNestedTomlIsOneLineError) {
+  std::string dotted = "a", header = "[a", array = "x = ";
+  for (int i = 0; i < 50000; ++i) dotted += ".a", header += ".a";
+  array += std::string(50000, '[') + std::string(50000, ']') + "\n";
+  std::string inline_tables;
+  for (int i = 0; i < 5000; ++i) inline_tables += "{ a = ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"[model]\ntarget = \"m.gguf\"\n" + dotted + " = 1\n", ":3: nested more than 64 levels deep"},
+      {"[model]\ntarget = \"m.gguf\"\n" + header + "]\n", ":3: nested more than 64 levels deep"},
+      {"# deep\n" + array, ":2: nested more than 64 levels deep"},
+      {"y = " + inline_tables + "\n", ":1: nested more than 64 levels deep"},
+  };
+  for (const auto& [text, expected] : cases)
+    for (const std::string file : {"job.toml", "suite.toml"}) {
+      const std::string e = error_of([&, &text = text] {
+        if (file == "job.toml")
+          (void)parse_job_text(text, file);
+        else
+          (void)parse_suite_text(text, file);
+      });
+      EXPECT_EQ(e.rfind(file + expected, 0), 0u) << e.substr(0, 300);
+      EXPECT_EQ(e.find('\n'), std::string::npos);
+    }
+  // Nesting within the limit, and strings and comments that look deep, parse.
+  std::string at_limit = "[k";
+  for (int i = 1; i < 64; ++i) at_limit += ".k";
+  const std::string deep(70, '[');
+  const std::string ok = "# [" + at_limit + ".k.k.k]\n[model]\ntarget = \"m.gguf\" # " + deep + "\nname = \"a.\\\"" +
+                         deep + "\"\n[output]\nfile = '''x.y.z\n" + deep + "\n'''\nx = \"\"\"\n" + deep + "\"\"\"\n" +
+                         at_limit + "]\n";
+  EXPECT_EQ(error_of([&] { (void)parse_job_text(ok, "job.toml"); }).find("nested"), std::string::npos);
+  EXPECT_EQ(error_of([&] { (void)parse_job_text(at_limit + ".k]\n", "job.toml"); }).rfind("job.toml:1: nested", 0),
+            0u);
+  // And a size bound: the parser never sees more than 4 MiB.
+  const std::string big(5u << 20, '#');
+  EXPECT_EQ(error_of([&] { (void)parse_job_text(big, "job.toml"); }).rfind("job.toml: 5242880 bytes", 0), 0u);
+}
+
 // Mutation fuzzing of the three text parsers (job TOML, suite TOML, prompt
 // lines): whatever the bytes, the result is a config or redwood::Error, never
 // another exception or a crash (the ASan/UBSan build runs this too). The
