@@ -615,6 +615,45 @@ TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
         << b[0] << "\n-> " << error_of([&] { (void)parse_suite_text(b[0], "s.toml"); });
 }
 
+// Two cells with one id share one results file (results.md showed y's numbers
+// for x): a matrix list that names a value twice, or two different cells that
+// map to the same id, is refused at load naming both.
+TEST_F(JobFiles, SuiteCellsAreDistinctOrRefused) {
+  fs::create_directories(path("x"));
+  fs::create_directories(path("y"));
+  const std::string t = write("t.gguf", "x"), d = write("d.gguf", "x"), px = write("x/p.jsonl", ""),
+                    py = write("y/p.jsonl", ""), q = write("q.jsonl", "");
+  auto suite = [&](const std::string& models, const std::string& matrix) {
+    return error_of([&] { (void)parse_suite_text(models + "[matrix]\n" + matrix, "s.toml"); });
+  };
+  const std::string m = "[[model]]\nname = \"m\"\ntarget = \"" + t + "\"\ndraft = \"" + d + "\"\n";  // lines 1-4
+  const std::string ab = "[[model]]\nname = \"a b\"\ntarget = \"" + t + "\"\n[[model]]\nname = \"a_b\"\ntarget = \"" +
+                         t + "\"\n";  // lines 1-6
+  EXPECT_EQ(suite(m, "prompts = [\"" + px + "\", \"" + py + "\"]\n"),
+            "s.toml:6: matrix.prompts: '" + px + "' and '" + py +
+                "' give two cells the same id 'm_resident_T0_p_ar' (one results file for both): make them differ in "
+                "letters or digits");
+  EXPECT_EQ(suite(ab, "prompts = [\"" + q + "\"]\n"),
+            "s.toml:5: model.name: 'a b' and 'a_b' give two cells the same id 'a_b_resident_T0_q_ar' (one results "
+            "file for both): make them differ in letters or digits");
+  const std::string trees = "trees = [\"chain\"]\nprompts = [\"" + q + "\"]\n";
+  EXPECT_EQ(suite(m, trees + "budgets = [2, 2]\n"), "s.toml:8: matrix.budgets: 2 is listed twice");
+  EXPECT_EQ(suite(m, trees + "budgets = [2]\ntemperatures = [0.5, 0.5]\n"),
+            "s.toml:9: matrix.temperatures: 0.5 is listed twice");
+  EXPECT_EQ(suite(m, trees + "budgets = [2]\ntemperatures = [0.5, 0.50000000001]\n"),
+            "s.toml:9: matrix.temperatures: 0.5 and 0.50000000001 give two cells the same id "
+            "'m_resident_T0.5_q_ar' (one results file for both): make them differ in letters or digits");
+  EXPECT_EQ(suite(m, "trees = [\"chain\", \"chain\"]\nbudgets = [2]\nprompts = [\"" + q + "\"]\n"),
+            "s.toml:6: matrix.trees: 'chain' is listed twice");
+  EXPECT_EQ(suite(m, "device_mem = [\"1GiB\", \"1GiB\"]\nprompts = [\"" + q + "\"]\n"),
+            "s.toml:6: matrix.device_mem: '1GiB' is listed twice");
+  EXPECT_EQ(suite(m, "prompts = [\"" + q + "\", \"" + q + "\"]\n"), "s.toml:6: matrix.prompts: '" + q + "' is listed twice");
+  // Distinct cells with distinct ids still parse (at T = 0 "chain/spectr" is the cell "chain", once).
+  EXPECT_EQ(suite(m, "trees = [\"chain\", \"chain/spectr\"]\nbudgets = [2, 3]\ntemperatures = [0, 0.6]\nprompts = [\"" +
+                         px + "\", \"" + q + "\"]\n"),
+            "(no error)");
+}
+
 // A 100 kB file nested 50,000 levels deep (a dotted key, a table header, an
 // array) overflowed toml++'s stack (SIGSEGV): every TOML reader bounds nesting
 // before the library sees the text, with one line naming file and line.
