@@ -87,6 +87,19 @@ TEST(SessionSetup, BadTreeSettingsAreRefusedBeforeAnyModelLoads) {
   EXPECT_EQ(setup_key(c), "tree");
 }
 
+// --acceptance feeds the Sequoia DP only: with a chain, a k-ary tree or a
+// Sequoia tree file it was silently ignored; now the setting is refused.
+TEST(SessionSetup, AnAcceptanceFileIsOnlyForTheSequoiaDp) {
+  SessionConfig c = config("/nonexistent/t.gguf", "/nonexistent/d.gguf");
+  c.tree.acceptance = "/nonexistent/acc.json";
+  for (const char* tree : {"chain:3", "kary:2x2", "sequoia:/nonexistent/tree.json"}) {
+    c.tree.tree = tree;
+    std::string what;
+    EXPECT_EQ(setup_key(c, &what), "tree") << tree;
+    EXPECT_EQ(what, std::string("--acceptance is only for --tree sequoia (--tree ") + tree + ")");
+  }
+}
+
 TEST(SessionSetup, AMissingModelIsAnErrorNamingIt) {
   const std::string what = testutil::error_of([] { Session s(config(tiny_model("t"), "/nonexistent/draft.gguf")); });
   EXPECT_NE(what.find("/nonexistent/draft.gguf"), std::string::npos) << what;
