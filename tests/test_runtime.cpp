@@ -3,10 +3,19 @@
 // --tree auto choice from synthetic profiles. Tiny random GGUF models only
 // (tests/util/tiny_gguf.h): no model file needed.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "src/planner/measured.h"
 #include "src/runtime/session.h"
 #include "src/runtime/tree_auto.h"
 #include "src/util/error.h"
@@ -217,6 +226,21 @@ TEST_F(Loop, CancelledAfterKStepsFinishesCancelledWithTheTextSoFar) {
   }
 }
 
+// $REDWOOD_CACHE_DIR set to `dir` for a scope (the profiles --tree auto measures go there).
+struct ScopedCacheDir {
+  explicit ScopedCacheDir(const std::string& dir) {
+    if (const char* old = std::getenv("REDWOOD_CACHE_DIR")) saved = old;
+    ::setenv("REDWOOD_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~ScopedCacheDir() {
+    if (saved)
+      ::setenv("REDWOOD_CACHE_DIR", saved->c_str(), 1);
+    else
+      ::unsetenv("REDWOOD_CACHE_DIR");
+  }
+  std::optional<std::string> saved;
+};
+
 // ---- --tree auto from synthetic profiles -------------------------------------------
 
 spec::AcceptanceProfile greedy_profile(std::vector<double> a) {
@@ -291,6 +315,50 @@ TEST(TreeAuto, AProfileMeasuredInAnotherSamplingModeIsAnError) {
   });
   EXPECT_NE(what.find("acc.json"), std::string::npos) << what;
   EXPECT_NE(what.find("temperature"), std::string::npos) << what;
+}
+
+// A profile given with --hardware-profile that was measured on another model
+// pair was used without a word when the models had the same sizes (two drafts
+// cut from one target with the same layer count): the files' contents decide.
+TEST(TreeAuto, AHardwareProfileOfAnotherPairIsAWarning) {
+  const std::string target = tiny_model("hwp_t", 288, 31, 2), d1 = tiny_model("hwp_d1", 288, 32, 1),
+                    d2 = tiny_model("hwp_d2", 288, 33, 1);
+  ASSERT_EQ(std::filesystem::file_size(d1), std::filesystem::file_size(d2));
+  const std::string dir = ::testing::TempDir() + "redwood_hwp_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const ScopedCacheDir cache(dir + "/cache");
+  planner::MeasuredProfile hw = hardware(1.0, 64, 0.01);
+  hw.target = spec::identify_files(target, {target});
+  hw.draft = spec::identify_files(d1, {d1});
+  hw.threads = 1;
+  hw.ctx = 128;
+  hw.layers_resident = 2;
+  const std::string hw_file = dir + "/hw.json", acc_file = dir + "/acc.json";
+  std::ofstream(hw_file) << planner::measured_json(hw);
+  std::ofstream(acc_file) << R"({"acceptance": [0.8, 0.1]})";
+  auto log_of = [&](const std::string& draft) {
+    SessionConfig c = config(target, draft);
+    c.tree.tree = "auto";
+    c.tree.budget = 8;
+    c.tree.depth = 4;
+    c.tree.acceptance = acc_file;
+    c.hardware_profile = hw_file;
+    Session s(c);
+    std::FILE* log = std::tmpfile();
+    s.load(256, 64, log);
+    std::rewind(log);
+    std::string text;
+    for (int ch; (ch = std::fgetc(log)) != EOF;) text += static_cast<char>(ch);
+    std::fclose(log);
+    return text;
+  };
+  const std::string same = log_of(d1), other = log_of(d2);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(same.find("warning"), std::string::npos) << same;
+  EXPECT_NE(other.find("redwood: warning: " + hw_file + " was measured for " + target + " + " + d1 +
+                       ", not these models"),
+            std::string::npos)
+      << other;
 }
 
 TEST(TreeAuto, RankOneAcceptanceComesFromTheVerifiersVector) {

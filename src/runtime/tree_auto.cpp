@@ -291,26 +291,34 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     measure_acceptance({*m.transformer, m.desc, *m.tokenizer, *d.transformer, d.desc}, prompts, r, acc);
     write_output_file(acc_path, spec::profile_json(acc));
   }
-  // Profiles given explicitly are used as they are; say so when they were
-  // measured for other models or another memory plan.
-  auto total_bytes = [](const std::vector<std::string>& fs) {
-    uint64_t b = 0;
-    for (const auto& f : fs) b += std::filesystem::file_size(f);
-    return b;
+  // Profiles given explicitly are used as they are (they change which tree is
+  // chosen, so the speed, never the output's law): say so on stderr, even in a
+  // quiet run, when they were measured for other models (by content: a model of
+  // the same size is not the same model) or another memory plan.
+  std::FILE* warn = log ? log : stderr;
+  std::optional<spec::FileIdentity> target_id, draft_id;
+  auto same_models = [&](const spec::FileIdentity& t, const spec::FileIdentity& dr) {
+    if (!target_id) target_id = spec::identify_files(m.desc.path, m.desc.files);
+    if (!draft_id) draft_id = spec::identify_files(d.desc.path, d.desc.files);
+    return t.bytes == target_id->bytes && t.xxh3 == target_id->xxh3 && dr.bytes == draft_id->bytes &&
+           dr.xxh3 == draft_id->xxh3;
   };
-  const uint64_t target_bytes = total_bytes(m.desc.files), draft_bytes = total_bytes(d.desc.files);
-  if (!acceptance_file.empty() && log && acc.target.bytes != 0 &&
-      (acc.target.bytes != target_bytes || acc.draft.bytes != draft_bytes))
-    std::fprintf(log, "redwood: warning: %s was measured for %s + %s, not these models; using it anyway\n",
+  if (!acceptance_file.empty() && acc.target.bytes != 0 && !same_models(acc.target, acc.draft))
+    std::fprintf(warn, "redwood: warning: %s was measured for %s + %s, not these models; using it anyway\n",
                  acceptance_file.c_str(), acc.target.path.c_str(), acc.draft.path.c_str());
   planner::MeasuredProfile hw;
   if (!hardware_file.empty()) {
     hw = planner::read_measured(hardware_file);
     const int resident = m.plan ? m.plan->count(offload::Tier::kDevice) : static_cast<int>(m.desc.layers.size());
-    if (log && (hw.target.bytes != target_bytes || hw.draft.bytes != draft_bytes || hw.layers_resident != resident))
-      std::fprintf(log,
-                   "redwood: warning: %s was measured for other models or another memory plan (%d resident "
-                   "layers there, %d here); using it anyway\n",
+    if (!same_models(hw.target, hw.draft))
+      std::fprintf(warn,
+                   "redwood: warning: %s was measured for %s + %s, not these models: its pass times are another "
+                   "pair's; using it anyway\n",
+                   hardware_file.c_str(), hw.target.path.c_str(), hw.draft.path.c_str());
+    else if (hw.layers_resident != resident)
+      std::fprintf(warn,
+                   "redwood: warning: %s was measured for another memory plan (%d resident layers there, %d here); "
+                   "using it anyway\n",
                    hardware_file.c_str(), hw.layers_resident, resident);
   } else if (std::filesystem::exists(hw_path)) {
     hw = planner::read_measured(hw_path);
