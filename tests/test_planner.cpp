@@ -739,8 +739,16 @@ TEST(ProfileCache, NamesChangeWithWhatDecidesTheProfile) {
 
   const std::string y1 = dynamic_cache_path(d, files, t0, 32, 8, 16, "|greedy=0.5");
   EXPECT_EQ(y1, d + "/dynamic-" +
-                    hex(identity(a) + identity(b) + "T=0;top_p=1;top_k=0|seed=0|32|8|16|greedy=0.5|v2") + ".json");
-
+                    hex(identity(a) + identity(b) + "T=0;top_p=1;top_k=0|32|8|16|greedy=0.5|v3") + ".json");
+  // The run's seed is not in it (the profile is measured with fixed seeds): a
+  // new --seed used to re-measure 39 candidate trees before generating.
+  SamplingParams seeded = t0;
+  seeded.seed = 12345;
+  EXPECT_EQ(y1, dynamic_cache_path(d, files, seeded, 32, 8, 16, "|greedy=0.5"));
+  seeded.temperature = 0.6f;
+  EXPECT_NE(y1, dynamic_cache_path(d, files, seeded, 32, 8, 16, "|greedy=0.5"));
+  EXPECT_NE(y1, dynamic_cache_path(d, files, t0, 32, 8, 16, "|greedy=0.6"));
+  EXPECT_NE(y1, dynamic_cache_path(d, files, t0, 32, 8, 8, "|greedy=0.5"));
 
   // A model file rewritten (another size) is another profile.
   const std::string before = acceptance_cache_path(d, files, t0);

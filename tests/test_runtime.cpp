@@ -317,6 +317,50 @@ TEST(TreeAuto, AProfileMeasuredInAnotherSamplingModeIsAnError) {
   EXPECT_NE(what.find("temperature"), std::string::npos) << what;
 }
 
+// --tree auto's profiles describe the models, the sampling parameters and the
+// machine, not one seed's draws: a run with another --seed reuses the cached
+// dynamic-tree profile (it used to re-measure 39 candidate trees, 1-2 minutes
+// on a real pair), and what is measured does not depend on the run's seed.
+TEST(TreeAuto, AnotherSeedReusesTheCachedProfiles) {
+  const std::string target = tiny_model("auto_t", 288, 21, 2), draft = tiny_model("auto_d", 288, 22, 1);
+  const std::string base = ::testing::TempDir() + "redwood_auto_cache_" + std::to_string(::getpid());
+  std::filesystem::remove_all(base);
+  // The cache's files after a load with `seed` in `dir` (name -> contents).
+  auto run = [&](const std::string& dir, uint64_t seed) {
+    const ScopedCacheDir cache(dir);
+    SessionConfig c = config(target, draft);
+    c.tree.tree = "auto";
+    c.tree.budget = 8;
+    c.tree.depth = 4;
+    c.sampling.temperature = 0.6f;
+    c.sampling.seed = seed;
+    Session s(c);
+    s.load(256, 64, nullptr);
+    std::map<std::string, std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      std::ifstream in(e.path(), std::ios::binary);
+      files[e.path().filename().string()] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    return files;
+  };
+  const auto first = run(base + "/a", 1);
+  const auto again = run(base + "/a", 2);  // the same cache, another seed: nothing new measured
+  const auto elsewhere = run(base + "/b", 3);  // an empty cache, another seed: the same profiles
+  std::filesystem::remove_all(base);
+  int dynamic = 0;
+  for (const auto& [name, text] : first) {
+    dynamic += name.starts_with("dynamic-");
+    EXPECT_EQ(again.count(name), 1u) << name;
+    if (name.starts_with("dynamic-") || name.starts_with("acceptance-")) {  // (hardware-: timings)
+      ASSERT_EQ(elsewhere.count(name), 1u) << name;
+      EXPECT_TRUE(elsewhere.at(name) == text) << name << " depends on the run's seed";
+    }
+  }
+  EXPECT_EQ(dynamic, 1);
+  EXPECT_EQ(again.size(), first.size());
+  EXPECT_TRUE(again == first) << "the cache changed";
+}
+
 // A profile given with --hardware-profile that was measured on another model
 // pair was used without a word when the models had the same sizes (two drafts
 // cut from one target with the same layer count): the files' contents decide.

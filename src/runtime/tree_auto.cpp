@@ -46,6 +46,9 @@ const char* const kBuiltinText[] = {
     "and the smell of fresh coffee came from the small cafe on the corner.",
 };
 
+// The seed of every profile --tree auto measures (never the run's).
+constexpr uint64_t kProfileSeed = 1;
+
 }  // namespace
 
 void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, planner::MeasuredProfile& prof) {
@@ -256,6 +259,11 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   files.insert(files.end(), d.desc.files.begin(), d.desc.files.end());
   const std::string dir = make_cache_dir();
   const std::string sampling_key = planner::sampling_key(sampling);
+  // The profiles describe the models, the sampling parameters and the
+  // machine, not one run's draws: they are measured with a fixed seed, so a
+  // run with another --seed finds them in the cache (keyed without it).
+  SamplingParams measuring = sampling;
+  measuring.seed = kProfileSeed;
   const std::string acc_path = planner::acceptance_cache_path(dir, files, sampling);
   const std::string hw_path = planner::hardware_cache_path(
       dir, files, {run.backend, run.device_mem, run.host_mem, run.ring, cpu_threads(), max_budget,
@@ -274,7 +282,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     std::vector<std::vector<int32_t>> prompts;
     for (const char* t : kBuiltinText) prompts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
     spec::AcceptanceRun r;
-    r.sampling = sampling;
+    r.sampling = measuring;
     r.count = 256;
     r.repeats = 2;
     r.max_tokens = 0;
@@ -286,7 +294,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     acc.temperature = sampling.temperature;
     acc.top_p = sampling.top_p;
     acc.top_k = sampling.top_k;
-    acc.seed = sampling.seed;
+    acc.seed = measuring.seed;
     acc.repeats = r.repeats;
     measure_acceptance({*m.transformer, m.desc, *m.tokenizer, *d.transformer, d.desc}, prompts, r, acc);
     write_output_file(acc_path, spec::profile_json(acc));
@@ -382,9 +390,9 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
                      dyn.size(), kDynamicPositions, dyn_path.c_str());
       std::vector<std::vector<int32_t>> texts;
       for (const char* t : kBuiltinText) texts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
-      const planner::RankOneQ denom = planner::mean_rank1_q(*d.transformer, d.desc.hp.vocab, texts, sampling);
+      const planner::RankOneQ denom = planner::mean_rank1_q(*d.transformer, d.desc.hp.vocab, texts, measuring);
       auto alpha = [&](spec::Verifier v) { return planner::calibration_scale(*rank1(v), denom.for_verifier(v)); };
-      planner::measure_dynamic(*d.transformer, d.desc.hp.vocab, texts, sampling, kDynamicPositions, alpha, dyn);
+      planner::measure_dynamic(*d.transformer, d.desc.hp.vocab, texts, measuring, kDynamicPositions, alpha, dyn);
       write_output_file(dyn_path, planner::dynamic_json(denom, sampling.greedy(), dyn));
     }
   }
