@@ -16,6 +16,7 @@
 
 #include "kernels/common/wpack.h"
 #include "src/model/packed.h"
+#include "src/util/env.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
@@ -60,6 +61,9 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
     : layers_(m.layers), files_(m.files), opts_(opts) {
   const int n = static_cast<int>(m.layers.size());
   if (static_cast<int>(plan.layer_tier.size()) != n) throw Error("memory plan does not match the model's layers");
+  // Measurement knobs, like REDWOOD_ISA: read here (a bad value is an error before any weight loads).
+  if (const auto v = env_int("REDWOOD_DECODE_THREADS", 1, 64)) opts_.decode_threads = static_cast<int>(*v);
+  if (const auto v = env_int("REDWOOD_IO_PRIORITY", 0, 1)) raise_io_ = *v == 1;
   resident_ = std::make_unique<ResidentWeights>(m, [&plan](int i) { return plan.layer_tier[i] == Tier::kDevice; });
   if (opts.backend && !opts.backend->host_memory()) {
     if (!opts_.link) {
@@ -171,19 +175,17 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
 void StreamedWeights::start_threads() {
   if (stage_buf_.empty()) {
     io_thread_ = std::thread([this] {
-      raise_io_priority();
+      if (raise_io_) raise_io_priority();
       io_loop();
     });
   } else {
     io_thread_ = std::thread([this] {
-      raise_io_priority();
+      if (raise_io_) raise_io_priority();
       read_loop();
     });
     // At the compute threads' priority: raised like the I/O thread, it took
     // cores from them in passes that are not I/O-bound (perf-log 2026-11-26,
     // "Packed models").
-    if (const char* e = std::getenv("REDWOOD_DECODE_THREADS"))  // a measurement knob, like REDWOOD_ISA
-      opts_.decode_threads = std::clamp(std::atoi(e), 1, 64);
     if (!device_decode_)  // before the decode thread, which reads decode_helpers_
       for (int i = 1; i < opts_.decode_threads; ++i) decode_helpers_.emplace_back([this] { decode_helper_loop(); });
     decode_thread_ = std::thread([this] { decode_loop(); });
@@ -196,9 +198,8 @@ void StreamedWeights::start_threads() {
 // real-time policy (chrt) it gets one priority step above the compute threads,
 // otherwise a nice value 5 below theirs. Either needs privileges
 // (CAP_SYS_NICE); without them it stays as it is. REDWOOD_IO_PRIORITY=0
-// leaves it unchanged (for A/B measurements).
+// leaves it unchanged (for A/B measurements; read by the constructor).
 void StreamedWeights::raise_io_priority() {
-  if (const char* e = std::getenv("REDWOOD_IO_PRIORITY"); e && std::string(e) == "0") return;
   int policy = 0;
   sched_param sp{};
   if (pthread_getschedparam(pthread_self(), &policy, &sp) != 0) return;

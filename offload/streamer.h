@@ -142,6 +142,7 @@ class StreamedWeights final : public WeightSource {
   std::vector<uint64_t> reference_sum_;  // verify_io: per layer
   std::vector<AlignedBuffer> staging_;   // packed, decoded on the host: per slot (else link-owned)
   std::vector<uint8_t*> stage_buf_;      // packed: per slot, where its reads land
+  bool raise_io_ = true;                 // $REDWOOD_IO_PRIORITY: 0 leaves the I/O thread's priority as it is
   bool device_decode_ = false;           // packed: the link decodes (upload_packed)
   std::vector<Stage> stages_;            // packed: per slot
   uint64_t next_read_ = 0;               // packed: the I/O thread's next stream element

@@ -615,6 +615,86 @@ TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
         << b[0] << "\n-> " << error_of([&] { (void)parse_suite_text(b[0], "s.toml"); });
 }
 
+// Two cells with one id share one results file (results.md showed y's numbers
+// for x): a matrix list that names a value twice, or two different cells that
+// map to the same id, is refused at load naming both.
+TEST_F(JobFiles, SuiteCellsAreDistinctOrRefused) {
+  fs::create_directories(path("x"));
+  fs::create_directories(path("y"));
+  const std::string t = write("t.gguf", "x"), d = write("d.gguf", "x"), px = write("x/p.jsonl", ""),
+                    py = write("y/p.jsonl", ""), q = write("q.jsonl", "");
+  auto suite = [&](const std::string& models, const std::string& matrix) {
+    return error_of([&] { (void)parse_suite_text(models + "[matrix]\n" + matrix, "s.toml"); });
+  };
+  const std::string m = "[[model]]\nname = \"m\"\ntarget = \"" + t + "\"\ndraft = \"" + d + "\"\n";  // lines 1-4
+  const std::string ab = "[[model]]\nname = \"a b\"\ntarget = \"" + t + "\"\n[[model]]\nname = \"a_b\"\ntarget = \"" +
+                         t + "\"\n";  // lines 1-6
+  EXPECT_EQ(suite(m, "prompts = [\"" + px + "\", \"" + py + "\"]\n"),
+            "s.toml:6: matrix.prompts: '" + px + "' and '" + py +
+                "' give two cells the same id 'm_resident_T0_p_ar' (one results file for both): make them differ in "
+                "letters or digits");
+  EXPECT_EQ(suite(ab, "prompts = [\"" + q + "\"]\n"),
+            "s.toml:5: model.name: 'a b' and 'a_b' give two cells the same id 'a_b_resident_T0_q_ar' (one results "
+            "file for both): make them differ in letters or digits");
+  const std::string trees = "trees = [\"chain\"]\nprompts = [\"" + q + "\"]\n";
+  EXPECT_EQ(suite(m, trees + "budgets = [2, 2]\n"), "s.toml:8: matrix.budgets: 2 is listed twice");
+  EXPECT_EQ(suite(m, trees + "budgets = [2]\ntemperatures = [0.5, 0.5]\n"),
+            "s.toml:9: matrix.temperatures: 0.5 is listed twice");
+  EXPECT_EQ(suite(m, trees + "budgets = [2]\ntemperatures = [0.5, 0.50000000001]\n"),
+            "s.toml:9: matrix.temperatures: 0.5 and 0.50000000001 give two cells the same id "
+            "'m_resident_T0.5_q_ar' (one results file for both): make them differ in letters or digits");
+  EXPECT_EQ(suite(m, "trees = [\"chain\", \"chain\"]\nbudgets = [2]\nprompts = [\"" + q + "\"]\n"),
+            "s.toml:6: matrix.trees: 'chain' is listed twice");
+  EXPECT_EQ(suite(m, "device_mem = [\"1GiB\", \"1GiB\"]\nprompts = [\"" + q + "\"]\n"),
+            "s.toml:6: matrix.device_mem: '1GiB' is listed twice");
+  EXPECT_EQ(suite(m, "prompts = [\"" + q + "\", \"" + q + "\"]\n"), "s.toml:6: matrix.prompts: '" + q + "' is listed twice");
+  // Distinct cells with distinct ids still parse (at T = 0 "chain/spectr" is the cell "chain", once).
+  EXPECT_EQ(suite(m, "trees = [\"chain\", \"chain/spectr\"]\nbudgets = [2, 3]\ntemperatures = [0, 0.6]\nprompts = [\"" +
+                         px + "\", \"" + q + "\"]\n"),
+            "(no error)");
+}
+
+// A 100 kB file nested 50,000 levels deep (a dotted key, a table header, an
+// array) overflowed toml++'s stack (SIGSEGV): every TOML reader bounds nesting
+// before the library sees the text, with one line naming file and line.
+TEST(JobParsers, DeeplyNestedTomlIsOneLineError) {
+  std::string dotted = "a", header = "[a", array = "x = ";
+  for (int i = 0; i < 50000; ++i) dotted += ".a", header += ".a";
+  array += std::string(50000, '[') + std::string(50000, ']') + "\n";
+  std::string inline_tables;
+  for (int i = 0; i < 5000; ++i) inline_tables += "{ a = ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"[model]\ntarget = \"m.gguf\"\n" + dotted + " = 1\n", ":3: nested more than 64 levels deep"},
+      {"[model]\ntarget = \"m.gguf\"\n" + header + "]\n", ":3: nested more than 64 levels deep"},
+      {"# deep\n" + array, ":2: nested more than 64 levels deep"},
+      {"y = " + inline_tables + "\n", ":1: nested more than 64 levels deep"},
+  };
+  for (const auto& [text, expected] : cases)
+    for (const std::string file : {"job.toml", "suite.toml"}) {
+      const std::string e = error_of([&, &text = text] {
+        if (file == "job.toml")
+          (void)parse_job_text(text, file);
+        else
+          (void)parse_suite_text(text, file);
+      });
+      EXPECT_EQ(e.rfind(file + expected, 0), 0u) << e.substr(0, 300);
+      EXPECT_EQ(e.find('\n'), std::string::npos);
+    }
+  // Nesting within the limit, and strings and comments that look deep, parse.
+  std::string at_limit = "[k";
+  for (int i = 1; i < 64; ++i) at_limit += ".k";
+  const std::string deep(70, '[');
+  const std::string ok = "# [" + at_limit + ".k.k.k]\n[model]\ntarget = \"m.gguf\" # " + deep + "\nname = \"a.\\\"" +
+                         deep + "\"\n[output]\nfile = '''x.y.z\n" + deep + "\n'''\nx = \"\"\"\n" + deep + "\"\"\"\n" +
+                         at_limit + "]\n";
+  EXPECT_EQ(error_of([&] { (void)parse_job_text(ok, "job.toml"); }).find("nested"), std::string::npos);
+  EXPECT_EQ(error_of([&] { (void)parse_job_text(at_limit + ".k]\n", "job.toml"); }).rfind("job.toml:1: nested", 0),
+            0u);
+  // And a size bound: the parser never sees more than 4 MiB.
+  const std::string big(5u << 20, '#');
+  EXPECT_EQ(error_of([&] { (void)parse_job_text(big, "job.toml"); }).rfind("job.toml: 5242880 bytes", 0), 0u);
+}
+
 // Mutation fuzzing of the three text parsers (job TOML, suite TOML, prompt
 // lines): whatever the bytes, the result is a config or redwood::Error, never
 // another exception or a crash (the ASan/UBSan build runs this too). The

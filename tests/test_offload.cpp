@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -185,6 +186,38 @@ TEST_P(OffloadTest, ReadErrorIsAClearErrorNotWrongWeights) {
       EXPECT_NE(std::string(e.what()).find("I/O error"), std::string::npos) << e.what();
     }
   }
+}
+
+// The streamer's environment knobs were read with atoi / compared to "0":
+// REDWOOD_DECODE_THREADS=abc or -1 and REDWOOD_IO_PRIORITY=abc were silently
+// taken as something. Now a one-line error naming the variable, before any
+// weight loads.
+TEST_P(OffloadTest, BadEnvironmentKnobsAreOneLineErrors) {
+  const std::pair<const char*, const char*> bad[] = {{"REDWOOD_DECODE_THREADS", "abc"},
+                                                     {"REDWOOD_DECODE_THREADS", "-1"},
+                                                     {"REDWOOD_DECODE_THREADS", "65"},
+                                                     {"REDWOOD_IO_PRIORITY", "abc"},
+                                                     {"REDWOOD_IO_PRIORITY", "2"}};
+  for (const auto& [name, value] : bad) {
+    ::setenv(name, value, 1);
+    std::string what = "(no error)";
+    try {
+      StreamedWeights w(desc_, manual_plan(std::vector<Tier>(6, Tier::kStorage), 2), StreamOptions{});
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    ::unsetenv(name);
+    EXPECT_EQ(what.rfind(std::string(name) + "=" + value + ": expected an integer from ", 0), 0u) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos);
+  }
+  ::setenv("REDWOOD_IO_PRIORITY", "0", 1);
+  ::setenv("REDWOOD_DECODE_THREADS", "2", 1);
+  {
+    StreamedWeights w(desc_, manual_plan(std::vector<Tier>(6, Tier::kStorage), 2), StreamOptions{});
+    EXPECT_TRUE(bit_equal(run_passes(desc_, w), reference_));
+  }
+  ::unsetenv("REDWOOD_IO_PRIORITY");
+  ::unsetenv("REDWOOD_DECODE_THREADS");
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, OffloadTest, ::testing::Values(DType::F16, DType::Q8_0, DType::Q4_1),

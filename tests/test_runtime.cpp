@@ -3,16 +3,22 @@
 // --tree auto choice from synthetic profiles. Tiny random GGUF models only
 // (tests/util/tiny_gguf.h): no model file needed.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "src/engine/sampler.h"
+#include "src/planner/measured.h"
 #include "src/runtime/inspect.h"
 #include "src/runtime/job_runner.h"
 #include "src/runtime/session.h"
@@ -93,6 +99,19 @@ TEST(SessionSetup, BadTreeSettingsAreRefusedBeforeAnyModelLoads) {
   c.tree.width.reset();
   c.prefill_chunk = 0;
   EXPECT_EQ(setup_key(c), "tree");
+}
+
+// --acceptance feeds the Sequoia DP only: with a chain, a k-ary tree or a
+// Sequoia tree file it was silently ignored; now the setting is refused.
+TEST(SessionSetup, AnAcceptanceFileIsOnlyForTheSequoiaDp) {
+  SessionConfig c = config("/nonexistent/t.gguf", "/nonexistent/d.gguf");
+  c.tree.acceptance = "/nonexistent/acc.json";
+  for (const char* tree : {"chain:3", "kary:2x2", "sequoia:/nonexistent/tree.json"}) {
+    c.tree.tree = tree;
+    std::string what;
+    EXPECT_EQ(setup_key(c, &what), "tree") << tree;
+    EXPECT_EQ(what, std::string("--acceptance is only for --tree sequoia (--tree ") + tree + ")");
+  }
 }
 
 TEST(SessionSetup, AMissingModelIsAnErrorNamingIt) {
@@ -341,6 +360,21 @@ TEST(NonFiniteLogits, ABatchJobRecordsTheErrorOnThePromptsLine) {
   EXPECT_EQ(lines, 2);
 }
 
+// $REDWOOD_CACHE_DIR set to `dir` for a scope (the profiles --tree auto measures go there).
+struct ScopedCacheDir {
+  explicit ScopedCacheDir(const std::string& dir) {
+    if (const char* old = std::getenv("REDWOOD_CACHE_DIR")) saved = old;
+    ::setenv("REDWOOD_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~ScopedCacheDir() {
+    if (saved)
+      ::setenv("REDWOOD_CACHE_DIR", saved->c_str(), 1);
+    else
+      ::unsetenv("REDWOOD_CACHE_DIR");
+  }
+  std::optional<std::string> saved;
+};
+
 // ---- --tree auto from synthetic profiles -------------------------------------------
 
 spec::AcceptanceProfile greedy_profile(std::vector<double> a) {
@@ -415,6 +449,94 @@ TEST(TreeAuto, AProfileMeasuredInAnotherSamplingModeIsAnError) {
   });
   EXPECT_NE(what.find("acc.json"), std::string::npos) << what;
   EXPECT_NE(what.find("temperature"), std::string::npos) << what;
+}
+
+// --tree auto's profiles describe the models, the sampling parameters and the
+// machine, not one seed's draws: a run with another --seed reuses the cached
+// dynamic-tree profile (it used to re-measure 39 candidate trees, 1-2 minutes
+// on a real pair), and what is measured does not depend on the run's seed.
+TEST(TreeAuto, AnotherSeedReusesTheCachedProfiles) {
+  const std::string target = tiny_model("auto_t", 288, 21, 2), draft = tiny_model("auto_d", 288, 22, 1);
+  const std::string base = ::testing::TempDir() + "redwood_auto_cache_" + std::to_string(::getpid());
+  std::filesystem::remove_all(base);
+  // The cache's files after a load with `seed` in `dir` (name -> contents).
+  auto run = [&](const std::string& dir, uint64_t seed) {
+    const ScopedCacheDir cache(dir);
+    SessionConfig c = config(target, draft);
+    c.tree.tree = "auto";
+    c.tree.budget = 8;
+    c.tree.depth = 4;
+    c.sampling.temperature = 0.6f;
+    c.sampling.seed = seed;
+    Session s(c);
+    s.load(256, 64, nullptr);
+    std::map<std::string, std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      std::ifstream in(e.path(), std::ios::binary);
+      files[e.path().filename().string()] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    return files;
+  };
+  const auto first = run(base + "/a", 1);
+  const auto again = run(base + "/a", 2);  // the same cache, another seed: nothing new measured
+  const auto elsewhere = run(base + "/b", 3);  // an empty cache, another seed: the same profiles
+  std::filesystem::remove_all(base);
+  int dynamic = 0;
+  for (const auto& [name, text] : first) {
+    dynamic += name.starts_with("dynamic-");
+    EXPECT_EQ(again.count(name), 1u) << name;
+    if (name.starts_with("dynamic-") || name.starts_with("acceptance-")) {  // (hardware-: timings)
+      ASSERT_EQ(elsewhere.count(name), 1u) << name;
+      EXPECT_TRUE(elsewhere.at(name) == text) << name << " depends on the run's seed";
+    }
+  }
+  EXPECT_EQ(dynamic, 1);
+  EXPECT_EQ(again.size(), first.size());
+  EXPECT_TRUE(again == first) << "the cache changed";
+}
+
+// A profile given with --hardware-profile that was measured on another model
+// pair was used without a word when the models had the same sizes (two drafts
+// cut from one target with the same layer count): the files' contents decide.
+TEST(TreeAuto, AHardwareProfileOfAnotherPairIsAWarning) {
+  const std::string target = tiny_model("hwp_t", 288, 31, 2), d1 = tiny_model("hwp_d1", 288, 32, 1),
+                    d2 = tiny_model("hwp_d2", 288, 33, 1);
+  ASSERT_EQ(std::filesystem::file_size(d1), std::filesystem::file_size(d2));
+  const std::string dir = ::testing::TempDir() + "redwood_hwp_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const ScopedCacheDir cache(dir + "/cache");
+  planner::MeasuredProfile hw = hardware(1.0, 64, 0.01);
+  hw.target = spec::identify_files(target, {target});
+  hw.draft = spec::identify_files(d1, {d1});
+  hw.threads = 1;
+  hw.ctx = 128;
+  hw.layers_resident = 2;
+  const std::string hw_file = dir + "/hw.json", acc_file = dir + "/acc.json";
+  std::ofstream(hw_file) << planner::measured_json(hw);
+  std::ofstream(acc_file) << R"({"acceptance": [0.8, 0.1]})";
+  auto log_of = [&](const std::string& draft) {
+    SessionConfig c = config(target, draft);
+    c.tree.tree = "auto";
+    c.tree.budget = 8;
+    c.tree.depth = 4;
+    c.tree.acceptance = acc_file;
+    c.hardware_profile = hw_file;
+    Session s(c);
+    std::FILE* log = std::tmpfile();
+    s.load(256, 64, log);
+    std::rewind(log);
+    std::string text;
+    for (int ch; (ch = std::fgetc(log)) != EOF;) text += static_cast<char>(ch);
+    std::fclose(log);
+    return text;
+  };
+  const std::string same = log_of(d1), other = log_of(d2);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(same.find("warning"), std::string::npos) << same;
+  EXPECT_NE(other.find("redwood: warning: " + hw_file + " was measured for " + target + " + " + d1 +
+                       ", not these models"),
+            std::string::npos)
+      << other;
 }
 
 TEST(TreeAuto, RankOneAcceptanceComesFromTheVerifiersVector) {

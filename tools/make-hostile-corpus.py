@@ -290,6 +290,11 @@ def gguf_cases():
         lambda g: g.set("llama.rope.scaling.type", STRING, "yarn"))
     mod("rope_scaling_factor_negative", "RoPE scaling factor -2.000000 is out of range",
         lambda g: g.set("llama.rope.scaling.factor", F32, -2.0))
+    # Accepted where config.json's siblings were refused: an infinite base, a factor of 0 (taken as none).
+    mod("rope_freq_base_inf", "the RoPE base (rope.freq_base, rope_theta) must be a finite number greater than 1, got inf",
+        lambda g: g.set("llama.rope.freq_base", F32, float("inf")))
+    mod("rope_scaling_factor_zero", "RoPE scaling factor 0.000000 is out of range",
+        lambda g: g.set("llama.rope.scaling.factor", F32, 0.0))
     mod("rms_eps_negative", "layer_norm_rms_epsilon",
         lambda g: g.set("llama.attention.layer_norm_rms_epsilon", F32, -1.0))
     mod("vocab_size_mismatch", "vocab_size 999 disagrees", lambda g: g.set("llama.vocab_size", U32, 999))

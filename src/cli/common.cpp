@@ -62,6 +62,17 @@ void add_budget_options(CLI::App* app, RunOptions& o) {
   app->add_option("--ring", o.ring, "Layer slots in the streaming ring (>= 2)")->transform(int_range(2, 1024));
 }
 
+void refuse_empty_values(CLI::App& app, const std::vector<std::string>& allow_empty) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size_max() == 0) continue;  // a flag
+    bool allowed = false;
+    for (const std::string& name : allow_empty) allowed |= opt->check_name(name);
+    if (allowed) continue;
+    opt->check(CLI::Validator([](std::string& s) { return s.empty() ? "expected a value, got ''" : std::string(); }, ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(*sub, allow_empty);
+}
+
 int parse_int_arg(const std::string& s, const char* what, int lo, int hi) {
   char* end = nullptr;
   errno = 0;

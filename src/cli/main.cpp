@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/common.h"
 #include "src/runtime/inspect.h"
 #include "src/util/error.h"
 #include "src/util/temp_files.h"
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_batch(app), "batch");
   reg(redwood::cli::add_profile_acceptance(app), "profile-acceptance");
   reg(redwood::cli::add_profile_hardware(app), "profile-hardware");
+  // No option takes "" for "not given" or 0; --prompt and --text are text ("" refused later, or empty text).
+  redwood::cli::refuse_empty_values(app, {"--prompt", "--text"});
   // An unknown subcommand by name (CLI11 would only say that one is required).
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(cmds.begin(), cmds.end(), [&](const auto& c) { return c.first->get_name() == argv[1]; })) {

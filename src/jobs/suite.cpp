@@ -1,8 +1,10 @@
 #include "src/jobs/suite.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -29,6 +31,59 @@ std::string fmt_temp(double t) {
   char b[32];
   std::snprintf(b, sizeof b, "%g", t);
   return b;
+}
+
+// A suite's cells are told apart by their ids (each cell's results file, its
+// plot group, its row in results.md): refuse a matrix list that names a value
+// twice, and two different cells whose ids are the same ("a b" and "a_b", two
+// prompt sets x/p.jsonl and y/p.jsonl), rather than let one cell's results
+// stand for the other's.
+void check_cells_distinct(SuiteConfig& s) {
+  auto where = [&](const std::string& key) {
+    const auto at = s.lines.find(key);
+    return s.file + (at == s.lines.end() ? "" : ":" + std::to_string(at->second)) + ": " + key + ": ";
+  };
+  auto no_repeats = [&](const char* key, const auto& values, auto show) {
+    for (size_t i = 0; i < values.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (values[i] == values[j]) throw Error(where(key) + show(values[i]) + " is listed twice");
+  };
+  auto quoted = [](const std::string& v) { return "'" + v + "'"; };
+  auto number = [](double v) {  // the shortest text that reads back as v
+    char b[32];
+    for (int digits = 6; digits <= 17; ++digits)
+      if (std::snprintf(b, sizeof b, "%.*g", digits, v); std::strtod(b, nullptr) == v) break;
+    return std::string(b);
+  };
+  no_repeats("matrix.device_mem", s.device_mem, quoted);
+  no_repeats("matrix.trees", s.trees, quoted);
+  no_repeats("matrix.prompts", s.prompts, quoted);
+  no_repeats("matrix.budgets", s.budgets, [](int v) { return std::to_string(v); });
+  no_repeats("matrix.temperatures", s.temperatures, number);
+  // The cells themselves (bounded first: the check walks them all).
+  constexpr uint64_t kMaxCells = 100000;
+  auto n = [](const auto& v) { return static_cast<double>(v.size()); };
+  const double cells = n(s.models) * n(s.device_mem) * n(s.prompts) * n(s.temperatures) *
+                       (1 + n(s.trees) * n(s.budgets));
+  if (cells > static_cast<double>(kMaxCells))
+    throw Error(s.file + ": [matrix]: " + number(cells) + " cells; a suite has at most " + std::to_string(kMaxCells));
+  std::map<std::string, SuiteCell> seen;
+  for (const SuiteCell& c : suite_cells(s)) {
+    const auto [at, fresh] = seen.emplace(c.id(), c);
+    if (fresh) continue;
+    const SuiteCell& o = at->second;
+    std::string key = "matrix.trees", a = quoted(o.tree), b = quoted(c.tree);
+    if (o.model != c.model)
+      key = "model.name", a = quoted(o.model), b = quoted(c.model);
+    else if (o.device_mem != c.device_mem)
+      key = "matrix.device_mem", a = quoted(o.device_mem), b = quoted(c.device_mem);
+    else if (o.temperature != c.temperature)
+      key = "matrix.temperatures", a = number(o.temperature), b = number(c.temperature);
+    else if (o.prompts != c.prompts)
+      key = "matrix.prompts", a = quoted(o.prompts), b = quoted(c.prompts);
+    throw Error(where(key) + a + " and " + b + " give two cells the same id '" + c.id() +
+                "' (one results file for both): make them differ in letters or digits");
+  }
 }
 
 }  // namespace
@@ -105,6 +160,7 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
     if (!n) return;
     const toml::array* a = n->as_array();
     if (!a || a->empty()) mx.wrong_type(key, *n, "a non-empty array of numbers");
+    s.lines[std::string("matrix.") + key] = static_cast<int>(n->source().begin.line);
     out.clear();
     for (const toml::node& e : *a) {
       double v = 0;
@@ -164,6 +220,7 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
                   "'");
   if (s.max_tokens + 2 > s.ctx)
     throw Error(s.file + ": suite.max_tokens: " + std::to_string(s.max_tokens) + " does not fit in suite.ctx");
+  check_cells_distinct(s);
   return s;
 }
 

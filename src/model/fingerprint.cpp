@@ -155,6 +155,12 @@ uint64_t whole_file_hash(const Files& files, int i) {
 
 }  // namespace
 
+FileHash file_content_hash(const std::string& path) {
+  const std::vector<std::string> one{path};
+  const Files files(one);
+  return {files.size(0), whole_file_hash(files, 0)};
+}
+
 std::string model_fingerprint(const ModelDesc& m) {
   Digest f;
   f.value(kFingerprintVersion);

@@ -4,6 +4,7 @@
 // mixing two models' outputs in one file, while a copy of the same model
 // under another path still resumes.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "src/model/model_desc.h"
@@ -18,6 +19,13 @@ namespace redwood {
 // so a model is read whole only the first time (or after it changed).
 // Throws redwood::Error when a file cannot be read.
 std::string model_fingerprint(const ModelDesc& m);
+
+// One file's size and XXH3-64 of all its bytes, from the same cache (read
+// whole only the first time, or after the file changed).
+struct FileHash {
+  uint64_t bytes = 0, xxh3 = 0;
+};
+FileHash file_content_hash(const std::string& path);
 
 }  // namespace redwood
 

@@ -110,8 +110,9 @@ std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, in
   if (type != "linear" && type != "none")
     throw Error(f.path() + ": RoPE scaling '" + type +
                 "' is unsupported (supported: none, linear, Llama 3 rope_freqs)");
-  double linear = f.get_float(p + "rope.scaling.factor").value_or(f.get_float(p + "rope.scale_linear").value_or(0.0));
-  if (linear == 0.0 || type == "none") linear = 1.0;
+  // A factor written must be finite and > 0, as in config.json's rope_scaling (0 was taken as none).
+  double linear = f.get_float(p + "rope.scaling.factor").value_or(f.get_float(p + "rope.scale_linear").value_or(1.0));
+  if (type == "none") linear = 1.0;
   if (!(linear >= 1e-6 && linear <= 1e6))
     throw Error(f.path() + ": RoPE scaling factor " + std::to_string(linear) + " is out of range");
   if (linear != 1.0) {
@@ -207,6 +208,9 @@ bool is_dir(const std::string& p) {
 
 void validate_model_desc(const ModelDesc& m) {
   const auto& hp = m.hp;
+  if (!std::isfinite(hp.rope_base) || !(hp.rope_base > 1.0f))  // GGUF rope.freq_base, config.json rope_theta
+    throw Error(m.path + ": the RoPE base (rope.freq_base, rope_theta) must be a finite number greater than 1, got " +
+                std::to_string(hp.rope_base));
   const int64_t q_dim = static_cast<int64_t>(hp.n_heads) * hp.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim;
   check_shape(m, m.tok_embd, hp.vocab, hp.dim);

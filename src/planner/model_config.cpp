@@ -47,7 +47,7 @@ ModelConfig parse_model_config(std::string_view text, const std::string& name) {
   s.integer("vocab", hp.vocab, 1, 1 << 24);
   s.integer("context", hp.ctx_len, 0, 1 << 26);
   double rope = hp.rope_base;
-  s.number("rope_base", rope, 0, 1e12, true);
+  s.number("rope_base", rope, 1, 1e12, true);  // as a model file's (validate_model_desc)
   hp.rope_base = static_cast<float>(rope);
   s.boolean("tied", hp.tied_lm_head);
   if (hp.dim % hp.n_heads != 0 && !s.has("head_dim"))

@@ -52,9 +52,10 @@ std::string hardware_cache_path(const std::string& dir, const std::vector<std::s
 
 std::string dynamic_cache_path(const std::string& dir, const std::vector<std::string>& files, const SamplingParams& sp,
                                int max_budget, int max_depth, int positions, const std::string& rank1) {
+  // Not the run's seed: the profile is measured with fixed seeds ("|v3"; v2 had the seed in the key).
   return dir + "/dynamic-" +
-         profile_key(files, sampling_key(sp) + "|seed=" + std::to_string(sp.seed) + "|" + std::to_string(max_budget) +
-                                "|" + std::to_string(max_depth) + "|" + std::to_string(positions) + rank1 + "|v2") +
+         profile_key(files, sampling_key(sp) + "|" + std::to_string(max_budget) + "|" + std::to_string(max_depth) +
+                                "|" + std::to_string(positions) + rank1 + "|v3") +
          ".json";
 }
 

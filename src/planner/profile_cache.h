@@ -36,9 +36,10 @@ struct HardwareKey {
 // hardware-KEY.json.
 std::string hardware_cache_path(const std::string& dir, const std::vector<std::string>& files, const HardwareKey& k);
 
-// dynamic-KEY.json: the files, sampling parameters and seed, the tree caps,
-// the number of text positions, and `rank1` (the acceptance profile's rank-1
-// acceptances the candidates are calibrated with, as text).
+// dynamic-KEY.json: the files, sampling parameters (not the seed: the profile
+// describes the pair at a temperature, measured with fixed seeds), the tree
+// caps, the number of text positions, and `rank1` (the acceptance profile's
+// rank-1 acceptances the candidates are calibrated with, as text).
 std::string dynamic_cache_path(const std::string& dir, const std::vector<std::string>& files, const SamplingParams& sp,
                                int max_budget, int max_depth, int positions, const std::string& rank1);
 

@@ -46,6 +46,9 @@ const char* const kBuiltinText[] = {
     "and the smell of fresh coffee came from the small cafe on the corner.",
 };
 
+// The seed of every profile --tree auto measures (never the run's).
+constexpr uint64_t kProfileSeed = 1;
+
 }  // namespace
 
 void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, planner::MeasuredProfile& prof) {
@@ -256,6 +259,11 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   files.insert(files.end(), d.desc.files.begin(), d.desc.files.end());
   const std::string dir = make_cache_dir();
   const std::string sampling_key = planner::sampling_key(sampling);
+  // The profiles describe the models, the sampling parameters and the
+  // machine, not one run's draws: they are measured with a fixed seed, so a
+  // run with another --seed finds them in the cache (keyed without it).
+  SamplingParams measuring = sampling;
+  measuring.seed = kProfileSeed;
   const std::string acc_path = planner::acceptance_cache_path(dir, files, sampling);
   const std::string hw_path = planner::hardware_cache_path(
       dir, files, {run.backend, run.device_mem, run.host_mem, run.ring, cpu_threads(), max_budget,
@@ -274,7 +282,7 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     std::vector<std::vector<int32_t>> prompts;
     for (const char* t : kBuiltinText) prompts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
     spec::AcceptanceRun r;
-    r.sampling = sampling;
+    r.sampling = measuring;
     r.count = 256;
     r.repeats = 2;
     r.max_tokens = 0;
@@ -286,31 +294,39 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
     acc.temperature = sampling.temperature;
     acc.top_p = sampling.top_p;
     acc.top_k = sampling.top_k;
-    acc.seed = sampling.seed;
+    acc.seed = measuring.seed;
     acc.repeats = r.repeats;
     measure_acceptance({*m.transformer, m.desc, *m.tokenizer, *d.transformer, d.desc}, prompts, r, acc);
     write_output_file(acc_path, spec::profile_json(acc));
   }
-  // Profiles given explicitly are used as they are; say so when they were
-  // measured for other models or another memory plan.
-  auto total_bytes = [](const std::vector<std::string>& fs) {
-    uint64_t b = 0;
-    for (const auto& f : fs) b += std::filesystem::file_size(f);
-    return b;
+  // Profiles given explicitly are used as they are (they change which tree is
+  // chosen, so the speed, never the output's law): say so on stderr, even in a
+  // quiet run, when they were measured for other models (by content: a model of
+  // the same size is not the same model) or another memory plan.
+  std::FILE* warn = log ? log : stderr;
+  std::optional<spec::FileIdentity> target_id, draft_id;
+  auto same_models = [&](const spec::FileIdentity& t, const spec::FileIdentity& dr) {
+    if (!target_id) target_id = spec::identify_files(m.desc.path, m.desc.files);
+    if (!draft_id) draft_id = spec::identify_files(d.desc.path, d.desc.files);
+    return t.bytes == target_id->bytes && t.xxh3 == target_id->xxh3 && dr.bytes == draft_id->bytes &&
+           dr.xxh3 == draft_id->xxh3;
   };
-  const uint64_t target_bytes = total_bytes(m.desc.files), draft_bytes = total_bytes(d.desc.files);
-  if (!acceptance_file.empty() && log && acc.target.bytes != 0 &&
-      (acc.target.bytes != target_bytes || acc.draft.bytes != draft_bytes))
-    std::fprintf(log, "redwood: warning: %s was measured for %s + %s, not these models; using it anyway\n",
+  if (!acceptance_file.empty() && acc.target.bytes != 0 && !same_models(acc.target, acc.draft))
+    std::fprintf(warn, "redwood: warning: %s was measured for %s + %s, not these models; using it anyway\n",
                  acceptance_file.c_str(), acc.target.path.c_str(), acc.draft.path.c_str());
   planner::MeasuredProfile hw;
   if (!hardware_file.empty()) {
     hw = planner::read_measured(hardware_file);
     const int resident = m.plan ? m.plan->count(offload::Tier::kDevice) : static_cast<int>(m.desc.layers.size());
-    if (log && (hw.target.bytes != target_bytes || hw.draft.bytes != draft_bytes || hw.layers_resident != resident))
-      std::fprintf(log,
-                   "redwood: warning: %s was measured for other models or another memory plan (%d resident "
-                   "layers there, %d here); using it anyway\n",
+    if (!same_models(hw.target, hw.draft))
+      std::fprintf(warn,
+                   "redwood: warning: %s was measured for %s + %s, not these models: its pass times are another "
+                   "pair's; using it anyway\n",
+                   hardware_file.c_str(), hw.target.path.c_str(), hw.draft.path.c_str());
+    else if (hw.layers_resident != resident)
+      std::fprintf(warn,
+                   "redwood: warning: %s was measured for another memory plan (%d resident layers there, %d here); "
+                   "using it anyway\n",
                    hardware_file.c_str(), hw.layers_resident, resident);
   } else if (std::filesystem::exists(hw_path)) {
     hw = planner::read_measured(hw_path);
@@ -374,9 +390,9 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
                      dyn.size(), kDynamicPositions, dyn_path.c_str());
       std::vector<std::vector<int32_t>> texts;
       for (const char* t : kBuiltinText) texts.push_back(m.tokenizer->encode(t, /*add_special=*/true, false));
-      const planner::RankOneQ denom = planner::mean_rank1_q(*d.transformer, d.desc.hp.vocab, texts, sampling);
+      const planner::RankOneQ denom = planner::mean_rank1_q(*d.transformer, d.desc.hp.vocab, texts, measuring);
       auto alpha = [&](spec::Verifier v) { return planner::calibration_scale(*rank1(v), denom.for_verifier(v)); };
-      planner::measure_dynamic(*d.transformer, d.desc.hp.vocab, texts, sampling, kDynamicPositions, alpha, dyn);
+      planner::measure_dynamic(*d.transformer, d.desc.hp.vocab, texts, measuring, kDynamicPositions, alpha, dyn);
       write_output_file(dyn_path, planner::dynamic_json(denom, sampling.greedy(), dyn));
     }
   }

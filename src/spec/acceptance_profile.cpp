@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "src/model/fingerprint.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
@@ -99,23 +100,11 @@ FileIdentity identify_files(const std::string& name, const std::vector<std::stri
   FileIdentity id;
   id.path = name;
   std::vector<uint64_t> hashes;
-  std::vector<char> buf(8 << 20);
-  for (const std::string& f : files) {
+  for (const std::string& f : files) {  // cached by file version, like the models' fingerprints
     require_regular_input(f, "a file to hash");
-    std::unique_ptr<FILE, int (*)(FILE*)> fp(std::fopen(f.c_str(), "rb"), &std::fclose);
-    if (!fp) throw Error(f + ": cannot open to hash");
-    std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> st(XXH3_createState(), &XXH3_freeState);
-    if (!st || XXH3_64bits_reset(st.get()) != XXH_OK) throw Error("XXH3: out of memory");
-    for (;;) {
-      const size_t got = std::fread(buf.data(), 1, buf.size(), fp.get());
-      if (got > 0) XXH3_64bits_update(st.get(), buf.data(), got);
-      id.bytes += got;
-      if (got < buf.size()) {
-        if (std::ferror(fp.get())) throw Error(f + ": read error while hashing");
-        break;
-      }
-    }
-    hashes.push_back(XXH3_64bits_digest(st.get()));
+    const FileHash h = file_content_hash(f);
+    id.bytes += h.bytes;
+    hashes.push_back(h.xxh3);
   }
   const uint64_t h = hashes.size() == 1 ? hashes[0] : XXH3_64bits(hashes.data(), hashes.size() * sizeof(uint64_t));
   char hex[17];

@@ -102,6 +102,8 @@ SpecConfig make_spec_config(const TreeOptions& o, const SamplingParams& sampling
   if (o.delta && k != TreeKind::kOptTree) throw Error("--delta is only for --tree opt-tree" + on);
   if (o.width && k != TreeKind::kSpecExec) throw Error("--width is only for --tree specexec" + on);
   if (k == TreeKind::kStatic) {
+    // Only the Sequoia DP reads it (chain, kary and sequoia:FILE have their shape).
+    if (!o.acceptance.empty() && o.tree != "sequoia") throw Error("--acceptance is only for --tree sequoia" + on);
     c.shape = make_tree_shape(o.tree, o.budget, o.depth, o.acceptance);
   } else {
     if (!o.acceptance.empty()) throw Error("--acceptance is only for --tree sequoia" + on);

@@ -4,6 +4,7 @@
 // "file:line: section.key: message".
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -157,8 +158,142 @@ class Section {
 };
 
 
-// Parses TOML text; syntax errors become "name:line: description".
+// What reaches the TOML library is bounded first: toml++ recurses once per
+// level of nesting (dotted keys, table headers, arrays, inline tables), so a
+// 100 kB file nested 50,000 deep overflowed the stack. Configuration files
+// here are a few kB and a few levels deep.
+inline constexpr size_t kMaxTomlBytes = size_t{4} << 20;
+inline constexpr int kMaxTomlDepth = 64;
+
+// Refuses text nested deeper than max_depth ("name:line: ..."), counting the
+// '.'-separated parts of table headers and dotted keys (a header's from the
+// root, a key's from its table) and each array or inline table level. Strings
+// and comments are skipped; anything else malformed is left to the parser.
+inline void check_toml_depth(std::string_view text, const std::string& name, int max_depth = kMaxTomlDepth) {
+  size_t i = 0;
+  int line = 1;
+  auto too_deep = [&](int depth) {
+    if (depth > max_depth)
+      throw Error(name + ":" + std::to_string(line) + ": nested more than " + std::to_string(max_depth) +
+                  " levels deep (dotted keys, table headers, arrays and inline tables count)");
+  };
+  // Skips the string that starts at text[i] (a quote), counting its lines.
+  auto skip_string = [&] {
+    const char q = text[i];
+    const std::string_view triple = q == '"' ? R"(""")" : R"(''')";
+    const bool multi = text.substr(i, 3) == triple;
+    i += multi ? 3 : 1;
+    while (i < text.size()) {
+      const char c = text[i];
+      if (c == '\\' && q == '"') {
+        if (i + 1 < text.size() && text[i + 1] == '\n') ++line;
+        i += 2;
+        continue;
+      }
+      if (c == '\n') {
+        if (!multi) return;  // unterminated: the parser says so
+        ++line;
+      }
+      if (c == q && (!multi || text.substr(i, 3) == triple)) {
+        i += multi ? 3 : 1;
+        while (multi && i < text.size() && text[i] == q) ++i;  // """a"""" ends with a quote in the content
+        return;
+      }
+      ++i;
+    }
+  };
+  auto skip_to_line_end = [&] {
+    while (i < text.size() && text[i] != '\n') ++i;
+  };
+  // Reads a key (a header's keys) up to one of `ends`, a line end or the end;
+  // returns the number of its '.'-separated parts.
+  auto key_parts = [&](std::string_view ends) {
+    int parts = 1;
+    while (i < text.size() && ends.find(text[i]) == std::string_view::npos && text[i] != '\n') {
+      if (text[i] == '"' || text[i] == '\'') {
+        skip_string();
+        continue;
+      }
+      if (text[i] == '.') ++parts;
+      ++i;
+    }
+    return parts;
+  };
+  struct Open {
+    char kind;  // '[' an array, '{' an inline table
+    int depth;  // its own
+  };
+  std::vector<Open> open;
+  int table_depth = 0;  // the current [header]'s
+  int value_depth = 0;  // a value starting here
+  bool want_key = true;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      ++i;
+      if (open.empty()) want_key = true;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
+      continue;
+    }
+    if (c == '#') {
+      skip_to_line_end();
+      continue;
+    }
+    if (want_key) {
+      if (open.empty() && c == '[') {  // [table] or [[array of tables]]
+        const bool array = text.substr(i, 2) == "[[";
+        i += array ? 2 : 1;
+        table_depth = key_parts("]") + (array ? 1 : 0);
+        too_deep(table_depth);
+        skip_to_line_end();  // "]" and maybe a comment (the parser checks them)
+        continue;
+      }
+      if (!open.empty() && c == '}') {  // {} or a trailing ", }"
+        open.pop_back();
+        want_key = false;
+        ++i;
+        continue;
+      }
+      value_depth = (open.empty() ? table_depth : open.back().depth) + key_parts("=");
+      too_deep(value_depth);
+      want_key = false;
+      if (i < text.size() && text[i] == '=') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      skip_string();
+    } else if (c == '[' || c == '{') {
+      too_deep(value_depth + 1);
+      open.push_back({c, value_depth});
+      if (c == '[') ++value_depth;  // its elements
+      if (c == '{') want_key = true;
+      ++i;
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      open.pop_back();
+      ++i;
+    } else if (c == ',' && !open.empty()) {
+      if (open.back().kind == '{')
+        want_key = true;
+      else
+        value_depth = open.back().depth + 1;
+      ++i;
+    } else {
+      ++i;
+    }
+  }
+}
+
+// Parses TOML text; syntax errors become "name:line: description". Every TOML
+// reader goes through here: the text is bounded in size and nesting first.
 inline toml::table parse_toml(std::string_view text, const std::string& name) {
+  if (text.size() > kMaxTomlBytes)
+    throw Error(name + ": " + std::to_string(text.size()) + " bytes; a TOML file here has at most " +
+                std::to_string(kMaxTomlBytes) + " bytes");
+  check_toml_depth(text, name);
   try {
     return toml::parse(text, name);
   } catch (const toml::parse_error& e) {

@@ -15,6 +15,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -150,6 +151,20 @@ def main() -> int:
                        capture_output=True, text=True, timeout=60)
     check("bad suite: one line with file:line: key", p.returncode == 1 and p.stderr.count("\n") == 1 and
           "bad.toml:4: matrix.budgets: expected an array of numbers, got a string" in p.stderr, p.stderr)
+    # Issue 42: two prompt sets with one file stem shared their cells' files (results.md showed y's
+    # numbers for x): refused at load, naming both.
+    for sub in ("x", "y"):
+        os.makedirs(os.path.join(tmp, sub), exist_ok=True)
+        shutil.copy(prompts, os.path.join(tmp, sub, "p.jsonl"))
+    same = os.path.join(tmp, "same-stem.toml")
+    with open(same, "w") as f:
+        f.write(f'[[model]]\nname = "m"\ntarget = "{args.model}"\n[matrix]\n'
+                f'prompts = ["{tmp}/x/p.jsonl", "{tmp}/y/p.jsonl"]\n')
+    p = subprocess.run([args.redwood, "bench", "run", same, "--out", os.path.join(tmp, "same")],
+                       capture_output=True, text=True, timeout=60)
+    check("two prompt sets with one stem: refused, naming both", p.returncode == 1 and p.stderr.count("\n") == 1 and
+          f"same-stem.toml:5: matrix.prompts: '{tmp}/x/p.jsonl' and '{tmp}/y/p.jsonl' give two cells the same id"
+          in p.stderr and not os.path.exists(os.path.join(tmp, "same")), p.stderr)
     # One tree budget: the plot gets an explicit x range (gnuplot warned "empty x range" on stderr).
     one = os.path.join(tmp, "one.toml")
     with open(one, "w") as f:

@@ -11,7 +11,8 @@ Checks, each a one-line error and exit 1 unless said otherwise:
             the old code blocked forever on open).
   stdout:   a failed write on stdout (/dev/full) is exit 1 with a line on stderr.
   validate: --temperature inf, --seed -1 / overflow, --device-mem "", --tree sequoia:,
-            SIZE+draft without --draft.
+            SIZE+draft without --draft; "" for any option (--temperature, --verify, ...),
+            --acceptance with a tree that is not the Sequoia DP's.
   signal:   SIGINT, SIGTERM or SIGHUP during `pack` or `quantize` kills it (exit by the signal)
             and leaves neither the output nor its temp file.
   fsize:    a file-size limit (ulimit -f) hit by `pack` or `quantize` is a one-line error.
@@ -270,7 +271,18 @@ def body(rw: str, big: str, tmp: str) -> int:
                   last[0].startswith("redwood: cannot write to standard output"), f"rc={p.returncode} {p.stderr[-300:]}")
 
     # ---- validate: options named before any work ---------------------------------------------
+    acc = os.path.join(tmp, "acc.json")
+    with open(acc, "w") as f:
+        json.dump({"acceptance": [0.8, 0.1]}, f)
     for name, argv, needle in (
+        # Issue 42: "" was read as 0 / as not given; --acceptance was ignored by a chain.
+        ("--temperature ''", ["generate", "-m", model, "--temperature", "", *gen], "--temperature"),
+        ("--verify ''", ["generate", "-m", model, "--draft", draft, "--verify", "", *gen], "--verify"),
+        ("--threshold ''", ["generate", "-m", model, "--draft", draft, "--tree", "dyspec", "--threshold", "", *gen],
+         "--threshold"),
+        ("plan --ctx ''", ["plan", "--model-config", cfg, "--hardware", hw_cfg, "--ctx", ""], "--ctx"),
+        ("--acceptance with a chain", ["generate", "-m", model, "--draft", draft, "--tree", "chain:3",
+                                       "--acceptance", acc, *gen], "--acceptance is only for --tree sequoia"),
         ("--temperature inf", ["generate", "-m", model, "--temperature", "inf", *gen], "finite"),
         ("--seed -1", ["generate", "-m", model, "--seed", "-1", *gen], "--seed"),
         ("--seed overflow", ["generate", "-m", model, "--seed", "99999999999999999999", *gen], "--seed"),
