@@ -45,14 +45,14 @@ def job_text(model: str, out: str, prompts: str, summary: str = "", max_tokens: 
 
 def count_lines(path: str) -> int:
     try:
-        with open(path) as f:
-            return sum(1 for l in f if l.endswith("\n"))
+        with open(path, "rb") as f:
+            return sum(1 for l in f if l.endswith(b"\n"))
     except FileNotFoundError:
         return 0
 
 
 def read(path: str, mode: str = "r"):
-    with open(path, mode) as f:
+    with open(path, mode, **({} if "b" in mode else {"errors": "replace"})) as f:
         return f.read()
 
 
