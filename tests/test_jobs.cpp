@@ -542,6 +542,42 @@ TEST_F(JobFiles, WriterAppendsWholeLines) {
   EXPECT_EQ(prepare_output(o).lines, 2);
 }
 
+// Issue 42: a results file replaced or removed under a running job (another
+// program renamed its own output over it) stops the job before it writes
+// another line, into either file; a file replaced between the lock and the
+// writer's open is refused too.
+TEST_F(JobFiles, WriterStopsWhenItsFileIsReplaced) {
+  const std::string o = path("r.jsonl");
+  const nlohmann::ordered_json line = {{"id", "a"}, {"text", "x"}, {"finish_reason", "stop"}};
+  {
+    const OutputLock lock(o);
+    ResultWriter w(o, 1, &lock);
+    w.append(line);
+    write("other.json", "{\"summary\": 1}\n");
+    fs::rename(path("other.json"), o);
+    const std::string e = error_of([&] { w.append(line); });
+    EXPECT_EQ(e.rfind(o + ": the results file was replaced or removed while the job ran", 0), 0u) << e;
+    EXPECT_NE(e.find("stopped before writing id \"a\""), std::string::npos) << e;
+    EXPECT_EQ(slurp(o), "{\"summary\": 1}\n");
+  }
+  fs::remove(o);
+  {
+    const OutputLock lock(o);
+    ResultWriter w(o, 1, &lock);
+    fs::remove(o);  // removed
+    EXPECT_NE(error_of([&] { w.append(line); }).find("replaced or removed"), std::string::npos);
+    EXPECT_FALSE(fs::exists(o));
+  }
+  {
+    const OutputLock lock(o);
+    write("other.json", "x\n");
+    fs::rename(path("other.json"), o);
+    EXPECT_NE(error_of([&] { ResultWriter w(o, 1, &lock); }).find("replaced or removed after this run locked it"),
+              std::string::npos);
+    EXPECT_EQ(slurp(o), "x\n");
+  }
+}
+
 TEST(Summary, NearestRankPercentiles) {
   std::vector<double> v;
   for (int i = 100; i >= 1; --i) v.push_back(i);

@@ -37,7 +37,7 @@ int run_batch(BatchOptions& o) {
     const int sig = stop_signal();
     std::fprintf(stderr,
                  "redwood: interrupted by %s: %lld of %lld prompts done in %s; run the same command again to resume\n",
-                 sig == SIGTERM ? "SIGTERM" : "SIGINT", p["done"].get<long long>(), p["total"].get<long long>(),
+                 stop_signal_name(), p["done"].get<long long>(), p["total"].get<long long>(),
                  job.output.c_str());
     return 128 + (sig ? sig : SIGINT);
   }

@@ -155,7 +155,7 @@ int run_generate(GenerateOptions& o) {
   if (g.finish == "cancelled") {  // one line; the text printed so far stays
     finish_run(m, o.s.run);
     const int sig = stop_signal();
-    std::fprintf(stderr, "redwood: interrupted by %s after %zu tokens\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+    std::fprintf(stderr, "redwood: interrupted by %s after %zu tokens\n", stop_signal_name(),
                  g.tokens.size());
     return 128 + sig;
   }

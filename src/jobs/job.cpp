@@ -206,7 +206,10 @@ void check_job(JobConfig& job) {
                 ": input.prompts: missing (a JSONL file of {\"id\", \"prompt\"|\"messages\"}; or --prompts)");
   readable("input.prompts", job.prompts, "the prompt file");
   if (job.output.empty()) throw Error(job.file + ": output.path: missing (where results go; or --output)");
-  if (job.summary.empty()) job.summary = job.output + ".summary.json";
+  if (job.summary.empty()) {  // beside the file a link at output.path leads to (output_path.h), not in /dev
+    const std::string t = output_target(job.output);
+    job.summary = (t.empty() ? job.output : t) + ".summary.json";
+  }
   // The output-path policy (src/util/output_path.h): neither output is an
   // input of the job (by device + inode, or with links and ".." resolved) nor
   // an existing non-regular file, and the summary is not the results file.
@@ -214,7 +217,7 @@ void check_job(JobConfig& job) {
     throw Error(job.where("output.path") + ": is the prompt file itself; refusing to write into it");
   std::vector<std::string> inputs = {job.file, job.target, job.draft, job.acceptance, job.prompts};
   if (job.tree.rfind("sequoia:", 0) == 0) inputs.push_back(job.tree.substr(8));
-  if (const std::string p = output_path_problem(job.output, inputs); !p.empty())
+  if (const std::string p = output_path_problem(job.output, inputs, false, /*appends_results=*/true); !p.empty())
     throw Error(job.where("output.path") + ": " + p);
   if (same_file(job.summary, job.output))
     throw Error(job.where("output.summary") + ": '" + job.summary + "' is the results file '" + job.output +

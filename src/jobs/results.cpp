@@ -15,6 +15,7 @@
 
 #include "src/util/error.h"
 #include "src/util/io.h"
+#include "src/util/output_path.h"
 
 namespace redwood::jobs {
 
@@ -61,7 +62,7 @@ ResumeState prepare_output(const std::string& path, const json& settings, const 
   if (!std::filesystem::exists(path)) return st;
   const std::string data = read_text_file(path, "the output file", UINT64_MAX);
   // What every line this job writes starts with (the writer's ordered "id" key).
-  static constexpr std::string_view kLineStart = "{\"id\":";
+  static constexpr std::string_view kLineStart = kResultLineStart;
   size_t pos = 0, good_end = 0;
   int64_t line_no = 0;
   std::vector<std::string> missing_keys;
@@ -160,9 +161,15 @@ bool names_fd(const std::string& path, int fd) {
          a.st_ino == b.st_ino;
 }
 
+bool same_inode(int a, int b) {
+  struct stat sa {
+  }, sb{};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 }  // namespace
 
-OutputLock::OutputLock(const std::string& path) : path_(path) {
+OutputLock::OutputLock(const std::string& path) : path_(output_target(path).empty() ? path : output_target(path)) {
   // The lock-file loop: open (or create), lock, and check that the path still
   // names the locked file; a run that released and removed an empty file it
   // had created between our open and our lock makes us start again. Only the
@@ -182,7 +189,14 @@ OutputLock::OutputLock(const std::string& path) : path_(path) {
       fd_ = -1;
       throw Error(path + ": not a regular file");
     }
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    int locked = ::flock(fd_, LOCK_EX | LOCK_NB);
+    // A writer checking whether a run holds this file takes a shared lock for
+    // a moment (output_path.h): wait that moment out, not a real holder.
+    for (int i = 0; locked != 0 && errno == EWOULDBLOCK && i < 10; ++i) {
+      ::usleep(5000);
+      locked = ::flock(fd_, LOCK_EX | LOCK_NB);
+    }
+    if (locked != 0) {
       const int e = errno;
       if (e == ENOSYS || e == EOPNOTSUPP || e == ENOLCK) {  // a file system without flock: go on unlocked
         std::fprintf(stderr, "redwood: %s: cannot lock the output here (%s); do not run this job twice at once\n",
@@ -196,12 +210,12 @@ OutputLock::OutputLock(const std::string& path) : path_(path) {
                        ? "another redwood run is writing this file; wait for it, or choose another output path"
                        : std::string("cannot lock it: ") + std::strerror(e)));
     }
-    if (names_fd(path, fd_)) break;
+    if (names_fd(path_, fd_)) break;
     ::close(fd_);  // locked a file that is gone: start again
     fd_ = -1;
     if (attempt == 100) throw Error(path + ": the file keeps being replaced while locking it");
   }
-  if (created_) fsync_parent_dir(path);  // make the new file's name durable too
+  if (created_) fsync_parent_dir(path_);  // make the new file's name durable too
 }
 
 OutputLock::~OutputLock() {
@@ -212,11 +226,22 @@ OutputLock::~OutputLock() {
   ::close(fd_);                     // releases the lock
 }
 
-ResultWriter::ResultWriter(const std::string& path, int fsync_every) : path_(path), every_(std::max(1, fsync_every)) {
+bool OutputLock::holds(int fd) const {
+  return fd_ >= 0 && same_inode(fd_, fd);
+}
+
+ResultWriter::ResultWriter(const std::string& path, int fsync_every, const OutputLock* lock)
+    : path_(path), every_(std::max(1, fsync_every)) {
   const bool existed = std::filesystem::exists(path);
   fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error(sys_error(path + ": cannot open for writing"));
   if (!existed) fsync_parent_dir(path);
+  if (lock && !lock->holds(fd_)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(path + ": the results file was replaced or removed after this run locked it (another program wrote "
+                       "there); stopped before writing a line");
+  }
 }
 
 ResultWriter::~ResultWriter() {
@@ -228,6 +253,12 @@ ResultWriter::~ResultWriter() {
 
 void ResultWriter::append(const nlohmann::ordered_json& j) {
   if (fd_ < 0) throw Error(path_ + ": writer is closed");
+  // Still the file this run opened: another program renaming or removing it
+  // under the job must stop the job, not let it report lines nobody can read.
+  if (!names_fd(path_, fd_))
+    throw Error(path_ + ": the results file was replaced or removed while the job ran (another program wrote there); "
+                        "stopped before writing id " + (j.contains("id") ? j["id"].dump() : std::string("?")) +
+                " (this run wrote " + std::to_string(appended_) + " lines, in the file that was replaced)");
   std::string line = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   line += '\n';
   const off_t before = ::lseek(fd_, 0, SEEK_END);
@@ -237,6 +268,7 @@ void ResultWriter::append(const nlohmann::ordered_json& j) {
     if (before >= 0) (void)::ftruncate(fd_, before);  // never leave a partial line behind
     throw Error(path_ + ": cannot write a result line: " + why);
   }
+  ++appended_;
   if (++unsynced_ >= every_) sync();
 }
 

@@ -52,14 +52,19 @@ ResumeState prepare_output(const std::string& path, const nlohmann::json& settin
 
 // An exclusive advisory lock (flock) on the output file, held for one run of a
 // job, so that two runs never append to one file: a second run fails at once
-// with a one-line error. Creates the file (and makes its name durable); a file
-// it created that is still empty when the lock is released is removed again.
+// with a one-line error, and every other writer refuses the file while it is
+// held (src/util/output_path.h). Creates the file (and makes its name
+// durable); a file it created that is still empty when the lock is released is
+// removed again. A symbolic link is locked (and written) through.
 class OutputLock {
  public:
   explicit OutputLock(const std::string& path);
   ~OutputLock();
   OutputLock(const OutputLock&) = delete;
   OutputLock& operator=(const OutputLock&) = delete;
+
+  // Whether fd is the locked file (not one put at its path since).
+  bool holds(int fd) const;
 
  private:
   std::string path_;
@@ -72,14 +77,18 @@ bool is_result_line(const nlohmann::json& j);
 
 class ResultWriter {
  public:
-  // Opens for appending (creates the file, fsyncs its directory).
-  ResultWriter(const std::string& path, int fsync_every);
+  // Opens for appending (creates the file, fsyncs its directory). With
+  // `lock`: the file must be the one locked (else redwood::Error).
+  ResultWriter(const std::string& path, int fsync_every, const OutputLock* lock = nullptr);
   ~ResultWriter();  // fsyncs; errors there are ignored (call close() to see them)
   ResultWriter(const ResultWriter&) = delete;
   ResultWriter& operator=(const ResultWriter&) = delete;
 
   // Appends j as one line with one write(); on a short write or error the
-  // partial line is cut off again and redwood::Error is thrown.
+  // partial line is cut off again and redwood::Error is thrown. First checks
+  // that `path` still names the file opened (device + inode, not unlinked):
+  // a file replaced or removed under the job is a redwood::Error, and nothing
+  // is written.
   void append(const nlohmann::ordered_json& j);
   void sync();
   void close();
@@ -89,6 +98,7 @@ class ResultWriter {
   int fd_ = -1;
   int every_ = 1;
   int unsynced_ = 0;
+  int64_t appended_ = 0;
 };
 
 // Summary statistics over result lines.

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -157,7 +158,11 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
       if (r->cell.tree.empty()) base = r;
     std::string gp = "set terminal pngcairo size 1200,560 font ',10'\n";
     const std::string png = dir + "/plots/" + g + ".png";
-    gp += "set output " + gp_quote(output_tmp_path(png)) + "\n";  // TempOutput's file, below
+    // Created here (gnuplot would follow a link planted at a name), filled by
+    // gnuplot through its /proc name, removed when it fails or on a kill.
+    std::optional<TempOutput> out;
+    if (have_gnuplot) out.emplace(png);
+    gp += "set output " + gp_quote(out ? out->path() : png) + "\n";
     gp += "set multiplot layout 1,2 title " + gp_quote(g) + " noenhanced\n";
     gp += "set key below noenhanced\nset grid\nset xlabel 'tree budget (nodes per target pass)'\nset logscale x 2\n";
     std::set<int> budgets;  // one budget alone: an explicit range (gnuplot warns of an empty x range)
@@ -200,15 +205,12 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
     gp += "unset multiplot\nset output\n";
     const std::string gpf = dir + "/plots/" + g + ".gp";
     write_output_file(gpf, gp);
-    if (!have_gnuplot) continue;
-    // Created here (exclusively: gnuplot would follow a link planted at the
-    // name), filled by gnuplot, removed when it fails or on a fatal signal.
-    TempOutput out(png);
+    if (!out) continue;
     if (!run_gnuplot(gpf)) {
       have_gnuplot = false;
       continue;
     }
-    out.commit();
+    out->commit();
     pngs.push_back(png);
   }
   return pngs;

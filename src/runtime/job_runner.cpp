@@ -194,7 +194,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
     session->load(job.ctx, batch_tokens, hooks.quiet ? nullptr : hooks.log);
     if (const auto& a = session->auto_choice()) auto_choice = a->choice;
   }
-  jobs::ResultWriter writer(job.output, job.fsync_every);
+  jobs::ResultWriter writer(job.output, job.fsync_every, &lock);
   jobs::Progress progress(hooks.log, hooks.tty, job.progress_every);
   jobs::ProgressState ps;
   ps.total = static_cast<int64_t>(items.size());

@@ -21,13 +21,14 @@ extern "C" void on_stop_signal(int sig) {
 }  // namespace
 
 void install_stop_signals() {
-  // The first SIGINT/SIGTERM finishes cleanly (the line in flight is
-  // abandoned, everything written stays); a second one kills at once.
+  // The first SIGINT/SIGTERM/SIGHUP (a closed terminal or SSH session)
+  // finishes cleanly (the line in flight is abandoned, everything written
+  // stays); a second one kills at once.
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESETHAND;
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction old {};
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;  // nohup, a background job
     sigaction(sig, &sa, nullptr);
@@ -36,6 +37,17 @@ void install_stop_signals() {
 
 int stop_signal() {
   return g_signal.load();
+}
+
+const char* stop_signal_name() {
+  switch (g_signal.load()) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "SIGINT";
+  }
 }
 
 }  // namespace redwood::runtime

@@ -1,4 +1,4 @@
-// SIGINT/SIGTERM for long runs (generate, batch, bench run): the first signal
+// SIGINT/SIGTERM/SIGHUP for long runs (generate, batch, bench run): the first signal
 // asks the run to stop (polled through stop_signal, e.g. as a generation's
 // cancelled()), a second one kills at once (removing any temp output file:
 // src/util/temp_files.h).
@@ -7,6 +7,7 @@
 namespace redwood::runtime {
 
 void install_stop_signals();
-int stop_signal();  // 0 while none arrived, else the signal number
+int stop_signal();               // 0 while none arrived, else the signal number
+const char* stop_signal_name();  // "SIGINT", "SIGTERM" or "SIGHUP" (SIGINT while none arrived)
 
 }  // namespace redwood::runtime

@@ -308,7 +308,8 @@ def body(rw: str, big: str, tmp: str) -> int:
 
     # ---- signal: a writer killed mid-write leaves no temp file ------------------------------
     # A 256 MiB F16 model, so that pack and quantize are still writing when the signal comes
-    # (the test waits for the temp file to appear, then signals).
+    # (the test waits for the writer to hold its temp file open, named or unnamed (O_TMPFILE),
+    # then signals).
     synth = os.path.join(tmp, "synth-f16.gguf")
     tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "make-synthetic-gguf.py")
     g = subprocess.run([sys.executable, tool, "--layers", "8", "--dim", "1024", "--heads", "8", "--kv-heads", "8",
@@ -325,7 +326,11 @@ def body(rw: str, big: str, tmp: str) -> int:
                                     start_new_session=True, preexec_fn=default_signals)
             deadline, seen = time.time() + 60, False
             while time.time() < deadline and proc.poll() is None:
-                if any(".tmp." in f for f in os.listdir(outdir)):
+                try:
+                    fds = [os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{proc.pid}/fd")]
+                except OSError:
+                    fds = []
+                if any(t.startswith(outdir + "/") for t in fds):
                     seen = True
                     break
                 time.sleep(0.002)
