@@ -8,6 +8,7 @@
 #include "offload/layer_layout.h"
 #include "src/engine/weights.h"
 #include "src/util/error.h"
+#include "src/util/size.h"
 
 namespace redwood::offload {
 

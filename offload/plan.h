@@ -17,14 +17,8 @@
 
 #include "src/model/model_desc.h"
 #include "src/util/error.h"
-#include "src/util/size.h"
 
 namespace redwood::offload {
-
-// Sizes and device budgets are read by src/util/size.h; offload:: names the
-// size functions too, for its callers.
-using redwood::format_size;
-using redwood::parse_size;
 
 enum class Tier { kDevice, kHost, kStorage };
 const char* tier_name(Tier t);  // "device", "host", "storage"

@@ -180,7 +180,7 @@ void StreamedWeights::start_threads() {
       read_loop();
     });
     // At the compute threads' priority: raised like the I/O thread, it took
-    // cores from them in passes that are not I/O-bound (perf-log 2026-11-26,
+    // cores from them in passes that are not I/O-bound (docs/PERFORMANCE.md,
     // "Packed models").
     if (const char* e = std::getenv("REDWOOD_DECODE_THREADS"))  // a measurement knob, like REDWOOD_ISA
       opts_.decode_threads = std::clamp(std::atoi(e), 1, 64);

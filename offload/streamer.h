@@ -49,9 +49,8 @@ struct StreamOptions {
   // copies freed; without a link, the CUDA slot link on its stream is made.
   Backend* backend = nullptr;
   // Packed models decoded on the host: threads that decode each layer's
-  // chunks together (the decode thread and decode_threads - 1 helpers). One:
-  // on 2 vCPUs a second one was no faster where decoding is off the critical
-  // path and slower at 1-8 tokens (perf-log 2026-11-26); $REDWOOD_DECODE_THREADS
+  // chunks together (the decode thread and decode_threads - 1 helpers). One
+  // by default (why: docs/PERFORMANCE.md, "Packed models"); $REDWOOD_DECODE_THREADS
   // sets it for a measurement where storage outruns one decoding core.
   int decode_threads = 1;
 };

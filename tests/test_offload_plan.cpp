@@ -11,6 +11,7 @@
 #include "offload/plan.h"
 #include "src/engine/weights.h"
 #include "src/util/error.h"
+#include "src/util/size.h"
 #include "tests/util/tiny_gguf.h"
 
 namespace redwood::offload {

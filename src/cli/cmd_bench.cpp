@@ -18,8 +18,6 @@ namespace redwood::cli {
 
 namespace {
 
-using offload::format_size;
-
 struct BenchOffloadOptions {
   RunOptions run;
   std::string tokens = "1,16,64,256,768";

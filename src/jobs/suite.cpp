@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "src/jobs/job.h"
-#include "src/engine/kv_cache.h"
+#include "src/engine/kv_type.h"
 #include "src/util/error.h"
 #include "src/util/size.h"
 #include "src/util/toml_section.h"

@@ -1,7 +1,6 @@
 #include "src/runtime/bench_offload.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -9,18 +8,13 @@
 #include "src/util/size.h"
 #include "offload/storage_reader.h"
 #include "offload/streamer.h"
+#include "src/util/clock.h"
 #include "src/util/error.h"
 #include "src/util/output_path.h"
 
 namespace redwood::runtime {
 
-using offload::format_size;
-
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // One round of storage_bandwidth (below).
 double storage_bandwidth_once(const ModelDesc& d, const offload::MemoryPlan& plan, const offload::ReaderOptions& ro,
@@ -35,7 +29,7 @@ double storage_bandwidth_once(const ModelDesc& d, const offload::MemoryPlan& pla
   constexpr uint64_t kReq = 64u << 20;
   AlignedBuffer buf(kReq, offload::kIoAlign);
   uint64_t done = 0;
-  const double t0 = now();
+  const double t0 = now_seconds();
   while (done < min_bytes)
     for (const auto& r : ranges)
       for (uint64_t off = 0; off < r.bytes; off += kReq) {
@@ -45,7 +39,7 @@ double storage_bandwidth_once(const ModelDesc& d, const offload::MemoryPlan& pla
         reader->read({&q, 1});
         done += n;
       }
-  const double dt = now() - t0;
+  const double dt = now_seconds() - t0;
   if (dt <= 0) throw Error("cannot measure storage bandwidth");
   return static_cast<double>(done) / dt;
 }
@@ -84,9 +78,9 @@ std::vector<Timing> time_passes(const ModelDesc& d, WeightSource& w, Backend& be
     const TreeBatch b = random_tree(n, prefix, d.hp.vocab);
     std::vector<std::pair<double, offload::PassIo>> runs;
     for (int r = 0; r < repeat; ++r) {
-      const double t0 = now();
+      const double t0 = now_seconds();
       tf.forward(b.view(), kv, logits, LogitsRows::kAll);
-      runs.emplace_back(now() - t0, streamed ? streamed->last_pass() : offload::PassIo{});
+      runs.emplace_back(now_seconds() - t0, streamed ? streamed->last_pass() : offload::PassIo{});
       kv.discard();
     }
     // Best of `repeat`: the fastest is the least disturbed estimate of the true cost.
@@ -147,9 +141,9 @@ nlohmann::json bench_offload(const OffloadBench& o) {
     rss = peak_rss();
     if (!o.run.trace.empty()) write_output_file(o.run.trace, trace.json(), /*fifo_ok=*/true);
   }
-  // The probe again, right after the passes: this VM's disk drifts by tens of
-  // percent within minutes, so the floor takes the faster of the two (the
-  // stricter floor), and both are reported.
+  // The probe again, right after the passes: storage bandwidth drifts between
+  // minutes (docs/PERFORMANCE.md, "A streamed pass against its floor"), so the
+  // floor takes the faster of the two (the stricter floor), and both are reported.
   const double bw_after = storage_bandwidth(d, plan, ro, bw_bytes);
   const double bw = std::max(bw_before, bw_after);
   std::fprintf(stderr, "storage bandwidth after the passes: %.1f MB/s; the floor uses %.1f\n", bw_after / 1e6,

@@ -1,7 +1,6 @@
 #include "src/runtime/job_runner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <unordered_set>
 
@@ -12,6 +11,7 @@
 #include "src/model/chat_template.h"
 #include "src/model/fingerprint.h"
 #include "src/runtime/session.h"
+#include "src/util/clock.h"
 #include "src/util/error.h"
 #include "src/util/file_version.h"
 #include "src/util/io.h"
@@ -22,10 +22,6 @@ namespace redwood::runtime {
 using nlohmann::json;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Per-prompt seed: the job's seed mixed with the id, so a prompt's sample does
 // not depend on which prompts ran before it (resumed == uninterrupted).
@@ -200,10 +196,10 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   ps.done = already;
   int64_t passes = 0, pass_tokens = 0;
   bool interrupted = false;
-  const double t_start = now();
+  const double t_start = now_seconds();
   auto refresh = [&](bool force) {
     if (hooks.quiet) return;
-    ps.seconds = now() - t_start;
+    ps.seconds = now_seconds() - t_start;
     ps.accepted_per_pass = passes ? static_cast<double>(pass_tokens) / static_cast<double>(passes) : 0.0;
     progress.update(ps, force);
   };
@@ -286,7 +282,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   }
   writer.close();
   if (!hooks.quiet) {
-    ps.seconds = now() - t_start;
+    ps.seconds = now_seconds() - t_start;
     progress.finish(ps);
   }
 
@@ -301,7 +297,7 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   f.done_this_run = ps.done_this_run;
   f.already_done = already;
   f.tokens_this_run = ps.tokens;
-  f.wall_seconds = now() - t_start;
+  f.wall_seconds = now_seconds() - t_start;
   f.interrupted = interrupted;
   const spec::SpecConfig* cfg = session->spec_config();
   f.config = {{"target", job.target},

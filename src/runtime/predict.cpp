@@ -38,11 +38,11 @@ planner::Prediction predict_run(const PredictRun& c) {
   if (!c.past_given) o.n_past = std::min(o.n_past, o.ctx);
   o.acceptance = c.acceptance.empty() ? spec::default_acceptance(16) : spec::read_acceptance_file(c.acceptance);
   if (!c.device_mem.empty()) {
-    o.device_budget = offload::parse_size(c.device_mem, "--device-mem");
+    o.device_budget = parse_size(c.device_mem, "--device-mem");
     if (o.device_budget == 0) throw Error("--device-mem must be positive (omit it to use the hardware's memory)");
     if (o.device_budget > hw.device_memory)
       throw Error("--device-mem " + c.device_mem + " exceeds the " + hw.name + "'s " +
-                  offload::format_size(hw.device_memory));
+                  format_size(hw.device_memory));
   }
   return planner::predict(hw, target, draft, o);
 }

@@ -55,16 +55,13 @@ offload::RunShape Session::shape(int ctx, int batch_tokens) const {
   offload::RunShape s;
   s.ctx = ctx;
   s.max_tokens = std::max(batch_tokens, draft_ ? tree_nodes() + 1 : 0);
-  s.kv_type = kv_type_from_name(c_.run.kv_type);
   return s;
 }
 
 void Session::check_plan(int ctx, int batch_tokens) const {
   if (c_.run.device_mem.empty() && c_.run.host_mem.empty()) return;
-  offload::RunShape s = shape(ctx, batch_tokens);
-  s.threads = cpu_threads();
   try {
-    (void)offload::plan_memory(target_.desc, draft_ ? &draft_->desc : nullptr, budgets_from(c_.run), s);
+    (void)plan_run_memory(target_.desc, draft_ ? &draft_->desc : nullptr, c_.run, shape(ctx, batch_tokens));
   } catch (const Error& e) {
     throw SetupError("memory", e.what());
   }

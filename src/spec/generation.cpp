@@ -1,15 +1,13 @@
 #include "src/spec/generation.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "src/util/clock.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {
 
 namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Accumulates text, cuts it at the first stop string, and releases only text
 // that no stop string can still claim.
@@ -92,10 +90,10 @@ Generation generate(Transformer& target, const Tokenizer& tok, const GenerationR
     KvCache kv = target.make_cache(capacity);
     Sampler sampler(req.sampling);
     std::vector<float> logits(static_cast<size_t>(target.hparams().vocab));
-    const double t0 = now();
+    const double t0 = now_seconds();
     prefill(target, kv, req.prompt, req.prefill_chunk, logits);
-    g.prefill_seconds = now() - t0;
-    t1 = now();
+    g.prefill_seconds = now_seconds() - t0;
+    t1 = now_seconds();
     while (true) {
       if (stop_requested()) {
         g.finish = "cancelled";
@@ -113,10 +111,10 @@ Generation generate(Transformer& target, const Tokenizer& tok, const GenerationR
     cfg.sampling = req.sampling;
     cfg.prefill_chunk = req.prefill_chunk;
     SpecDecoder dec(target, *draft->draft, *draft->target_desc, *draft->draft_desc, cfg, capacity);
-    const double t0 = now();
+    const double t0 = now_seconds();
     dec.start(req.prompt);
-    g.prefill_seconds = now() - t0;
-    t1 = now();
+    g.prefill_seconds = now_seconds() - t0;
+    t1 = now_seconds();
     bool go = true;
     while (go) {
       if (stop_requested()) {
@@ -135,7 +133,7 @@ Generation generate(Transformer& target, const Tokenizer& tok, const GenerationR
       sink.finish();
   }
   g.text = sink.take();
-  g.decode_seconds = now() - t1;
+  g.decode_seconds = now_seconds() - t1;
   return g;
 }
 

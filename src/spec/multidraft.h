@@ -67,7 +67,6 @@ class PairRule {
   bool needs_uniform(int32_t x, int32_t y) const;
   std::span<const double> induced() const { return pI_; }    // the exact law of the selected token
   std::span<const int32_t> order() const { return order_; }  // tokens, sort-key order
-  int omega1() const { return s_; }
   double lp_value() const { return lp_value_; }  // sum over Omega1 of min(p, pI) at the LP optimum
 
  private:

@@ -1,10 +1,10 @@
 #include "src/spec/speculate.h"
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "src/util/clock.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {
@@ -12,10 +12,6 @@ namespace redwood::spec {
 namespace {
 
 constexpr int64_t kMaxTreeNodes = 8192;  // --budget's limit, root included
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int parse_positive(const std::string& s, const std::string& spec) {
   char* end = nullptr;
@@ -215,7 +211,7 @@ void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<c
 
 std::vector<int32_t> SpecDecoder::step() {
   const int L = tkv_.committed();  // root position
-  const double t0 = now();
+  const double t0 = now_seconds();
 
   // ---- draft: first pass = the draft's unprocessed tokens, ending at the root ----
   const int m = static_cast<int>(draft_todo_.size());
@@ -245,7 +241,7 @@ std::vector<int32_t> SpecDecoder::step() {
   };
   const std::vector<int32_t> keep = grow_tree(*policy_, T, forward, rng_);
   draft_row.resize(T.size(), -1);
-  const double t1 = now();
+  const double t1 = now_seconds();
 
   // ---- the verified tree: the kept nodes, renumbered in id order ----
   const int n = static_cast<int>(keep.size());
@@ -338,7 +334,7 @@ std::vector<int32_t> SpecDecoder::step() {
   stats_.accepted_by_depth[k]++;
   stats_.emitted += static_cast<int64_t>(out.size());
   stats_.draft_seconds += t1 - t0;
-  stats_.verify_seconds += now() - t1;
+  stats_.verify_seconds += now_seconds() - t1;
   return out;
 }
 
