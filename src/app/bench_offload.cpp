@@ -1,4 +1,4 @@
-#include "src/runtime/bench_offload.h"
+#include "src/app/bench_offload.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -12,7 +12,9 @@
 #include "src/util/error.h"
 #include "src/util/output_path.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
+
+using namespace runtime;
 
 namespace {
 
@@ -208,4 +210,4 @@ nlohmann::json bench_offload(const OffloadBench& o) {
           {"passes", rows}};
 }
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

@@ -9,10 +9,10 @@
 
 #include "src/runtime/model.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
 
 struct OffloadBench {
-  RunOptions run;          // device_mem required; trace: a Chrome trace of the streamed passes
+  runtime::RunOptions run;  // device_mem required; trace: a Chrome trace of the streamed passes
   std::vector<int> sizes;  // tree nodes per timed pass
   int repeat = 3, prefix = 32;
   bool skip_resident = false;  // no all-resident passes (a model bigger than RAM)
@@ -21,4 +21,4 @@ struct OffloadBench {
 // The plan, bandwidths, peak RSS and one row per size (progress on stderr).
 nlohmann::json bench_offload(const OffloadBench& o);
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

@@ -1,4 +1,4 @@
-#include "src/runtime/inspect.h"
+#include "src/app/inspect.h"
 
 #include <algorithm>
 #include <map>
@@ -9,7 +9,9 @@
 #include "src/util/error.h"
 #include "src/util/io.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
+
+using namespace runtime;
 
 std::string version_line() {
   std::string v = "redwood 0.1.0";
@@ -116,4 +118,4 @@ std::string npy_f32(const float* data, size_t rows, size_t cols) {
   return out;
 }
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

@@ -8,7 +8,7 @@
 #include "src/model/model_desc.h"
 #include "src/runtime/model.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
 
 // A model's description as `redwood info --json` prints it: hyperparameters,
 // sizes, tensor types (count and bytes per type), fingerprint, tokenizer.
@@ -25,10 +25,10 @@ std::string tokenize_jsonl(const Tokenizer& tok, const std::string& path, bool r
 // The logits of every row of one pass over a token tree on a fresh cache:
 // parents empty = a chain; positions empty = each token's depth in the tree.
 // Throws redwood::Error naming --parents when a parent is not an earlier row.
-std::vector<float> tree_logits(LoadedModel& m, const std::vector<int32_t>& toks, std::vector<int32_t> parents,
+std::vector<float> tree_logits(runtime::LoadedModel& m, const std::vector<int32_t>& toks, std::vector<int32_t> parents,
                                std::vector<int32_t> positions);
 
 // A .npy (v1.0) of float32 [rows][cols].
 std::string npy_f32(const float* data, size_t rows, size_t cols);
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

@@ -1,4 +1,4 @@
-#include "src/runtime/job_runner.h"
+#include "src/app/job_runner.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -17,7 +17,9 @@
 #include "src/util/io.h"
 #include "src/util/output_path.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
+
+using namespace runtime;
 
 using nlohmann::json;
 
@@ -321,4 +323,4 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   return {std::move(s), interrupted};
 }
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

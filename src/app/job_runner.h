@@ -9,7 +9,7 @@
 
 #include "src/jobs/job.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
 
 struct JobHooks {
   std::function<bool()> cancelled;  // polled between decoding steps (a signal arrived)
@@ -27,4 +27,4 @@ struct JobOutcome {
 // (with file:line: key), before any model weights load.
 JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks);
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

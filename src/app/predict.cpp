@@ -1,4 +1,4 @@
-#include "src/runtime/predict.h"
+#include "src/app/predict.h"
 
 #include <algorithm>
 #include <optional>
@@ -9,7 +9,7 @@
 #include "src/spec/sequoia_dp.h"
 #include "src/util/error.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
 
 planner::Prediction predict_run(const PredictRun& c) {
   planner::HardwareProfile hw = planner::load_hardware(c.hardware);
@@ -47,4 +47,4 @@ planner::Prediction predict_run(const PredictRun& c) {
   return planner::predict(hw, target, draft, o);
 }
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

@@ -7,7 +7,7 @@
 
 #include "src/planner/predict.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
 
 struct PredictRun {
   std::string model_config;  // the target's (configs/models/*.toml)
@@ -26,4 +26,4 @@ struct PredictRun {
 // Throws redwood::Error naming the option at fault (--draft-type, --device-mem).
 planner::Prediction predict_run(const PredictRun& c);
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

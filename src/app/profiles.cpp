@@ -1,12 +1,14 @@
 // profile-acceptance and profile-hardware (see profiles.h).
-#include "src/runtime/profiles.h"
+#include "src/app/profiles.h"
 
 #include <algorithm>
 
 #include "src/model/chat_template.h"
 #include "src/util/error.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
+
+using namespace runtime;
 
 spec::AcceptanceProfile profile_acceptance(const RunOptions& run, const std::string& draft,
                                            const std::string& prompts_file, const jobs::PromptFile& pf, bool chat,
@@ -67,4 +69,4 @@ planner::MeasuredProfile profile_hardware(const RunOptions& run, const std::stri
   return prof;
 }
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

@@ -20,14 +20,15 @@
 #include "src/spec/acceptance_measure.h"
 #include "src/spec/acceptance_profile.h"
 
-namespace redwood::runtime {
+namespace redwood::app {
 
 // run.model must be set. Throws redwood::Error (a draft with another
 // vocabulary, a prompt that encodes to no tokens) before any weight loads.
-spec::AcceptanceProfile profile_acceptance(const RunOptions& run, const std::string& draft,
+spec::AcceptanceProfile profile_acceptance(const runtime::RunOptions& run, const std::string& draft,
                                            const std::string& prompts_file, const jobs::PromptFile& pf, bool chat,
                                            const spec::AcceptanceRun& ar);
 
-planner::MeasuredProfile profile_hardware(const RunOptions& run, const std::string& draft, const HardwareRun& hr);
+planner::MeasuredProfile profile_hardware(const runtime::RunOptions& run, const std::string& draft,
+                                          const runtime::HardwareRun& hr);
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

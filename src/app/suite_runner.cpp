@@ -1,5 +1,5 @@
 // Bench suites (see bench_suite.h).
-#include "src/runtime/bench_suite.h"
+#include "src/app/suite_runner.h"
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "src/jobs/suite.h"
-#include "src/runtime/job_runner.h"
+#include "src/app/job_runner.h"
 #include "src/spec/speculate.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
@@ -25,7 +25,7 @@
 
 extern char** environ;
 
-namespace redwood::runtime {
+namespace redwood::app {
 
 using nlohmann::json;
 
@@ -376,4 +376,4 @@ SuiteReport run_suite(const SuiteRun& o) {
   return rep;
 }
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

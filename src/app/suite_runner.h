@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace redwood::runtime {
+namespace redwood::app {
 
 struct SuiteRun {
   std::string suite, out;  // the suite file, the output directory
@@ -32,4 +32,4 @@ struct SuiteReport {
 // per cell on stderr) and writes the reports. Throws redwood::Error.
 SuiteReport run_suite(const SuiteRun& o);
 
-}  // namespace redwood::runtime
+}  // namespace redwood::app

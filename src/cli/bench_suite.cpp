@@ -1,6 +1,6 @@
 // redwood bench run SUITE.toml --out DIR: a matrix of batch jobs, tables and
 // plots (src/runtime/bench_suite.h).
-#include "src/runtime/bench_suite.h"
+#include "src/app/suite_runner.h"
 
 #include <cstdio>
 
@@ -18,13 +18,13 @@ struct SuiteOptions {
 
 int run_suite(SuiteOptions& o) {
   if (o.out.empty()) throw Error("--out DIR is required");
-  runtime::SuiteRun r;
+  app::SuiteRun r;
   r.suite = o.suite;
   r.out = o.out;
   r.threads = o.threads;
   r.cancelled = [] { return stop_signal() != 0; };
   install_stop_signals();
-  const runtime::SuiteReport rep = runtime::run_suite(r);
+  const app::SuiteReport rep = app::run_suite(r);
   if (rep.interrupted) {
     std::fprintf(stderr, "\nredwood: interrupted: %zu of %zu cells done in %s; run the same command again to resume\n",
                  rep.cells_done, rep.cells, o.out.c_str());

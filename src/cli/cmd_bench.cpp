@@ -10,7 +10,7 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/runtime/bench_offload.h"
+#include "src/app/bench_offload.h"
 #include "src/util/error.h"
 #include "src/util/size.h"
 
@@ -31,7 +31,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
   apply_run_options(o.run);
   check_draft_budget(o.run, "");
   if (o.run.device_mem.empty()) throw Error("bench offload needs --device-mem (the budget to stream under)");
-  runtime::OffloadBench b;
+  app::OffloadBench b;
   for (int32_t n : parse_int_list(o.tokens, "--tokens")) {
     if (n < 1 || n > 8192) throw Error("--tokens: each size must be in 1..8192");
     b.sizes.push_back(n);
@@ -41,7 +41,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
   b.repeat = o.repeat;
   b.prefix = o.prefix;
   b.skip_resident = o.skip_resident;
-  const nlohmann::json j = runtime::bench_offload(b);
+  const nlohmann::json j = app::bench_offload(b);
   if (o.json) {
     std::puts(j.dump().c_str());
     return 0;

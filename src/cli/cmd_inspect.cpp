@@ -5,7 +5,7 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/runtime/inspect.h"
+#include "src/app/inspect.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
@@ -26,7 +26,7 @@ std::string human(uint64_t b) {
 
 int run_info(const std::string& path, bool json) {
   const ModelDesc m = load_model_desc(path);
-  const nlohmann::json j = runtime::model_info(m);
+  const nlohmann::json j = app::model_info(m);
   if (json) {
     std::puts(j.dump(2).c_str());
     return 0;
@@ -66,7 +66,7 @@ int run_info(const std::string& path, bool json) {
 int run_tokenize(RunOptions& o, const std::string& text, const std::string& jsonl, bool raw) {
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   if (!jsonl.empty()) {
-    std::fputs(runtime::tokenize_jsonl(*m.tokenizer, jsonl, raw).c_str(), stdout);
+    std::fputs(app::tokenize_jsonl(*m.tokenizer, jsonl, raw).c_str(), stdout);
     return 0;
   }
   std::puts(nlohmann::json(m.tokenizer->encode(text, !raw, !raw)).dump().c_str());
@@ -93,8 +93,8 @@ int run_logits(RunOptions& o, const std::string& tokens, const std::string& pare
     positions = parse_int_list(positions_s, "--positions");
     if (positions.size() != toks.size()) throw Error("--positions must have one entry per token");
   }
-  const std::vector<float> logits = runtime::tree_logits(m, toks, parents, positions);
-  write_output_file(out, runtime::npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
+  const std::vector<float> logits = app::tree_logits(m, toks, parents, positions);
+  write_output_file(out, app::npy_f32(logits.data(), toks.size(), m.desc.hp.vocab));
   finish_run(m, o);
   return 0;
 }
