@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "src/model/chat_template.h"
+#include "src/runtime/session.h"
 #include "src/util/error.h"
 
 namespace redwood::app {
@@ -19,12 +19,7 @@ spec::AcceptanceProfile profile_acceptance(const RunOptions& run, const std::str
     throw Error(draft + ": the draft's vocabulary differs from the target's");
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& it : pf.items) {
-    std::string text = it.prompt;
-    if (!it.messages.empty())
-      text = apply_chat_template(m.desc.chat_template, it.messages);
-    else if (chat)
-      text = apply_chat_template(m.desc.chat_template, {{"user", it.prompt}});
-    prompts.push_back(m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true));
+    prompts.push_back(encode_prompt(m, {it.prompt, it.messages, chat, {}, "the prompt"}));
     if (prompts.back().empty())
       throw Error(prompts_file + ":" + std::to_string(it.line) + ": the prompt encodes to no tokens");
   }
