@@ -94,6 +94,40 @@ std::vector<Timing> time_passes(const ModelDesc& d, WeightSource& w, Backend& be
   return out;
 }
 
+// One row per size: the streamed pass against its floor, max(the I/O floor
+// (storage at `bw`, the host -> device link at `link_bw` where there is one),
+// the resident pass), and against its own I/O time.
+nlohmann::json floor_rows(const std::vector<int>& sizes, const std::vector<Timing>& streamed,
+                          const std::vector<Timing>& resident, double bw, double link_bw) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double storage_floor = static_cast<double>(streamed[i].io.storage_bytes) / bw;
+    const double link_floor =
+        link_bw > 0 ? static_cast<double>(streamed[i].io.storage_bytes + streamed[i].io.host_bytes) / link_bw : 0.0;
+    const double io_floor = std::max(storage_floor, link_floor);
+    const double compute = resident.empty() ? 0.0 : resident[i].seconds;
+    const double floor = std::max(io_floor, compute);
+    // The same against this pass's own I/O time (the I/O thread's busy time for
+    // its layers): how well the pipeline overlaps, independent of how far the
+    // storage bandwidth drifted since it was measured.
+    const double own_floor = std::max(streamed[i].io.io_seconds, compute);
+    rows.push_back({{"n", sizes[i]},
+                    {"pass_seconds", streamed[i].seconds},
+                    {"storage_bytes", streamed[i].io.storage_bytes},
+                    {"host_bytes", streamed[i].io.host_bytes},
+                    {"stall_seconds", streamed[i].io.stall_seconds},
+                    {"io_floor_seconds", io_floor},
+                    {"link_floor_seconds", link_floor},
+                    {"resident_seconds", compute},
+                    {"floor_seconds", floor},
+                    {"ratio", floor > 0 ? streamed[i].seconds / floor : 0.0},
+                    {"io_seconds", streamed[i].io.io_seconds},
+                    {"decode_seconds", streamed[i].io.decode_seconds},  // packed models: the decode thread's time
+                    {"pipeline_ratio", own_floor > 0 ? streamed[i].seconds / own_floor : 0.0}});
+  }
+  return rows;
+}
+
 }  // namespace
 
 nlohmann::json bench_offload(const OffloadBench& o) {
@@ -160,32 +194,7 @@ nlohmann::json bench_offload(const OffloadBench& o) {
   }
 
   const uint64_t budget = plan.device_budget + plan.host_budget;
-  nlohmann::json rows = nlohmann::json::array();
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const double storage_floor = static_cast<double>(streamed[i].io.storage_bytes) / bw;
-    const double link_floor =
-        link_bw > 0 ? static_cast<double>(streamed[i].io.storage_bytes + streamed[i].io.host_bytes) / link_bw : 0.0;
-    const double io_floor = std::max(storage_floor, link_floor);
-    const double compute = resident.empty() ? 0.0 : resident[i].seconds;
-    const double floor = std::max(io_floor, compute);
-    // The same against this pass's own I/O time (the I/O thread's busy time for
-    // its layers): how well the pipeline overlaps, independent of how far the
-    // storage bandwidth drifted since it was measured.
-    const double own_floor = std::max(streamed[i].io.io_seconds, compute);
-    rows.push_back({{"n", sizes[i]},
-                    {"pass_seconds", streamed[i].seconds},
-                    {"storage_bytes", streamed[i].io.storage_bytes},
-                    {"host_bytes", streamed[i].io.host_bytes},
-                    {"stall_seconds", streamed[i].io.stall_seconds},
-                    {"io_floor_seconds", io_floor},
-                    {"link_floor_seconds", link_floor},
-                    {"resident_seconds", compute},
-                    {"floor_seconds", floor},
-                    {"ratio", floor > 0 ? streamed[i].seconds / floor : 0.0},
-                    {"io_seconds", streamed[i].io.io_seconds},
-                    {"decode_seconds", streamed[i].io.decode_seconds},  // packed models: the decode thread's time
-                    {"pipeline_ratio", own_floor > 0 ? streamed[i].seconds / own_floor : 0.0}});
-  }
+  const nlohmann::json rows = floor_rows(sizes, streamed, resident, bw, link_bw);
   return {{"model", d.path},
           {"model_name", d.name},
           {"model_bytes", d.total_bytes()},

@@ -214,16 +214,11 @@ std::vector<std::string> plot(const std::vector<Row>& rows, const std::vector<st
   return pngs;
 }
 
-}  // namespace
-
-SuiteReport run_suite(const SuiteRun& o) {
-  const jobs::SuiteConfig s = jobs::parse_suite_file(o.suite);
-  if (o.out.empty()) throw Error("the output directory is empty");
-  SuiteReport rep;
-  rep.cells = 0;
-  // The output-path policy (src/util/output_path.h) for the suite's reports,
-  // before any folder is made: the inputs are the suite file, its prompt sets
-  // and models.
+// The output-path policy (src/util/output_path.h) for the suite's reports,
+// before any folder is made (the inputs are the suite file, its prompt sets
+// and models); then the folders and each prompt set's subset: prompt set ->
+// the file its cells read.
+std::map<std::string, std::string> prepare_suite_output(const jobs::SuiteConfig& s, const SuiteRun& o) {
   std::vector<std::string> inputs = {o.suite};
   inputs.insert(inputs.end(), s.prompts.begin(), s.prompts.end());
   for (const auto& m : s.models) {
@@ -238,8 +233,12 @@ SuiteReport run_suite(const SuiteRun& o) {
   }
   std::map<std::string, std::string> prompt_file;
   for (const auto& p : s.prompts) prompt_file[p] = prompt_subset(p, s.limit, o.out);
-  const auto cells = jobs::suite_cells(s);
-  // Validate every cell's job before running any.
+  return prompt_file;
+}
+
+// Every cell's job, checked before any runs (a tree's settings named at matrix.trees).
+std::vector<jobs::JobConfig> cell_jobs(const jobs::SuiteConfig& s, const std::vector<jobs::SuiteCell>& cells,
+                                       const SuiteRun& o, const std::map<std::string, std::string>& prompt_file) {
   std::vector<jobs::JobConfig> jobs_;
   for (const auto& c : cells) {
     jobs::JobConfig j = jobs::cell_job(s, c, o.out, prompt_file.at(c.prompts));
@@ -258,39 +257,36 @@ SuiteReport run_suite(const SuiteRun& o) {
     }
     jobs_.push_back(std::move(j));
   }
-  rep.cells = cells.size();
-  JobHooks hooks;
-  hooks.quiet = true;
-  hooks.cancelled = o.cancelled;
-  std::vector<Row> rows;
-  for (size_t i = 0; i < cells.size(); ++i) {
-    std::fprintf(stderr, "bench: cell %zu/%zu %s ... ", i + 1, cells.size(), cells[i].id().c_str());
-    std::fflush(stderr);
-    const JobOutcome r = run_job(jobs_[i], hooks);
-    if (r.interrupted) {
-      rep.interrupted = true;
-      rep.cells_done = i;
-      return rep;
-    }
-    Row row;
-    row.cell = cells[i];
-    row.summary = r.summary;
-    row.tokens = r.summary["tokens"].get<int64_t>();
-    row.prompts = r.summary["prompts"]["done"].get<int64_t>();
-    row.s_per_token = r.summary["s_per_token_overall"].get<double>();
-    row.tokens_per_pass = r.summary["mean_accepted"].is_number() ? r.summary["mean_accepted"].get<double>() : 1.0;
-    row.tree_nodes = r.summary["mean_tree_nodes"].is_number() ? r.summary["mean_tree_nodes"].get<double>() : 1.0;
-    const double dsec = r.summary["draft_seconds"].get<double>(), vsec = r.summary["verify_seconds"].get<double>();
-    row.draft_share = dsec + vsec > 0 ? dsec / (dsec + vsec) : 0.0;
-    if (const int64_t sp = r.summary.value("streamed_passes", int64_t{0}); sp > 0)
-      row.stall_per_pass = r.summary.value("stall_seconds", 0.0) / static_cast<double>(sp);
-    row.peak_rss = r.summary.value("peak_rss_bytes", uint64_t{0});
-    time_split(row);
-    std::fprintf(stderr, "%.4f s/token, %.2f tokens/pass\n", row.s_per_token, row.tokens_per_pass);
-    rows.push_back(std::move(row));
-  }
+  return jobs_;
+}
 
-  // ---- tables ----
+// A cell's row from its job's summary.
+Row cell_row(const jobs::SuiteCell& cell, const JobOutcome& r) {
+  Row row;
+  row.cell = cell;
+  row.summary = r.summary;
+  row.tokens = r.summary["tokens"].get<int64_t>();
+  row.prompts = r.summary["prompts"]["done"].get<int64_t>();
+  row.s_per_token = r.summary["s_per_token_overall"].get<double>();
+  row.tokens_per_pass = r.summary["mean_accepted"].is_number() ? r.summary["mean_accepted"].get<double>() : 1.0;
+  row.tree_nodes = r.summary["mean_tree_nodes"].is_number() ? r.summary["mean_tree_nodes"].get<double>() : 1.0;
+  const double dsec = r.summary["draft_seconds"].get<double>(), vsec = r.summary["verify_seconds"].get<double>();
+  row.draft_share = dsec + vsec > 0 ? dsec / (dsec + vsec) : 0.0;
+  if (const int64_t sp = r.summary.value("streamed_passes", int64_t{0}); sp > 0)
+    row.stall_per_pass = r.summary.value("stall_seconds", 0.0) / static_cast<double>(sp);
+  row.peak_rss = r.summary.value("peak_rss_bytes", uint64_t{0});
+  time_split(row);
+  return row;
+}
+
+// The reports' text: results.csv, the markdown table (with where the time
+// goes, for cells that streamed) and results.json's cells.
+struct SuiteTables {
+  std::string csv, md;
+  json cells;
+};
+
+SuiteTables suite_tables(const std::vector<Row>& rows) {
   std::map<std::string, double> base_spt;
   for (const Row& r : rows)
     if (r.cell.tree.empty()) base_spt[r.cell.group()] = r.s_per_token;
@@ -359,7 +355,40 @@ SuiteReport run_suite(const SuiteRun& o) {
           "compute s/pass | stall s/pass | read GB/s |\n"
           "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
           split;
-  write_output_file(o.out + "/results.csv", csv);
+  return {std::move(csv), std::move(md), std::move(all)};
+}
+
+}  // namespace
+
+SuiteReport run_suite(const SuiteRun& o) {
+  const jobs::SuiteConfig s = jobs::parse_suite_file(o.suite);
+  if (o.out.empty()) throw Error("the output directory is empty");
+  SuiteReport rep;
+  rep.cells = 0;
+  const std::map<std::string, std::string> prompt_file = prepare_suite_output(s, o);
+  const auto cells = jobs::suite_cells(s);
+  const std::vector<jobs::JobConfig> jobs_ = cell_jobs(s, cells, o, prompt_file);
+  rep.cells = cells.size();
+  JobHooks hooks;
+  hooks.quiet = true;
+  hooks.cancelled = o.cancelled;
+  std::vector<Row> rows;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    std::fprintf(stderr, "bench: cell %zu/%zu %s ... ", i + 1, cells.size(), cells[i].id().c_str());
+    std::fflush(stderr);
+    const JobOutcome r = run_job(jobs_[i], hooks);
+    if (r.interrupted) {
+      rep.interrupted = true;
+      rep.cells_done = i;
+      return rep;
+    }
+    Row row = cell_row(cells[i], r);
+    std::fprintf(stderr, "%.4f s/token, %.2f tokens/pass\n", row.s_per_token, row.tokens_per_pass);
+    rows.push_back(std::move(row));
+  }
+  const SuiteTables t = suite_tables(rows);
+  const std::string& md = t.md;
+  write_output_file(o.out + "/results.csv", t.csv);
   write_output_file(o.out + "/results.md", "# " + (s.name.empty() ? o.suite : s.name) + "\n\n" + md);
   bool have_gnuplot = true;
   std::vector<std::string> series;  // every tree entry in first-seen order: its colour index
@@ -367,7 +396,7 @@ SuiteReport run_suite(const SuiteRun& o) {
     if (!r.cell.tree.empty() && std::find(series.begin(), series.end(), r.cell.tree) == series.end())
       series.push_back(r.cell.tree);
   const auto pngs = plot(rows, series, o.out, have_gnuplot);
-  json doc = {{"suite", s.name.empty() ? o.suite : s.name}, {"file", o.suite}, {"cells", all}, {"plots", pngs}};
+  json doc = {{"suite", s.name.empty() ? o.suite : s.name}, {"file", o.suite}, {"cells", t.cells}, {"plots", pngs}};
   write_output_file(o.out + "/results.json", doc.dump(2) + "\n");
   rep.cells_done = rows.size();
   rep.markdown = md;
