@@ -20,8 +20,8 @@
 #include "src/planner/optimizer.h"
 #include "src/planner/predict.h"
 #include "src/planner/profile_cache.h"
-#include "src/spec/sequoia_dp.h"
-#include "src/spec/tree_policy.h"
+#include "src/speculative/sequoia_dp.h"
+#include "src/speculative/tree_policy.h"
 #include "src/util/error.h"
 #include "tests/util/errors.h"
 

@@ -15,7 +15,7 @@
 #include "src/model/gguf_writer.h"
 #include "src/model/model_desc.h"
 #include "src/model/packed.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 #include "tests/util/test_model.h"
 

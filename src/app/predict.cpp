@@ -6,7 +6,7 @@
 #include "src/util/size.h"
 #include "src/planner/hardware.h"
 #include "src/planner/model_config.h"
-#include "src/spec/sequoia_dp.h"
+#include "src/speculative/sequoia_dp.h"
 #include "src/util/error.h"
 
 namespace redwood::app {

@@ -4,7 +4,7 @@
 //
 // profile-acceptance: the positional acceptance vector of a draft for a
 // target, measured Sequoia's way (one-level trees at many positions of real
-// text), plus the per-depth acceptance of chains (src/spec/acceptance_measure.h).
+// text), plus the per-depth acceptance of chains (src/speculative/acceptance_measure.h).
 // Text: each prompt (chat template as in batch jobs) continued by the target
 // itself at the profile's temperature. One target pass and one draft pass over
 // the whole sequence give p and q at every continuation position; each position
@@ -17,8 +17,8 @@
 #include "src/planner/measured.h"
 #include "src/runtime/model.h"
 #include "src/runtime/tree_auto.h"
-#include "src/spec/acceptance_measure.h"
-#include "src/spec/acceptance_profile.h"
+#include "src/speculative/acceptance_measure.h"
+#include "src/speculative/acceptance_profile.h"
 
 namespace redwood::app {
 

@@ -18,7 +18,7 @@
 
 #include "src/jobs/suite.h"
 #include "src/app/job_runner.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 #include "src/util/output_path.h"

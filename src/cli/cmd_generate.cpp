@@ -12,7 +12,7 @@
 #include "src/cli/common.h"
 #include "src/engine/sampler.h"
 #include "src/runtime/session.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 

@@ -19,8 +19,8 @@
 #include "src/model/chat_template.h"
 #include "src/runtime/model.h"
 #include "src/runtime/tree_auto.h"
-#include "src/spec/generation.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/generation.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 
 namespace redwood::jobs {

@@ -8,7 +8,7 @@
 
 #include "src/planner/dynamic_profile.h"
 #include "src/planner/profile_cache.h"
-#include "src/spec/acceptance_measure.h"
+#include "src/speculative/acceptance_measure.h"
 #include "src/util/cache_dir.h"
 #include "src/util/clock.h"
 #include "src/util/error.h"

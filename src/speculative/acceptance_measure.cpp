@@ -1,10 +1,10 @@
-#include "src/spec/acceptance_measure.h"
+#include "src/speculative/acceptance_measure.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "src/spec/generation.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/generation.h"
+#include "src/speculative/speculate.h"
 
 namespace redwood::spec {
 

@@ -11,7 +11,7 @@
 #include "src/engine/sampler.h"
 #include "src/engine/transformer.h"
 #include "src/model/model_desc.h"
-#include "src/spec/acceptance_profile.h"
+#include "src/speculative/acceptance_profile.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace redwood::spec {

@@ -1,5 +1,5 @@
 // Measured positional acceptance (see acceptance_profile.h).
-#include "src/spec/acceptance_profile.h"
+#include "src/speculative/acceptance_profile.h"
 
 #include <xxhash.h>
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "src/engine/sampler.h"
-#include "src/spec/verify.h"
+#include "src/speculative/verify.h"
 
 namespace redwood::spec {
 

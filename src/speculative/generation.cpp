@@ -1,4 +1,4 @@
-#include "src/spec/generation.h"
+#include "src/speculative/generation.h"
 
 #include <algorithm>
 

@@ -15,7 +15,7 @@
 #include "src/engine/sampler.h"
 #include "src/engine/transformer.h"
 #include "src/model/model_desc.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace redwood::spec {

@@ -1,13 +1,13 @@
 // Multi-draft speculative sampling with truncated importance-weighted selection
 // (see multidraft.h). p = TARGET, q = DRAFT (the notes/paper swap the letters).
-#include "src/spec/multidraft.h"
+#include "src/speculative/multidraft.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
 
-#include "src/spec/dist_util.h"
+#include "src/speculative/dist_util.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {

@@ -22,7 +22,7 @@
 // inequality some optimum has subtree sizes non-increasing in rank, whose last
 // (smallest) one is <= (m-1)/b. The work drops from ~M^2 L K / 2 to
 // ~M^2 L ln(K) / 2 multiply-adds (n = 1024, d = 32, K = 32: ~50 M).
-#include "src/spec/sequoia_dp.h"
+#include "src/speculative/sequoia_dp.h"
 
 #include <algorithm>
 #include <cmath>

@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/spec/tree_policy.h"
+#include "src/speculative/tree_policy.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {

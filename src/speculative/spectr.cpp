@@ -1,11 +1,11 @@
 // SpecTr k-Seq (see spectr.h). p = TARGET, q = DRAFT (the notes/paper swap them).
-#include "src/spec/spectr.h"
+#include "src/speculative/spectr.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "src/spec/dist_util.h"
+#include "src/speculative/dist_util.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {

@@ -1,4 +1,4 @@
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 
 #include <algorithm>
 #include <fstream>

@@ -20,9 +20,9 @@
 
 #include "src/engine/sampler.h"
 #include "src/engine/transformer.h"
-#include "src/spec/sequoia_dp.h"
-#include "src/spec/tree_policy.h"
-#include "src/spec/verify.h"
+#include "src/speculative/sequoia_dp.h"
+#include "src/speculative/tree_policy.h"
+#include "src/speculative/verify.h"
 
 namespace redwood::spec {
 

@@ -1,4 +1,4 @@
-#include "src/spec/tree_policy.h"
+#include "src/speculative/tree_policy.h"
 
 #include <algorithm>
 #include <cmath>

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "src/engine/sampler.h"
-#include "src/spec/sequoia_dp.h"
-#include "src/spec/verify.h"
+#include "src/speculative/sequoia_dp.h"
+#include "src/speculative/verify.h"
 
 namespace redwood::spec {
 

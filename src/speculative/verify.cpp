@@ -5,15 +5,15 @@
 // draft distribution never updated); SpecTr and multi-draft IS live in
 // spectr.cpp / multidraft.cpp and are walked by path classes (verify_classes).
 // NAMING: here p = TARGET, q = DRAFT (the SpecTr/multi-draft notes swap them).
-#include "src/spec/verify.h"
+#include "src/speculative/verify.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "src/spec/dist_util.h"
-#include "src/spec/multidraft.h"
-#include "src/spec/spectr.h"
+#include "src/speculative/dist_util.h"
+#include "src/speculative/multidraft.h"
+#include "src/speculative/spectr.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {

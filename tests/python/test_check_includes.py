@@ -26,7 +26,7 @@ def check(what, ok, detail=""):
 
 p = run(os.path.join(ROOT, "tests", "data", "include-order"))
 expected = [
-    "offload/beside.cpp:4: includes src/spec/verify.h: spec is beside offload (neither may include the other)",
+    "offload/beside.cpp:4: includes src/speculative/verify.h: speculative is beside offload (neither may include the other)",
     "src/engine/upward.h:5: includes src/planner/cost_model.h: planner is above engine",
     "src/runtime/upward.h:5: includes src/app/job_runner.h: app is above runtime",
 ]
