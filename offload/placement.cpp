@@ -1,4 +1,4 @@
-#include "offload/plan.h"
+#include "offload/placement.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -30,7 +30,7 @@
 
 #include "offload/layer_layout.h"
 #include "offload/link.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "offload/storage_reader.h"
 #include "offload/trace.h"
 #include "src/engine/weights.h"

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "kernels/backend.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "offload/streamer.h"
 #include "src/engine/transformer.h"
 #include "src/engine/weights.h"

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "kernels/backend.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 

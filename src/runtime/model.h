@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "offload/streamer.h"
 #include "offload/trace.h"
 #include "src/engine/transformer.h"
