@@ -16,7 +16,7 @@
 #include <set>
 #include <sstream>
 
-#include "src/jobs/suite.h"
+#include "src/jobs/suite_config.h"
 #include "src/app/job_runner.h"
 #include "src/speculative/speculate.h"
 #include "src/util/error.h"

@@ -1,5 +1,5 @@
 // Bench suites (`redwood bench run SUITE.toml --out DIR`): a matrix of batch
-// jobs (src/jobs/suite.h), each cell run by run_job, then DIR/results.{csv,
+// jobs (src/jobs/suite_config.h), each cell run by run_job, then DIR/results.{csv,
 // json,md} plus one PNG per group (model, memory budget, temperature, prompt
 // set): s/token and tokens per target pass against the tree budget, one
 // series per tree policy, the autoregressive baseline dashed. Plots are drawn

@@ -1,4 +1,4 @@
-#include "src/jobs/suite.h"
+#include "src/jobs/suite_config.h"
 
 #include <cstdio>
 #include <filesystem>
