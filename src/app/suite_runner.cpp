@@ -1,4 +1,4 @@
-// Bench suites (see bench_suite.h).
+// Bench suites (see suite_runner.h).
 #include "src/app/suite_runner.h"
 
 #include <spawn.h>

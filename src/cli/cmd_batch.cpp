@@ -1,6 +1,6 @@
 // redwood batch JOB.toml: config-driven generation over a JSONL prompt file,
 // resumable and crash-safe (see src/jobs/results.h); the job runs in
-// src/runtime/job_runner.h.
+// src/app/job_runner.h.
 #include <signal.h>
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-// redwood plan: options and output; the prediction is src/runtime/predict.h.
+// redwood plan: options and output; the prediction is src/app/predict.h.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // redwood profile-acceptance and profile-hardware: options and the files
-// written; the measurements are src/runtime/profiles.h.
+// written; the measurements are src/app/profiles.h.
 #include <cstdio>
 #include <memory>
 

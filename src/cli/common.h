@@ -1,5 +1,5 @@
 // Shared pieces of the CLI subcommands: option parsing. Running models is
-// src/runtime's (model.h, session.h); its names are used here unqualified.
+// src/runtime's, what commands do with them src/app's: names used unqualified.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
