@@ -209,6 +209,58 @@ void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<c
   block += static_cast<int>(nodes.size());
 }
 
+namespace {
+
+// The tree the target verifies: the nodes the policy kept, renumbered in id
+// order (0 = the root), with their tokens, parents (-1 for the root), depths,
+// draft block rows (-1: not run) and children.
+struct KeptTree {
+  std::vector<int32_t> token, parent, depth, draft_row;
+  std::vector<std::vector<int32_t>> children;
+  int size() const { return static_cast<int>(token.size()); }
+};
+
+KeptTree renumber_kept(const DraftTree& T, const std::vector<int32_t>& keep, const std::vector<int32_t>& draft_row) {
+  const int n = static_cast<int>(keep.size());
+  if (n < 1 || keep[0] != 0) throw Error("tree policy: the final tree must start with the root");
+  std::vector<int32_t> new_id(T.size(), -1);
+  for (int i = 0; i < n; ++i) new_id[keep[i]] = i;
+  KeptTree k;
+  for (auto* field : {&k.token, &k.parent, &k.depth, &k.draft_row}) field->resize(n);
+  k.children.resize(n);
+  for (int i = 0; i < n; ++i) {
+    const int32_t v = keep[i];
+    k.token[i] = T.token[v];
+    k.depth[i] = T.depth[v];
+    k.draft_row[i] = draft_row[v];
+    k.parent[i] = i == 0 ? -1 : new_id[T.parent[v]];
+    if (i > 0) {
+      if (k.parent[i] < 0 || k.parent[i] >= i)
+        throw Error("tree policy: the final tree must contain every kept node's parent");
+      k.children[k.parent[i]].push_back(i);
+    }
+  }
+  return k;
+}
+
+// The order of the target's pass over a kept tree: depth-first, children in
+// id (= sampling) order, so attention blocks stay dense; for a static shape
+// this is the shape's own (depth-first) order.
+std::vector<int32_t> depth_first_order(const KeptTree& k) {
+  std::vector<int32_t> order;
+  order.reserve(k.size());
+  std::vector<int32_t> stack = {0};
+  while (!stack.empty()) {
+    const int32_t v = stack.back();
+    stack.pop_back();
+    order.push_back(v);
+    for (auto it = k.children[v].rbegin(); it != k.children[v].rend(); ++it) stack.push_back(*it);
+  }
+  return order;
+}
+
+}  // namespace
+
 std::vector<int32_t> SpecDecoder::step() {
   const int L = tkv_.committed();  // root position
   const double t0 = now_seconds();
@@ -244,57 +296,32 @@ std::vector<int32_t> SpecDecoder::step() {
   const double t1 = now_seconds();
 
   // ---- the verified tree: the kept nodes, renumbered in id order ----
-  const int n = static_cast<int>(keep.size());
-  if (n < 1 || keep[0] != 0) throw Error("tree policy: the final tree must start with the root");
-  std::vector<int32_t> new_id(T.size(), -1);
-  for (int i = 0; i < n; ++i) new_id[keep[i]] = i;
-  std::vector<int32_t> tok(n), par(n), dep(n), row(n);
-  std::vector<std::vector<int32_t>> kids(n);
-  for (int i = 0; i < n; ++i) {
-    const int32_t v = keep[i];
-    tok[i] = T.token[v];
-    dep[i] = T.depth[v];
-    row[i] = draft_row[v];
-    par[i] = i == 0 ? -1 : new_id[T.parent[v]];
-    if (i > 0) {
-      if (par[i] < 0 || par[i] >= i) throw Error("tree policy: the final tree must contain every kept node's parent");
-      kids[par[i]].push_back(i);
-    }
-  }
+  const KeptTree kept = renumber_kept(T, keep, draft_row);
+  const int n = kept.size();
+  const std::vector<int32_t>& tok = kept.token;
+  const std::vector<int32_t>& par = kept.parent;
   stats_.tree_nodes.push_back(n);
 
-  // ---- target: ONE pass over [root + tree], depth-first (children in id =
-  // sampling order) so attention blocks stay dense; for a static shape this is
-  // the shape's own (depth-first) order ----
-  std::vector<int32_t> order;
-  order.reserve(n);
-  {
-    std::vector<int32_t> stack = {0};
-    while (!stack.empty()) {
-      const int32_t v = stack.back();
-      stack.pop_back();
-      order.push_back(v);
-      for (auto it = kids[v].rbegin(); it != kids[v].rend(); ++it) stack.push_back(*it);
-    }
-  }
-  std::vector<int32_t> pos_in(n);
+  // ---- target: ONE pass over [root + tree] in depth-first order ----
+  const std::vector<int32_t> order = depth_first_order(kept);
+  std::vector<int32_t> pos_in(n);  // kept node -> its row in the target's pass
   for (int i = 0; i < n; ++i) pos_in[order[i]] = i;
-  std::vector<int32_t> tt(n), tp(n), tpar(n);
+  std::vector<int32_t> pass_tokens(n), pass_positions(n), pass_parents(n);
   for (int i = 0; i < n; ++i) {
     const int v = order[i];
-    tt[i] = tok[v];
-    tp[i] = L + dep[v];
-    tpar[i] = par[v] < 0 ? -1 : pos_in[par[v]];
+    pass_tokens[i] = tok[v];
+    pass_positions[i] = L + kept.depth[v];
+    pass_parents[i] = par[v] < 0 ? -1 : pos_in[par[v]];
   }
   std::vector<float> tlog(static_cast<size_t>(n) * vocab_);
-  target_.forward(Batch{tt, tp, tpar}, tkv_, tlog, LogitsRows::kAll);
+  target_.forward(Batch{pass_tokens, pass_positions, pass_parents}, tkv_, tlog, LogitsRows::kAll);
   stats_.target_passes++;
 
   // ---- verify: verifier ids = runtime nodes 1..n-1 shifted to 0..n-2 ----
-  std::vector<int32_t> vpar(n - 1), vtok(n - 1);
+  std::vector<int32_t> verify_parents(n - 1), verify_tokens(n - 1);
   for (int v = 1; v < n; ++v) {
-    vpar[v - 1] = par[v] - 1;  // root (0) -> -1
-    vtok[v - 1] = tok[v];
+    verify_parents[v - 1] = par[v] - 1;  // root (0) -> -1
+    verify_tokens[v - 1] = tok[v];
   }
   std::vector<std::vector<float>> pcache(n);
   DistFn target_dist = [&](int32_t u) -> std::span<const float> {
@@ -305,7 +332,8 @@ std::vector<int32_t> SpecDecoder::step() {
   };
   DistFn draft_dist = [&](int32_t u) -> std::span<const float> { return T.dist(keep[u + 1]); };
   VerifyResult vr =
-      verify_tree(cfg_.verifier, TreeView{vpar, vtok}, target_dist, draft_dist, rng_, cfg_.verify_options);
+      verify_tree(cfg_.verifier, TreeView{verify_parents, verify_tokens}, target_dist, draft_dist, rng_,
+                  cfg_.verify_options);
 
   // ---- keep the accepted path in both caches ----
   std::vector<int32_t> out;
@@ -317,8 +345,8 @@ std::vector<int32_t> SpecDecoder::step() {
     const int v = a + 1;
     out.push_back(tok[v]);
     trows.push_back(pos_in[v]);
-    if (row[v] >= 0 && todo.empty())
-      drows.push_back(row[v]);
+    if (kept.draft_row[v] >= 0 && todo.empty())
+      drows.push_back(kept.draft_row[v]);
     else
       todo.push_back(tok[v]);
   }
