@@ -148,7 +148,7 @@ class BackendBuffer {
 // What a backend's kernels take of its memory besides the caller's buffers
 // (weights, KV cache, activations, logits), for passes of up to max_tokens
 // tokens. Answered from shapes alone, without a backend or a device, so that
-// the memory planner (offload/plan.h) can size a run for a backend this
+// the memory planner (offload/placement.h) can size a run for a backend this
 // machine does not have.
 struct WorkspaceShape {
   std::vector<WeightView> matrices;  // every matrix the passes multiply by (type, rows, cols; data unused)

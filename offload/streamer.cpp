@@ -96,6 +96,7 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
   if (k < 1) throw Error("memory plan streams layers but has no ring slots");
 
   reader_ = open_storage_reader(m.files, opts.reader);
+  ring_ = static_cast<size_t>(k);
   slots_.resize(k);
   bound_.resize(k);
   const bool storage_reads =
@@ -184,7 +185,7 @@ void StreamedWeights::start_threads() {
       read_loop();
     });
     // At the compute threads' priority: raised like the I/O thread, it took
-    // cores from them in passes that are not I/O-bound (perf-log 2026-11-26,
+    // cores from them in passes that are not I/O-bound (docs/PERFORMANCE.md,
     // "Packed models").
     if (!device_decode_)  // before the decode thread, which reads decode_helpers_
       for (int i = 1; i < opts_.decode_threads; ++i) decode_helpers_.emplace_back([this] { decode_helper_loop(); });
@@ -220,7 +221,7 @@ StreamedWeights::~StreamedWeights() {
 
 void StreamedWeights::stop_threads() noexcept {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -290,11 +291,11 @@ bool StreamedWeights::failed_by(uint64_t seq) const {
 }
 
 void StreamedWeights::io_loop() {
-  const size_t k = slots_.size();
-  std::unique_lock lock(mu_);
+  const size_t k = ring_;
+  MutexLock lock(mu_);
   for (;;) {
     Slot& s = slots_[next_load_ % k];
-    cv_.wait(lock, [&] { return stop_ || s.state == SlotState::kFree; });
+    while (!stop_ && s.state != SlotState::kFree) cv_.wait(lock);
     if (stop_) return;
     const uint64_t seq = next_load_++;
     s.state = SlotState::kLoading;
@@ -330,14 +331,14 @@ void StreamedWeights::decode_layer(int layer, const uint8_t* staging, uint8_t* s
   });
 }
 
-void StreamedWeights::decode_share() {
-  for (size_t i; (i = djob_.next.fetch_add(1)) < djob_.n;) {
+void StreamedWeights::decode_share(const std::function<void(size_t)>& fn, size_t n) {
+  for (size_t i; (i = djob_next_.fetch_add(1)) < n;) {
     try {
-      (*djob_.fn)(i);
+      fn(i);
     } catch (...) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!djob_.error) djob_.error = std::current_exception();
-      djob_.next = djob_.n;  // the others stop at their next index
+      djob_next_ = n;  // the others stop at their next index
     }
   }
 }
@@ -348,32 +349,34 @@ void StreamedWeights::decode_parallel(size_t n, const std::function<void(size_t)
     return;
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     djob_.fn = &fn;
     djob_.n = n;
-    djob_.next = 0;
+    djob_next_ = 0;
     djob_.error = nullptr;
     djob_.helpers_busy = djob_.helpers_alive;  // a helper that left at stop_ takes no share
     ++djob_.generation;
   }
   dcv_.notify_all();
-  decode_share();
-  std::unique_lock lock(mu_);
-  dcv_.wait(lock, [&] { return djob_.helpers_busy == 0; });
+  decode_share(fn, n);
+  MutexLock lock(mu_);
+  while (djob_.helpers_busy != 0) dcv_.wait(lock);
   djob_.fn = nullptr;
   if (djob_.error) std::rethrow_exception(djob_.error);
 }
 
 void StreamedWeights::decode_helper_loop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   uint64_t seen = djob_.generation;
   ++djob_.helpers_alive;
   for (;;) {
-    dcv_.wait(lock, [&] { return stop_ || djob_.generation != seen; });
+    while (!stop_ && djob_.generation == seen) dcv_.wait(lock);
     if (djob_.generation == seen) break;  // stop_, and no job counts on this helper
     seen = djob_.generation;
+    const std::function<void(size_t)>& fn = *djob_.fn;
+    const size_t n = djob_.n;
     lock.unlock();
-    decode_share();
+    decode_share(fn, n);
     lock.lock();
     if (--djob_.helpers_busy == 0) dcv_.notify_all();
   }
@@ -401,11 +404,11 @@ std::vector<PackedChunkJob> StreamedWeights::chunk_jobs(int layer, const uint8_t
 // Packed models, I/O thread: reads stream element seq's packed streams into
 // stage seq % K once the decode thread has emptied it.
 void StreamedWeights::read_loop() {
-  const size_t k = stages_.size();
-  std::unique_lock lock(mu_);
+  const size_t k = ring_;
+  MutexLock lock(mu_);
   for (;;) {
     Stage& st = stages_[next_read_ % k];
-    cv_.wait(lock, [&] { return stop_ || !st.full; });
+    while (!stop_ && st.full) cv_.wait(lock);
     if (stop_) return;
     const uint64_t seq = next_read_++;
     lock.unlock();
@@ -437,17 +440,17 @@ void StreamedWeights::read_loop() {
 
 // Packed models, decode thread: fills slot seq % K from stage seq % K.
 void StreamedWeights::decode_loop() {
-  const size_t k = slots_.size();
-  std::unique_lock lock(mu_);
+  const size_t k = ring_;
+  MutexLock lock(mu_);
   for (;;) {
     Slot& s = slots_[next_load_ % k];
-    cv_.wait(lock, [&] { return stop_ || s.state == SlotState::kFree; });
+    while (!stop_ && s.state != SlotState::kFree) cv_.wait(lock);
     if (stop_) return;
     const uint64_t seq = next_load_++;
     s.state = SlotState::kLoading;
     s.seq = seq;
     Stage& st = stages_[seq % k];
-    cv_.wait(lock, [&] { return stop_ || failed_by(seq) || (st.full && st.seq == seq); });
+    while (!stop_ && !failed_by(seq) && !(st.full && st.seq == seq)) cv_.wait(lock);
     if (stop_ || !(st.full && st.seq == seq)) return;  // its read failed: the pass rethrows it
     lock.unlock();
     try {
@@ -498,21 +501,23 @@ void StreamedWeights::rethrow_io_error() {
 }
 
 // Waits until stream element seq is in its slot and takes it (kInUse).
-void StreamedWeights::wait_ready(uint64_t seq, int layer) {
-  Slot& s = slots_[seq % slots_.size()];
+StreamedWeights::Slot& StreamedWeights::wait_ready(uint64_t seq, int layer) {
   const auto t0 = Clock::now();
+  Slot* taken;
   {
-    std::unique_lock lock(mu_);
-    const auto ready = [&] { return s.state == SlotState::kReady && s.seq == seq; };
+    MutexLock lock(mu_);
+    Slot& s = slots_[seq % ring_];
     // A failed read or decode of a later layer does not fail this one.
-    cv_.wait(lock, [&] { return failed_by(seq) || ready(); });
-    if (!ready()) rethrow_io_error();
+    while (!failed_by(seq) && !(s.state == SlotState::kReady && s.seq == seq)) cv_.wait(lock);
+    if (!(s.state == SlotState::kReady && s.seq == seq)) rethrow_io_error();
     s.state = SlotState::kInUse;
+    taken = &s;
   }
   const auto t1 = Clock::now();
   cur_.stall_seconds += seconds(t0, t1);
   if (opts_.trace && layer >= 0 && t1 - t0 > std::chrono::microseconds(20))
     opts_.trace->add(Trace::kStall, "wait for layer " + std::to_string(layer), t0, t1);
+  return *taken;
 }
 
 void StreamedWeights::begin_pass() {
@@ -523,8 +528,8 @@ void StreamedWeights::begin_pass() {
   // mid-sequence: give back what it held and skip to the next pass's start.
   bool held;
   {
-    std::lock_guard lock(mu_);
-    const Slot& s = slots_[next_consume_ % slots_.size()];
+    MutexLock lock(mu_);
+    const Slot& s = slots_[next_consume_ % ring_];
     held = s.state == SlotState::kInUse && s.seq == next_consume_;
   }
   if (held) free_current();
@@ -544,10 +549,9 @@ const LayerWeights& StreamedWeights::acquire(int layer) {
   const uint64_t seq = next_consume_;
   if (stream_[seq % stream_.size()] != layer)
     throw Error("offload: layer " + std::to_string(layer) + " acquired out of order");
-  wait_ready(seq, layer);
-  const size_t si = seq % slots_.size();
+  const Slot& s = wait_ready(seq, layer);
+  const size_t si = seq % ring_;
   link_->compute_acquire(static_cast<int>(si));
-  Slot& s = slots_[si];
   cur_.storage_bytes += s.storage;
   cur_.host_bytes += s.host;
   cur_.io_seconds += s.seconds;
@@ -577,10 +581,10 @@ void StreamedWeights::release(int layer) {
 
 // Hands the slot of stream element next_consume_ back to the I/O thread.
 void StreamedWeights::free_current() {
-  const size_t k = next_consume_ % slots_.size();
+  const size_t k = next_consume_ % ring_;
   link_->compute_release(static_cast<int>(k));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     slots_[k].state = SlotState::kFree;
     ++next_consume_;
   }

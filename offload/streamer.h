@@ -21,21 +21,20 @@
 // backend takes with cudaMemcpyAsync on a copy stream.
 #pragma once
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "offload/layer_layout.h"
 #include "offload/link.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "offload/storage_reader.h"
 #include "offload/trace.h"
 #include "src/engine/weights.h"
+#include "src/util/thread_annotations.h"
 
 namespace redwood::offload {
 
@@ -49,9 +48,8 @@ struct StreamOptions {
   // copies freed; without a link, the CUDA slot link on its stream is made.
   Backend* backend = nullptr;
   // Packed models decoded on the host: threads that decode each layer's
-  // chunks together (the decode thread and decode_threads - 1 helpers). One:
-  // on 2 vCPUs a second one was no faster where decoding is off the critical
-  // path and slower at 1-8 tokens (perf-log 2026-11-26); $REDWOOD_DECODE_THREADS
+  // chunks together (the decode thread and decode_threads - 1 helpers). One
+  // by default (why: docs/PERFORMANCE.md, "Packed models"); $REDWOOD_DECODE_THREADS
   // sets it for a measurement where storage outruns one decoding core.
   int decode_threads = 1;
 };
@@ -91,6 +89,9 @@ class StreamedWeights final : public WeightSource {
 
  private:
   enum class SlotState { kFree, kLoading, kReady, kInUse };
+  // state and seq change under mu_ (slots_ is guarded by it); the rest belongs
+  // to whoever the state gives the slot to: the thread filling it (kLoading),
+  // then the pass (kInUse), which reads them through the reference it took.
   struct Slot {
     SlotState state = SlotState::kFree;
     uint64_t seq = 0;                // stream element held
@@ -98,7 +99,10 @@ class StreamedWeights final : public WeightSource {
     double seconds = 0;              // and how long
     double decode_seconds = 0;       // of which decoding, on the decode thread (packed)
   };
-  struct Stage {  // packed models: a layer's packed streams, read, not yet decoded
+  // Packed models: a layer's packed streams, read, not yet decoded. full and
+  // seq change under mu_; the rest belongs to the I/O thread until full, then
+  // to the decode thread.
+  struct Stage {
     bool full = false;
     uint64_t seq = 0;
     uint64_t bytes = 0;
@@ -113,18 +117,20 @@ class StreamedWeights final : public WeightSource {
   void decode_layer(int layer, const uint8_t* staging, uint8_t* slot);
   // Runs fn(0 .. n-1) on the calling decode thread and the decode helpers;
   // rethrows the first exception once all are done.
-  void decode_parallel(size_t n, const std::function<void(size_t)>& fn);
-  void decode_share();  // takes indices of the current decode_parallel job until none is left
-  void decode_helper_loop();
+  void decode_parallel(size_t n, const std::function<void(size_t)>& fn) EXCLUDES(mu_);
+  // Runs fn on indices of the current decode_parallel job (n of them) until none is left.
+  void decode_share(const std::function<void(size_t)>& fn, size_t n) EXCLUDES(mu_);
+  void decode_helper_loop() EXCLUDES(mu_);
   std::vector<PackedChunkJob> chunk_jobs(int layer, const uint8_t* staging) const;
   static void raise_io_priority();
-  void load(uint64_t seq, Slot& s, int k);
+  void load(uint64_t seq, Slot& s, int k) EXCLUDES(mu_);
   uint64_t checksum(int layer, const uint8_t* slot) const;
-  void wait_ready(uint64_t seq, int layer);
-  void free_current();
-  void rethrow_io_error();
-  void fail(uint64_t seq);              // under mu_, in a catch block: records the error, wakes everyone
-  bool failed_by(uint64_t seq) const;  // under mu_: an error at element seq or before
+  // Waits until stream element seq is in its slot, takes it (kInUse) and returns it.
+  Slot& wait_ready(uint64_t seq, int layer) EXCLUDES(mu_);
+  void free_current() EXCLUDES(mu_);
+  void rethrow_io_error() REQUIRES(mu_);
+  void fail(uint64_t seq) REQUIRES(mu_);            // in a catch block: records the error, wakes everyone
+  bool failed_by(uint64_t seq) const REQUIRES(mu_);  // an error at element seq or before
 
   std::vector<LayerDesc> layers_;  // copies: the streamer outlives no one's ModelDesc
   std::vector<std::string> files_;
@@ -144,31 +150,34 @@ class StreamedWeights final : public WeightSource {
   std::vector<uint8_t*> stage_buf_;      // packed: per slot, where its reads land
   bool raise_io_ = true;                 // $REDWOOD_IO_PRIORITY: 0 leaves the I/O thread's priority as it is
   bool device_decode_ = false;           // packed: the link decodes (upload_packed)
-  std::vector<Stage> stages_;            // packed: per slot
-  uint64_t next_read_ = 0;               // packed: the I/O thread's next stream element
   std::vector<LayerWeights> bound_;      // per slot: views into it
   std::unique_ptr<StorageReader> reader_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Slot> slots_;
-  uint64_t next_load_ = 0;     // I/O thread: next stream element to load
-  uint64_t next_consume_ = 0;  // forward pass: next stream element it will acquire
-  bool stop_ = false;
-  std::exception_ptr io_error_;  // the error at the earliest stream element (I/O or decode thread)
-  uint64_t io_error_seq_ = 0;     // that element
+  // The handshake between the pass, the I/O thread and the decode thread(s).
+  Mutex mu_;
+  CondVar cv_;
+  size_t ring_ = 0;                                  // slots_.size(), fixed at construction
+  std::vector<Slot> slots_ GUARDED_BY(mu_);          // the ring (Slot: who owns the rest)
+  std::vector<Stage> stages_ GUARDED_BY(mu_);        // packed: per slot
+  uint64_t next_read_ GUARDED_BY(mu_) = 0;           // packed: the I/O thread's next stream element
+  uint64_t next_load_ GUARDED_BY(mu_) = 0;           // I/O (packed: decode) thread: next stream element to load
+  uint64_t next_consume_ = 0;  // the pass's own: next stream element it will acquire (written under mu_)
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::exception_ptr io_error_ GUARDED_BY(mu_);  // the error at the earliest stream element (I/O or decode thread)
+  uint64_t io_error_seq_ GUARDED_BY(mu_) = 0;     // that element
   std::thread io_thread_;
   std::thread decode_thread_;
   std::vector<std::thread> decode_helpers_;
-  struct DecodeJob {  // the decode_parallel call in progress (guarded by mu_ but `next`)
+  struct DecodeJob {  // the decode_parallel call in progress
     const std::function<void(size_t)>* fn = nullptr;
     size_t n = 0;
-    std::atomic<size_t> next{0};
     uint64_t generation = 0;
     int helpers_busy = 0, helpers_alive = 0;
     std::exception_ptr error;
-  } djob_;
-  std::condition_variable dcv_;
+  };
+  DecodeJob djob_ GUARDED_BY(mu_);
+  std::atomic<size_t> djob_next_{0};  // the job's next index (taken without mu_)
+  CondVar dcv_;
 
   Trace::Clock::time_point pass_start_{}, layer_start_{};
   PassIo cur_, last_, total_;

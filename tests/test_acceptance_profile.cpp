@@ -1,4 +1,4 @@
-// Measured acceptance profiles (src/spec/acceptance_profile.h): the estimator
+// Measured acceptance profiles (src/speculative/acceptance_profile.h): the estimator
 // against exact values, pooling, file identity, and the profile file's
 // round trip and validation.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "src/spec/acceptance_profile.h"
+#include "src/speculative/acceptance_profile.h"
 #include "src/util/error.h"
 #include "tests/util/errors.h"
 

@@ -21,7 +21,7 @@
 #include "src/engine/sampler.h"
 #include "src/engine/transformer.h"
 #include "src/engine/weights.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 #include "tests/util/tiny_gguf.h"
 

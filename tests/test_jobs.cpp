@@ -16,7 +16,7 @@
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
-#include "src/jobs/suite.h"
+#include "src/jobs/suite_config.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 #include "tests/fuzz/jobs_harness.h"

@@ -1,5 +1,5 @@
 // Multi-draft speculative sampling with importance-weighted selection
-// (src/spec/multidraft.h): the small LP, the O(V log V) induced law pI against
+// (src/speculative/multidraft.h): the small LP, the O(V log V) induced law pI against
 // brute-force enumeration, the exact output law (single node, trees and K
 // sequences through the path-class walk), the K = 2 optimum (notes B2, Theorem
 // 2) against the exact optimal coupling, Monte Carlo chi-square through
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "src/spec/multidraft.h"
-#include "src/spec/speculate.h"
-#include "src/spec/spectr.h"
-#include "src/spec/verify.h"
+#include "src/speculative/multidraft.h"
+#include "src/speculative/speculate.h"
+#include "src/speculative/spectr.h"
+#include "src/speculative/verify.h"
 #include "src/util/error.h"
 #include "tests/util/spec_testing.h"
 

@@ -15,7 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "offload/streamer.h"
 #include "src/util/error.h"
 #include "tests/util/passes.h"

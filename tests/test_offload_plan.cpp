@@ -1,4 +1,4 @@
-// The placement planner (offload/plan.h): budgets, tiers, ring slots, workspace,
+// The placement planner (offload/placement.h): budgets, tiers, ring slots, workspace,
 // the draft, on synthetic models and a tiny GGUF.
 #include <gtest/gtest.h>
 
@@ -8,9 +8,10 @@
 
 #include "kernels/cuda/workspace.h"
 #include "offload/layer_layout.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "src/engine/weights.h"
 #include "src/util/error.h"
+#include "src/util/size.h"
 #include "tests/util/tiny_gguf.h"
 
 namespace redwood::offload {

@@ -30,7 +30,7 @@
 #include "kernels/common/math.h"
 #include "kernels/common/wpack.h"
 #include "kernels/cpu/wpack.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "offload/streamer.h"
 #include "src/engine/transformer.h"
 #include "src/engine/weights.h"

@@ -19,8 +19,8 @@
 
 #include "src/engine/sampler.h"
 #include "src/planner/measured.h"
-#include "src/runtime/inspect.h"
-#include "src/runtime/job_runner.h"
+#include "src/app/inspect.h"
+#include "src/app/job_runner.h"
 #include "src/runtime/session.h"
 #include "src/runtime/tree_auto.h"
 #include "src/util/error.h"
@@ -130,6 +130,52 @@ TEST(SessionSetup, BudgetsThatCannotHoldTheRunAreAMemoryError) {
     EXPECT_EQ(e.key(), "memory");
   }
   EXPECT_THROW((void)s.generate({}), Error);  // not loaded
+}
+
+// Session::prepare_prompt: every prompt check in one wording, the caller's
+// settings named in it (generate's flags, a job's keys).
+std::string prompt_error(const Session& s, const PromptText& p, const PromptRoom& room) {
+  try {
+    (void)s.prepare_prompt(p, room);
+  } catch (const PromptError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SessionPrompt, TooManyBytesAreRefusedBeforeTokenizing) {
+  const Session s(config(tiny_model("t")));
+  const PromptText text{std::string(64 * 16 + 1, 'x'), {}, false, {}, "--prompt"};
+  EXPECT_EQ(prompt_error(s, text, {16, "--ctx", 4, "--max-tokens", false}),
+            "--prompt is 1025 bytes; --ctx 16 allows at most 64 bytes per token (1024), so it is not tokenized");
+  const PromptText line{text.text, {}, false, {}, "id 7: the prompt"};
+  EXPECT_EQ(prompt_error(s, line, {16, "memory.ctx =", 4, "max_tokens", true}),
+            "id 7: the prompt is 1025 bytes; memory.ctx = 16 allows at most 64 bytes per token (1024), so it is not "
+            "tokenized");
+  EXPECT_EQ(prompt_error(s, {std::string(64 * 16, 'x'), {}, false, {}, "--prompt"}, {16, "--ctx", 0, "", false})
+                .find("bytes;"),
+            std::string::npos);  // at the bound: tokenized (and then too long for 16 positions)
+}
+
+TEST(SessionPrompt, TheRoomCountsMaxTokensAndTheTreeWhereTheContextHoldsIt) {
+  const Session s(config(tiny_model("t")));
+  const PromptText ids{"", {}, false, {5, 6, 7}, "--prompt-tokens"};
+  EXPECT_EQ(prompt_error(s, ids, {10, "--ctx", 7, "--max-tokens", false}), "");
+  EXPECT_EQ(prompt_error(s, ids, {10, "--ctx", 8, "--max-tokens", false}),
+            "the prompt has 3 tokens; with --max-tokens 8 it exceeds --ctx 10");
+  // A job's memory.ctx holds the tree's room too (+ 2, also without a draft).
+  EXPECT_EQ(prompt_error(s, ids, {12, "memory.ctx =", 7, "max_tokens", true}), "");
+  EXPECT_EQ(prompt_error(s, ids, {11, "memory.ctx =", 7, "max_tokens", true}),
+            "the prompt has 3 tokens; with max_tokens 7 it exceeds memory.ctx = 11");
+  EXPECT_EQ(s.prepare_prompt(ids, {0, "--ctx", 1000, "--max-tokens", false}), (std::vector<int32_t>{5, 6, 7}));
+}
+
+TEST(SessionPrompt, TokenIdsOutsideTheVocabularyAndAMissingChatTemplateAreRefused) {
+  const Session s(config(tiny_model("t")));
+  EXPECT_EQ(prompt_error(s, {"", {}, false, {1, 288}, "--prompt-tokens"}, {0, "--ctx", 4, "--max-tokens", false}),
+            "--prompt-tokens: id 288 out of range");
+  const std::string what = testutil::error_of([&] { s.check_chat_template("--chat"); });
+  EXPECT_EQ(what.rfind("--chat needs a chat template, but ", 0), 0u) << what;
 }
 
 TEST(SessionSetup, TreeNodesCountTheTreeOrTheAutoCap) {
@@ -294,7 +340,7 @@ TEST(NonFiniteLogits, TheLogitsPassRefusesThem) {
   s.load(64, 16, nullptr);
   int calls = 0;
   try {
-    tree_logits(s.target(), {1, 40, 41}, {}, {}, 2, [&](std::span<const float>) { ++calls; });
+    app::tree_logits(s.target(), {1, 40, 41}, {}, {}, 2, [&](std::span<const float>) { ++calls; });
     ADD_FAILURE() << "no error";
   } catch (const NonFiniteLogits& e) {
     EXPECT_EQ(std::string(e.what()), "row 0: model logits have a non-finite entry (nan at token id 3 of 288)");
@@ -311,10 +357,10 @@ TEST(TreeLogits, ChunkedPassesGiveTheWholePassesLogits) {
   const std::vector<int32_t> tree = {-1, 0, 0, 1, 2, 2, 4};
   for (const bool is_tree : {false, true}) {
     std::vector<float> whole, chunked;
-    tree_logits(s.target(), toks, is_tree ? tree : std::vector<int32_t>{}, {}, 16,
+    app::tree_logits(s.target(), toks, is_tree ? tree : std::vector<int32_t>{}, {}, 16,
                 [&](std::span<const float> r) { whole.insert(whole.end(), r.begin(), r.end()); });
     int calls = 0;
-    tree_logits(s.target(), toks, is_tree ? tree : std::vector<int32_t>{}, {}, 3, [&](std::span<const float> r) {
+    app::tree_logits(s.target(), toks, is_tree ? tree : std::vector<int32_t>{}, {}, 3, [&](std::span<const float> r) {
       ++calls;
       chunked.insert(chunked.end(), r.begin(), r.end());
     });
@@ -341,10 +387,10 @@ TEST(NonFiniteLogits, ABatchJobRecordsTheErrorOnThePromptsLine) {
   job.ctx = 128;
   job.max_tokens = 4;
   jobs::check_job(job);
-  JobHooks hooks;
+  app::JobHooks hooks;
   hooks.quiet = true;
   hooks.log = std::tmpfile();
-  const JobOutcome out = run_job(job, hooks);
+  const app::JobOutcome out = app::run_job(job, hooks);
   std::fclose(hooks.log);
   EXPECT_EQ(out.summary["finish_reasons"].value("error", 0), 2) << out.summary.dump();
   std::ifstream in(job.output);

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "src/spec/sequoia_dp.h"
+#include "src/speculative/sequoia_dp.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {

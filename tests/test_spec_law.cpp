@@ -25,7 +25,7 @@
 #include "src/engine/sampler.h"
 #include "src/engine/transformer.h"
 #include "src/model/gguf_writer.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 #include "src/tokenizer/tokenizer.h"
 #include "tests/util/spec_testing.h"
 #include "tests/util/test_model.h"

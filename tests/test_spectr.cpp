@@ -1,4 +1,4 @@
-// SpecTr k-Seq (src/spec/spectr.h) and the target-sample verifier: rho* (the
+// SpecTr k-Seq (src/speculative/spectr.h) and the target-sample verifier: rho* (the
 // notes' test vectors, the upper-end property, an independent bisection), the
 // exact output law by enumeration (single node, trees and K sequences through
 // the path-class walk), acceptance against the optimal multi-draft coupling
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "src/spec/spectr.h"
-#include "src/spec/verify.h"
+#include "src/speculative/spectr.h"
+#include "src/speculative/verify.h"
 #include "src/util/error.h"
 #include "tests/util/spec_testing.h"
 

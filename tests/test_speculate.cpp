@@ -8,14 +8,14 @@
 #include <cmath>
 
 #include "kernels/backend.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "offload/streamer.h"
 #include "src/engine/transformer.h"
 #include "src/engine/weights.h"
 #include "src/model/gguf_writer.h"
 #include "src/model/model_desc.h"
 #include "src/model/packed.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 #include "tests/util/test_model.h"
 

@@ -12,9 +12,9 @@
 #include <set>
 #include <vector>
 
-#include "src/spec/speculate.h"
-#include "src/spec/tree_policy.h"
-#include "src/spec/verify.h"
+#include "src/speculative/speculate.h"
+#include "src/speculative/tree_policy.h"
+#include "src/speculative/verify.h"
 #include "src/util/error.h"
 
 namespace redwood::spec {

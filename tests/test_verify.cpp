@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
-#include "src/spec/sequoia_dp.h"
-#include "src/spec/verify.h"
+#include "src/speculative/sequoia_dp.h"
+#include "src/speculative/verify.h"
 #include "src/util/error.h"
 #include "tests/util/spec_testing.h"
 

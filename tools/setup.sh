@@ -161,6 +161,8 @@ case "$MODE" in
     install_apt "${APT_PACKAGES[@]}" "${APT_TEST_PACKAGES[@]}"
     log "include order (tools/check-includes)"
     tools/check-includes
+    log "the streamer's locking under clang -Wthread-safety (tools/check-thread-safety)"
+    tools/check-thread-safety
     install_python
     tools/fetch-models.sh
     mapfile -t cuda_opts < <(full_cuda_opts)

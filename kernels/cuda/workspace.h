@@ -1,6 +1,6 @@
 // Device memory the CUDA backend takes besides weights, KV cache, activations
 // and logits: what kernels/cuda allocates, and what the memory planner
-// (offload/plan.cpp) counts for it. Host-only C++: no CUDA headers.
+// (offload/placement.cpp) counts for it. Host-only C++: no CUDA headers.
 #pragma once
 #include <cstddef>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // redwood batch JOB.toml: config-driven generation over a JSONL prompt file,
 // resumable and crash-safe (see src/jobs/results.h); the job runs in
-// src/runtime/job_runner.h.
+// src/app/job_runner.h.
 #include <signal.h>
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/runtime/job_runner.h"
+#include "src/app/job_runner.h"
 
 namespace redwood::cli {
 
@@ -26,12 +26,12 @@ int run_batch(BatchOptions& o) {
   jobs::JobConfig job = jobs::parse_job_file(o.job);
   jobs::apply_overrides(job, o.over);
   jobs::check_job(job);
-  runtime::JobHooks hooks;
+  app::JobHooks hooks;
   hooks.quiet = o.quiet;
   hooks.tty = ::isatty(STDERR_FILENO) == 1;
   hooks.cancelled = [] { return stop_signal() != 0; };
   install_stop_signals();
-  const runtime::JobOutcome out = runtime::run_job(job, hooks);
+  const app::JobOutcome out = app::run_job(job, hooks);
   const json& p = out.summary["prompts"];
   if (out.interrupted) {
     const int sig = stop_signal();

@@ -4,21 +4,22 @@
 // with the storage bandwidth measured by the bench itself (sequential
 // O_DIRECT reads of the same file, same run) and the peak RSS of the
 // streamed phase against the budgets.
+// redwood bench run SUITE.toml --out DIR: a matrix of batch jobs, tables and
+// plots (src/app/suite_runner.h).
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/runtime/bench_offload.h"
+#include "src/app/bench_offload.h"
+#include "src/app/suite_runner.h"
 #include "src/util/error.h"
 #include "src/util/size.h"
 
 namespace redwood::cli {
 
 namespace {
-
-using offload::format_size;
 
 struct BenchOffloadOptions {
   RunOptions run;
@@ -33,7 +34,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
   apply_run_options(o.run);
   check_draft_budget(o.run, "");
   if (o.run.device_mem.empty()) throw Error("bench offload needs --device-mem (the budget to stream under)");
-  runtime::OffloadBench b;
+  app::OffloadBench b;
   for (int32_t n : parse_int_list(o.tokens, "--tokens")) {
     if (n < 1 || n > 8192) throw Error("--tokens: each size must be in 1..8192");
     b.sizes.push_back(n);
@@ -43,7 +44,7 @@ int run_bench_offload(BenchOffloadOptions& o) {
   b.repeat = o.repeat;
   b.prefix = o.prefix;
   b.skip_resident = o.skip_resident;
-  const nlohmann::json j = runtime::bench_offload(b);
+  const nlohmann::json j = app::bench_offload(b);
   if (o.json) {
     std::puts(j.dump().c_str());
     return 0;
@@ -70,6 +71,41 @@ int run_bench_offload(BenchOffloadOptions& o) {
                 r["resident_seconds"].get<double>(), r["floor_seconds"].get<double>(), r["io_seconds"].get<double>(),
                 r["ratio"].get<double>(), r["pipeline_ratio"].get<double>(), r["decode_seconds"].get<double>());
   return 0;
+}
+
+struct SuiteOptions {
+  std::string suite, out;
+  int threads = -1;
+};
+
+int run_bench_suite(SuiteOptions& o) {
+  if (o.out.empty()) throw Error("--out DIR is required");
+  const app::SuiteRun r{o.suite, o.out, o.threads, [] { return stop_signal() != 0; }};
+  install_stop_signals();
+  const app::SuiteReport rep = app::run_suite(r);
+  if (rep.interrupted) {
+    std::fprintf(stderr, "\nredwood: interrupted: %zu of %zu cells done in %s; run the same command again to resume\n",
+                 rep.cells_done, rep.cells, o.out.c_str());
+    return 128 + stop_signal();
+  }
+  std::printf("%s", rep.markdown.c_str());
+  if (!rep.have_gnuplot)
+    std::fprintf(stderr,
+                 "redwood: gnuplot not found: plots skipped (install gnuplot-nox, then run gnuplot on %s/plots/*.gp)\n",
+                 o.out.c_str());
+  std::fprintf(stderr, "redwood: %zu cells -> %s/results.{csv,json,md}, %zu plots\n", rep.cells_done, o.out.c_str(),
+               rep.pngs.size());
+  return 0;
+}
+
+// `bench run`, under `bench`.
+Runner add_bench_suite(CLI::App* bench) {
+  auto o = std::make_shared<SuiteOptions>();
+  auto* c = bench->add_subcommand("run", "Run a bench suite (configs/bench/*.toml): tables and plots in --out DIR");
+  c->add_option("suite", o->suite, "Suite file (TOML)")->required();
+  c->add_option("--out,-o", o->out, "Output directory (re-running resumes)")->required();
+  c->add_option("--threads,-t", o->threads, "CPU threads (default: all cores)")->transform(int_range(0, 4096));
+  return [o, c] { return c->parsed() ? run_bench_suite(*o) : -1; };
 }
 
 }  // namespace

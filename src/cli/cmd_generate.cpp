@@ -11,9 +11,8 @@
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/engine/sampler.h"
-#include "src/model/chat_template.h"
 #include "src/runtime/session.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 
@@ -90,28 +89,12 @@ int run_generate(GenerateOptions& o) {
     throw;
   }
   LoadedModel& m = session->target();
-  std::vector<int32_t> prompt;
-  if (!o.prompt_tokens.empty()) {
-    prompt = parse_int_list(o.prompt_tokens, "--prompt-tokens");
-    for (int32_t t : prompt)
-      if (t < 0 || t >= m.desc.hp.vocab) throw Error("--prompt-tokens: id " + std::to_string(t) + " out of range");
-  } else {
-    // Bounded by bytes before tokenizing (tokenizing costs memory in
-    // proportion to the text): by --ctx, else by the model's trained context.
-    const int bound = o.ctx > 0 ? o.ctx : m.desc.hp.ctx_len;
-    if (bound > 0 && static_cast<int64_t>(o.prompt.size()) > max_prompt_bytes(bound))
-      throw Error("--prompt is " + std::to_string(o.prompt.size()) + " bytes; " +
-                  (o.ctx > 0 ? "--ctx " : "the model's context (no --ctx) ") + std::to_string(bound) +
-                  " allows at most " + std::to_string(kPromptBytesPerToken) + " bytes per token (" +
-                  std::to_string(max_prompt_bytes(bound)) + "), so it is not tokenized");
-    std::string text = o.prompt;
-    if (o.chat) text = apply_chat_template(m.desc.chat_template, {{"user", o.prompt}});
-    prompt = m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
-  }
-  if (prompt.empty()) throw Error("the prompt encodes to no tokens");
+  runtime::PromptText text{o.prompt, {}, o.chat, {}, o.prompt_tokens.empty() ? "--prompt" : "--prompt-tokens"};
+  if (!o.prompt_tokens.empty()) text.tokens = parse_int_list(o.prompt_tokens, "--prompt-tokens");
+  if (o.chat && o.prompt_tokens.empty()) session->check_chat_template("--chat");
+  const std::vector<int32_t> prompt =
+      session->prepare_prompt(text, {o.ctx, "--ctx", o.max_tokens, "--max-tokens", false});
   const int capacity = o.ctx > 0 ? o.ctx : static_cast<int>(prompt.size()) + o.max_tokens + 1;
-  if (static_cast<int>(prompt.size()) + o.max_tokens > capacity)
-    throw Error("prompt + --max-tokens exceed --ctx " + std::to_string(capacity));
   if (const int trained = m.desc.hp.ctx_len; trained > 0 && static_cast<int>(prompt.size()) + o.max_tokens > trained)
     std::fprintf(stderr,
                  "redwood: note: the prompt (%zu tokens) + --max-tokens %d go past the %d positions the model was "
@@ -121,24 +104,16 @@ int run_generate(GenerateOptions& o) {
   const int nodes = session->tree_nodes();
   session->load(capacity + (nodes ? nodes + 2 : 0), std::min(static_cast<int>(prompt.size()), o.s.prefill_chunk));
 
-  spec::GenerationRequest req;
-  req.prompt = prompt;
-  req.sampling = o.s.sampling;
-  req.max_tokens = o.max_tokens;
-  req.prefill_chunk = o.s.prefill_chunk;
-  req.stop = o.stop;
   // Ctrl-C (or SIGTERM): the loop stops between steps; the text so far stays.
   install_stop_signals();
   const spec::Generation g = session->generate(
-      req,
+      session->request(prompt, o.max_tokens, o.stop),
       [&](std::string_view piece) {
         if (o.json) return;
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       },
       [] { return stop_signal() != 0; });
-  const std::optional<spec::SpecStats>& sstats = g.spec;
-  const double spt = g.s_per_token();
   // An instruct model given a bare prompt often ends its turn at once: say why
   // nothing came out, and what usually helps.
   if (g.tokens.empty() && g.finish == "stop" && !o.chat && !o.prompt.empty() && !m.desc.chat_template.empty())
@@ -159,19 +134,7 @@ int run_generate(GenerateOptions& o) {
                  g.tokens.size());
     return 128 + sig;
   }
-  if (!o.json) {
-    std::fprintf(stderr, "[%zu prompt tokens in %.3f s; %zu tokens, %.4f s/token, %.2f tokens/s", prompt.size(),
-                 g.prefill_seconds, g.tokens.size(), spt, spt > 0 ? 1.0 / spt : 0.0);
-    if (sstats && sstats->target_passes)
-      std::fprintf(stderr, "; %d target passes, %.2f tokens/pass", sstats->target_passes,
-                   double(sstats->emitted) / sstats->target_passes);
-    if (m.streamed) {
-      const auto& t = m.streamed->totals();
-      std::fprintf(stderr, "; offload: %d passes, %.1f MB from storage, %.3f s stalled", m.streamed->passes(),
-                   static_cast<double>(t.storage_bytes) / 1e6, t.stall_seconds);
-    }
-    std::fprintf(stderr, "]\n");
-  }
+  if (!o.json) std::fprintf(stderr, "%s\n", session->report_line(g, prompt.size()).c_str());
   finish_run(m, o.s.run);
   return 0;
 }

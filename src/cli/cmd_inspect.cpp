@@ -5,7 +5,7 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/runtime/inspect.h"
+#include "src/app/inspect.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 #include "src/util/output_path.h"
@@ -27,7 +27,7 @@ std::string human(uint64_t b) {
 
 int run_info(const std::string& path, bool json) {
   const ModelDesc m = load_model_desc(path);
-  const nlohmann::json j = runtime::model_info(m);
+  const nlohmann::json j = app::model_info(m);
   if (json) {
     std::puts(j.dump(2).c_str());
     return 0;
@@ -67,7 +67,7 @@ int run_info(const std::string& path, bool json) {
 int run_tokenize(RunOptions& o, const std::string& text, const std::string& jsonl, bool raw) {
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   if (!jsonl.empty()) {
-    std::fputs(runtime::tokenize_jsonl(*m.tokenizer, jsonl, raw).c_str(), stdout);
+    std::fputs(app::tokenize_jsonl(*m.tokenizer, jsonl, raw).c_str(), stdout);
     return 0;
   }
   std::puts(nlohmann::json(m.tokenizer->encode(text, !raw, !raw)).dump().c_str());
@@ -100,8 +100,8 @@ int run_logits(RunOptions& o, const std::string& tokens, const std::string& pare
   }
   if (const std::string p = output_path_problem(out, {}); !p.empty()) throw Error(p);
   TempOutput file(out);  // removed unless committed: an error leaves no partial .npy
-  output_path_detail::write_all_fd(file.fd(), out, runtime::npy_header(toks.size(), m.desc.hp.vocab));
-  runtime::tree_logits(m, toks, parents, positions, kLogitsChunk, [&](std::span<const float> rows) {
+  output_path_detail::write_all_fd(file.fd(), out, app::npy_header(toks.size(), m.desc.hp.vocab));
+  app::tree_logits(m, toks, parents, positions, kLogitsChunk, [&](std::span<const float> rows) {
     output_path_detail::write_all_fd(file.fd(), out,
                                      std::string(reinterpret_cast<const char*>(rows.data()), rows.size_bytes()));
   });

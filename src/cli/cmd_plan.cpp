@@ -1,25 +1,25 @@
-// redwood plan: options and output; the prediction is src/runtime/predict.h.
+// redwood plan: options and output; the prediction is src/app/predict.h.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/runtime/predict.h"
+#include "src/app/predict.h"
 
 namespace redwood::cli {
 
 namespace {
 
 struct PredictCli {
-  runtime::PredictRun r;
+  app::PredictRun r;
   std::string kv_type = "f32";
   bool json = false;
 };
 
 int run_predict(PredictCli& c) {
   c.r.o.kv_type = kv_type_from_name(c.kv_type);
-  const planner::Prediction p = runtime::predict_run(c.r);
+  const planner::Prediction p = app::predict_run(c.r);
   if (c.json)
     std::puts(planner::prediction_json(p).dump(2).c_str());
   else

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "kernels/backend.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 
@@ -18,7 +18,6 @@ namespace {
 struct PlanOptions {
   RunOptions run;
   std::string draft;
-  std::string backend = "cpu";
   offload::RunShape shape;
   bool json = false;
 };
@@ -28,14 +27,9 @@ int run_plan_memory(const PlanOptions& o) {
   const ModelDesc target = load_model_desc(o.run.model.empty() ? default_model_path() : o.run.model);
   std::optional<ModelDesc> draft;
   if (!o.draft.empty()) draft = load_model_desc(o.draft);
-  offload::Budgets budgets = budgets_from(o.run);
-  budgets.backend = o.backend == "cuda" ? offload::BackendKind::kCuda : offload::BackendKind::kCpu;
-  offload::RunShape shape = o.shape;
-  shape.threads = o.run.threads > 0 ? o.run.threads : cpu_threads();
-  shape.kv_type = kv_type_from_name(o.run.kv_type);
   offload::MemoryPlan plan;
   try {
-    plan = offload::plan_memory(target, draft ? &*draft : nullptr, budgets, shape);
+    plan = plan_run_memory(target, draft ? &*draft : nullptr, o.run, o.shape);
   } catch (const offload::BudgetError& e) {
     // A script asking "does it fit?" gets its answer on stdout as well; the
     // one-line error and exit code 1 stay as for every other failure.
@@ -71,7 +65,7 @@ Runner add_plan_memory(CLI::App& app) {
       ->transform(int_range(1, 1 << 20));
   c->add_option("--threads,-t", o->run.threads, "CPU threads for kernel workspace (default: all cores)")
       ->transform(int_range(0, 4096));
-  c->add_option("--backend", o->backend, "cpu | cuda (CUDA adds pinned host staging slots)")
+  c->add_option("--backend", o->run.backend, "cpu | cuda (CUDA adds pinned host staging slots)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   c->add_option("--kv-type", o->run.kv_type, "KV cache element type: f32 (default), f16 or bf16")
       ->check(kv_type_check());

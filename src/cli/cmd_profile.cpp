@@ -1,11 +1,11 @@
 // redwood profile-acceptance and profile-hardware: options and the files
-// written; the measurements are src/runtime/profiles.h.
+// written; the measurements are src/app/profiles.h.
 #include <cstdio>
 #include <memory>
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/runtime/profiles.h"
+#include "src/app/profiles.h"
 #include "src/util/error.h"
 
 namespace redwood::cli {
@@ -43,9 +43,9 @@ int run_profile(const ProfileOptions& o) {
   if (pf.items.empty()) throw Error(o.prompts + ": no prompts");
   RunOptions run = o.run;
   apply_run_options(run, {o.draft, o.prompts});
-  check_output(o.out, {run.model.empty() ? default_model_path() : run.model, o.draft, o.prompts}, "--out");
-  run.model = run.model.empty() ? default_model_path() : run.model;
-  const spec::AcceptanceProfile prof = runtime::profile_acceptance(run, o.draft, o.prompts, pf, o.chat, ar);
+  if (run.model.empty()) run.model = default_model_path();
+  check_output(o.out, {run.model, o.draft, o.prompts}, "--out");
+  const spec::AcceptanceProfile prof = app::profile_acceptance(run, o.draft, o.prompts, pf, o.chat, ar);
   if (prof.positions == 0) throw Error(o.prompts + ": the target produced no continuation to measure on");
   write_output_file(o.out, spec::profile_json(prof));
   const auto& v = prof.vectors[0];
@@ -83,7 +83,8 @@ int run_hardware(const HardwareOptions& o) {
   const std::vector<int> sizes = grid(o.sizes, "--sizes", 8192), widths = grid(o.widths, "--widths", 4096);
   RunOptions run = o.run;
   apply_run_options(run, {o.draft});
-  check_output(o.out, {run.model.empty() ? default_model_path() : run.model, o.draft}, "--out");
+  if (run.model.empty()) run.model = default_model_path();
+  check_output(o.out, {run.model, o.draft}, "--out");
   runtime::HardwareRun hr;
   hr.sizes = sizes;
   hr.widths = widths;
@@ -91,8 +92,7 @@ int run_hardware(const HardwareOptions& o) {
   hr.warmup = o.warmup;
   hr.prefix = o.prefix;
   hr.quiet = o.quiet;
-  run.model = run.model.empty() ? default_model_path() : run.model;
-  const planner::MeasuredProfile prof = runtime::profile_hardware(run, o.draft, hr);
+  const planner::MeasuredProfile prof = app::profile_hardware(run, o.draft, hr);
   write_output_file(o.out, planner::measured_json(prof));
   std::fprintf(stderr, "redwood: t(1) = %.4f s, t(%d) = %.4f s; c(1) = %.4f s -> %s\n",
                prof.target_pass.seconds.front(), sizes.back(), prof.target_pass.seconds.back(),

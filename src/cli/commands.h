@@ -19,5 +19,4 @@ Runner add_bench(CLI::App& app);
 Runner add_batch(CLI::App& app);
 Runner add_profile_acceptance(CLI::App& app);
 Runner add_profile_hardware(CLI::App& app);
-Runner add_bench_suite(CLI::App* bench);  // `bench run`, under `bench`
 }  // namespace redwood::cli

@@ -1,5 +1,5 @@
 // Shared pieces of the CLI subcommands: option parsing. Running models is
-// src/runtime's (model.h, session.h); its names are used here unqualified.
+// src/runtime's (its names used unqualified), what commands do src/app's (app::).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/app/inspect.h"
 #include "src/cli/common.h"
-#include "src/runtime/inspect.h"
 #include "src/util/error.h"
 #include "src/util/temp_files.h"
 
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   redwood::remove_temp_files_on_signal();  // Ctrl-C mid-write leaves no OUT.tmp.PID behind
   CLI::App app{"redwood: run models too big for one GPU (CPU backend, tree speculative decoding)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", redwood::runtime::version_line());
+  app.set_version_flag("--version", redwood::app::version_line());
   std::vector<std::pair<CLI::App*, redwood::cli::Runner>> cmds;
   auto reg = [&](redwood::cli::Runner r, const char* name) {
     cmds.emplace_back(app.get_subcommand(name), std::move(r));

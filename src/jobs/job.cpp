@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "src/engine/kv_cache.h"
+#include "src/engine/kv_type.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 #include "src/util/output_path.h"

@@ -1,13 +1,12 @@
 #include "src/jobs/progress.h"
 
-#include <chrono>
 #include <cmath>
+
+#include "src/util/clock.h"
 
 namespace redwood::jobs {
 
 namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -53,7 +52,7 @@ std::string progress_text(const ProgressState& s, bool bar) {
 Progress::Progress(std::FILE* out, bool tty, double every) : out_(out), tty_(tty), every_(every) {}
 
 void Progress::update(const ProgressState& s, bool force) {
-  const double t = now();
+  const double t = now_seconds();
   if (!force && t - last_ < (tty_ ? 0.1 : every_)) return;
   last_ = t;
   if (tty_) {

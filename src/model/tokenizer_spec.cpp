@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -202,22 +203,16 @@ std::string token_text(const json& v) {
 
 }  // namespace
 
-// A function-try-block: nlohmann's accessors (value(), get<>(), operator[])
-// throw json::exception on a wrong type; those become redwood::Error here.
-TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
-  const json j = read_json(path);
-  if (!j.is_object()) throw Error(path + ": not a tokenizer.json (top level is not an object)");
-  const auto model_it = j.find("model");
-  if (model_it == j.end() || !model_it->is_object()) throw Error(path + ": missing 'model'");
-  const json& model = *model_it;
-  const std::string type = model.value("type", model.contains("merges") ? "BPE" : "");
-  if (type != "BPE")
-    throw Error(path + ": unsupported tokenizer model type '" + type + "' (only BPE is supported)");
+namespace {
+
+// A token's id by its text, -1 when empty or not in the vocabulary.
+using TokenLookup = std::function<int32_t(const std::string&)>;
+
+// model.vocab and added_tokens -> spec.tokens and spec.types (ids nearly dense).
+void read_vocab(const std::string& path, const json& j, const json& model, TokenizerSpec& spec) {
   const auto vocab_it = model.find("vocab");
   if (vocab_it == model.end() || !vocab_it->is_object() || vocab_it->empty())
     throw Error(path + ": missing or empty 'model.vocab'");
-
-  TokenizerSpec spec;
   std::vector<std::pair<int64_t, std::string>> entries;
   int64_t max_id = -1;
   for (const auto& [text, idv] : vocab_it->items()) {
@@ -264,6 +259,10 @@ TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
     spec.types[static_cast<size_t>(a.id)] = a.special ? TokenType::kControl : TokenType::kUserDefined;
   }
 
+}
+
+// model.merges (strings "a b" or pairs ["a", "b"]) -> spec.merges.
+void read_merges(const std::string& path, const json& model, TokenizerSpec& spec) {
   const auto merges_it = model.find("merges");
   if (merges_it != model.end() && !merges_it->is_null()) {
     if (!merges_it->is_array()) throw Error(path + ": 'model.merges' is not an array");
@@ -279,16 +278,12 @@ TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
     }
   }
 
-  std::unordered_map<std::string, int32_t> ids;
-  ids.reserve(n);
-  for (size_t i = 0; i < n; ++i)
-    if (spec.types[i] != TokenType::kUnused) ids.emplace(spec.tokens[i], static_cast<int32_t>(i));
-  const auto lookup = [&](const std::string& t) -> int32_t {
-    if (t.empty()) return -1;
-    auto it = ids.find(t);
-    return it == ids.end() ? -1 : it->second;
-  };
+}
 
+// The tokenizer's kind (byte-level or SentencePiece-style BPE), its
+// pre-tokenizer, space prefix, byte tokens and unknown token.
+void read_kind(const json& j, const json& model, TokenizerSpec& spec, const TokenLookup& lookup) {
+  const size_t n = spec.tokens.size();
   const json null_json;
   const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : null_json;
   const json& dec = j.contains("decoder") ? j["decoder"] : null_json;
@@ -326,6 +321,12 @@ TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
       spec.types[static_cast<size_t>(spec.unk_id)] = TokenType::kUnknown;
   }
 
+}
+
+// BOS/EOS: the post-processor template first, tokenizer_config.json beside
+// `path` overrides.
+void read_bos_eos(const std::string& path, const json& j, TokenizerSpec& spec, const TokenLookup& lookup) {
+  const json null_json;
   // BOS/EOS: the post-processor template first, tokenizer_config.json overrides.
   for_each_component(j.contains("post_processor") ? j["post_processor"] : null_json, [&](const json& c) {
     if (c.value("type", "") != "TemplateProcessing" || !c.contains("single") || !c["single"].is_array()) return;
@@ -368,6 +369,37 @@ TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
     }
     if (cfg.contains("pad_token") && !cfg["pad_token"].is_null()) spec.pad_id = lookup(token_text(cfg["pad_token"]));
   }
+}
+
+}  // namespace
+
+// A function-try-block: nlohmann's accessors (value(), get<>(), operator[])
+// throw json::exception on a wrong type; those become redwood::Error here.
+TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
+  const json j = read_json(path);
+  if (!j.is_object()) throw Error(path + ": not a tokenizer.json (top level is not an object)");
+  const auto model_it = j.find("model");
+  if (model_it == j.end() || !model_it->is_object()) throw Error(path + ": missing 'model'");
+  const json& model = *model_it;
+  const std::string type = model.value("type", model.contains("merges") ? "BPE" : "");
+  if (type != "BPE")
+    throw Error(path + ": unsupported tokenizer model type '" + type + "' (only BPE is supported)");
+  TokenizerSpec spec;
+  read_vocab(path, j, model, spec);
+  read_merges(path, model, spec);
+  const size_t n = spec.tokens.size();
+  std::unordered_map<std::string, int32_t> ids;
+  ids.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    if (spec.types[i] != TokenType::kUnused) ids.emplace(spec.tokens[i], static_cast<int32_t>(i));
+  const auto lookup = [&](const std::string& t) -> int32_t {
+    if (t.empty()) return -1;
+    auto it = ids.find(t);
+    return it == ids.end() ? -1 : it->second;
+  };
+
+  read_kind(j, model, spec, lookup);
+  read_bos_eos(path, j, spec, lookup);
   // The special tokens must be control tokens so that they decode to "" and
   // are recognised in text with parse_special.
   for (int32_t id : {spec.bos_id, spec.eos_id})

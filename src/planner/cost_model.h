@@ -23,7 +23,7 @@
 #pragma once
 #include <vector>
 
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "src/model/model_desc.h"
 #include "src/planner/hardware.h"
 

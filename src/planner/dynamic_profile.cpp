@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "src/spec/acceptance_measure.h"
-#include "src/spec/speculate.h"
-#include "src/spec/tree_policy.h"
+#include "src/speculative/acceptance_measure.h"
+#include "src/speculative/speculate.h"
+#include "src/speculative/tree_policy.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 

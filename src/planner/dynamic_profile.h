@@ -10,7 +10,7 @@
 #include "src/engine/sampler.h"
 #include "src/engine/transformer.h"
 #include "src/planner/optimizer.h"
-#include "src/spec/verify.h"
+#include "src/speculative/verify.h"
 
 namespace redwood::planner {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "offload/plan.h"
+#include "offload/placement.h"
 
 namespace redwood::planner {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "src/spec/acceptance_profile.h"
+#include "src/speculative/acceptance_profile.h"
 
 namespace redwood::planner {
 

@@ -129,15 +129,15 @@ uint64_t parameter_count(const ModelDesc& m) {
 }
 
 double packed_ratio(DType t) {
-  // `redwood pack` of SmolLM2-135M-Instruct requantized to BF16, F16 and F32
-  // (real weights' exponent statistics), 2026-11-26.
+  // Stored / raw size of `redwood pack` on real weights' exponent statistics
+  // (SmolLM2 requantized): docs/PERFORMANCE.md, "Packed models".
   switch (t) {
     case DType::BF16:
-      return 0.707;  // 256.5 -> 181.4 MiB
+      return 0.707;
     case DType::F16:
-      return 0.883;  // 256.5 -> 226.5 MiB
+      return 0.883;
     case DType::F32:
-      return 0.854;  // 513.1 -> 438.0 MiB
+      return 0.854;
     default:
       return 1.0;
   }

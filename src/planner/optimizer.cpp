@@ -6,7 +6,7 @@
 #include <optional>
 #include <sstream>
 
-#include "src/spec/speculate.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 
 namespace redwood::planner {

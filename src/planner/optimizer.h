@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "src/spec/sequoia_dp.h"
-#include "src/spec/tree_policy.h"
+#include "src/speculative/sequoia_dp.h"
+#include "src/speculative/tree_policy.h"
 
 namespace redwood::planner {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "src/spec/sequoia_dp.h"
+#include "src/speculative/sequoia_dp.h"
 #include "src/util/error.h"
 #include "src/util/size.h"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "src/model/model_desc.h"
 #include "src/planner/cost_model.h"
 #include "src/planner/hardware.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "src/engine/sampler.h"
 
 namespace redwood::planner {

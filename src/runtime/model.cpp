@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -28,8 +29,13 @@ std::string default_model_path() {
   if (const char* env = std::getenv("REDWOOD_MODEL"); env && *env) return env;
   const std::string rel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (exists(rel)) return rel;
-  const std::string src = std::string(REDWOOD_SOURCE_DIR) + "/" + rel;
-  if (exists(src)) return src;
+  // Beside the folder that holds the binary (build/redwood -> models/ of the checkout).
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::string beside = (exe.parent_path().parent_path() / rel).string();
+    if (exists(beside)) return beside;
+  }
   throw Error("no --model given and the default model is missing: run tools/fetch-models.sh");
 }
 
@@ -55,10 +61,7 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
     m.transformer->set_kv_type(kv_type_from_name(run.kv_type));
     return;
   }
-  offload::RunShape s = shape;
-  s.threads = cpu_threads();
-  s.kv_type = kv_type_from_name(run.kv_type);
-  m.plan = offload::plan_memory(m.desc, draft, budgets_from(run), s);
+  m.plan = plan_run_memory(m.desc, draft, run, shape);
   const auto& p = *m.plan;
   // Also when every layer fits: the streamer then just serves resident layers
   // (no I/O thread), and --trace and the per-pass stats still work.
@@ -77,10 +80,17 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
                "device budget planned\n",
                p.count(offload::Tier::kDevice), p.count(offload::Tier::kHost), p.count(offload::Tier::kStorage),
                m.streamed->reader_kind(), m.streamed->reader_direct() ? ", O_DIRECT" : "", p.ring_slots,
-               offload::format_size(p.slot_bytes).c_str(), offload::format_size(p.device_used).c_str(),
-               p.device_budget ? offload::format_size(p.device_budget).c_str() : "unlimited");
+               format_size(p.slot_bytes).c_str(), format_size(p.device_used).c_str(),
+               p.device_budget ? format_size(p.device_budget).c_str() : "unlimited");
   m.transformer = std::make_unique<Transformer>(m.desc, *m.weights, *m.backend);
-  m.transformer->set_kv_type(s.kv_type);
+  m.transformer->set_kv_type(kv_type_from_name(run.kv_type));
+}
+
+offload::MemoryPlan plan_run_memory(const ModelDesc& target, const ModelDesc* draft, const RunOptions& run,
+                                    offload::RunShape shape) {
+  shape.threads = run.threads > 0 ? run.threads : cpu_threads();
+  shape.kv_type = kv_type_from_name(run.kv_type);
+  return offload::plan_memory(target, draft, budgets_from(run), shape);
 }
 
 uint64_t peak_rss() {
@@ -119,7 +129,7 @@ void check_draft_budget(const RunOptions& o, const std::string& draft) {
 offload::Budgets budgets_from(const RunOptions& o) {
   offload::Budgets b;
   if (!o.device_mem.empty()) offload::parse_device_budget(o.device_mem, b, "--device-mem");
-  if (!o.host_mem.empty()) b.host = offload::parse_size(o.host_mem, "--host-mem");
+  if (!o.host_mem.empty()) b.host = parse_size(o.host_mem, "--host-mem");
   b.ring_slots = o.ring;
   b.backend = o.backend == "cuda" ? offload::BackendKind::kCuda : offload::BackendKind::kCpu;
   return b;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "offload/plan.h"
+#include "offload/placement.h"
 #include "offload/streamer.h"
 #include "offload/trace.h"
 #include "src/engine/transformer.h"
@@ -48,7 +48,8 @@ struct RunOptions {
   std::string kv_type = "f32";  // --kv-type: f32 | f16 | bf16 (target and draft caches)
 };
 // The default model: $REDWOOD_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf
-// under the current directory or the source tree the binary was built from.
+// under the current directory or the parent of the binary's folder (the
+// checkout, for build/redwood).
 std::string default_model_path();
 // path empty: the default model.
 LoadedModel load_model(const std::string& path, bool with_weights = true);
@@ -63,6 +64,12 @@ RunOptions resident_run(const RunOptions& run);
 void check_draft_budget(const RunOptions& o, const std::string& draft);
 // The budgets named by the options (sizes parsed; throws redwood::Error on a bad size).
 offload::Budgets budgets_from(const RunOptions& o);
+// Where `target`'s layers would live for a run of `shape` (its ctx and pass
+// size) under `run`'s budgets and backend, with `draft` (if any) resident:
+// threads are run.threads (else all), the KV type run.kv_type. Reads no
+// weights; throws offload::BudgetError below the minimum.
+offload::MemoryPlan plan_run_memory(const ModelDesc& target, const ModelDesc* draft, const RunOptions& run,
+                                    offload::RunShape shape);
 
 // Loads m's weights. With device_mem/host_mem in run, plans memory for the
 // run shape (the draft, if given, stays resident and is counted) and streams

@@ -6,6 +6,15 @@
 
 namespace redwood::runtime {
 
+std::vector<int32_t> encode_prompt(const LoadedModel& m, const PromptText& p) {
+  std::string text = p.text;
+  if (!p.messages.empty())
+    text = apply_chat_template(m.desc.chat_template, p.messages);
+  else if (p.chat)
+    text = apply_chat_template(m.desc.chat_template, {{"user", p.text}});
+  return m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
+}
+
 Session::Session(SessionConfig c) : c_(std::move(c)) {
   auto_ = !c_.draft.empty() && c_.tree.tree == "auto";
   if (c_.draft.empty() && c_.tree_given) throw SetupError("tree", "speculative decoding needs a draft model");
@@ -51,20 +60,53 @@ int Session::tree_nodes() const {
   return setup_ ? setup_->config.max_tree_nodes() : 0;
 }
 
+void Session::check_chat_template(const std::string& who) const {
+  try {
+    (void)apply_chat_template(target_.desc.chat_template, {{"user", "x"}});
+  } catch (const Error& e) {
+    throw Error(who + " needs a chat template, but " + target_.desc.path + " has none usable (" + e.what() + ")");
+  }
+}
+
+std::vector<int32_t> Session::prepare_prompt(const PromptText& p, const PromptRoom& room) const {
+  std::vector<int32_t> tokens = p.tokens;
+  if (!tokens.empty()) {
+    for (int32_t t : tokens)
+      if (t < 0 || t >= target_.desc.hp.vocab) throw PromptError(p.name + ": id " + std::to_string(t) + " out of range");
+  } else {
+    // Bounded by bytes before tokenizing: tokenizing costs memory in
+    // proportion to the text, whatever the memory budgets say.
+    const int bound = room.ctx > 0 ? room.ctx : target_.desc.hp.ctx_len;
+    size_t bytes = p.text.size();
+    for (const ChatMessage& msg : p.messages) bytes += msg.role.size() + msg.content.size();
+    if (bound > 0 && static_cast<int64_t>(bytes) > max_prompt_bytes(bound))
+      throw PromptError(p.name + " is " + std::to_string(bytes) + " bytes; " +
+                        (room.ctx > 0 ? room.ctx_name + " " : "the model's context (no " + room.ctx_name + ") ") +
+                        std::to_string(bound) + " allows at most " + std::to_string(kPromptBytesPerToken) +
+                        " bytes per token (" + std::to_string(max_prompt_bytes(bound)) + "), so it is not tokenized");
+    tokens = encode_prompt(target_, p);
+  }
+  if (tokens.empty()) throw PromptError("the prompt encodes to no tokens");
+  const int tree = room.ctx_holds_tree ? tree_nodes() : 0;
+  const int64_t need = static_cast<int64_t>(tokens.size()) + room.max_tokens + (room.ctx_holds_tree ? tree + 2 : 0);
+  if (room.ctx > 0 && need > room.ctx)
+    throw PromptError("the prompt has " + std::to_string(tokens.size()) + " tokens; with " + room.max_tokens_name +
+                      " " + std::to_string(room.max_tokens) + (tree ? " and a tree of " + std::to_string(tree) : "") +
+                      " it exceeds " + room.ctx_name + " " + std::to_string(room.ctx));
+  return tokens;
+}
+
 offload::RunShape Session::shape(int ctx, int batch_tokens) const {
   offload::RunShape s;
   s.ctx = ctx;
   s.max_tokens = std::max(batch_tokens, draft_ ? tree_nodes() + 1 : 0);
-  s.kv_type = kv_type_from_name(c_.run.kv_type);
   return s;
 }
 
 void Session::check_plan(int ctx, int batch_tokens) const {
   if (c_.run.device_mem.empty() && c_.run.host_mem.empty()) return;
-  offload::RunShape s = shape(ctx, batch_tokens);
-  s.threads = cpu_threads();
   try {
-    (void)offload::plan_memory(target_.desc, draft_ ? &draft_->desc : nullptr, budgets_from(c_.run), s);
+    (void)plan_run_memory(target_.desc, draft_ ? &draft_->desc : nullptr, c_.run, shape(ctx, batch_tokens));
   } catch (const Error& e) {
     throw SetupError("memory", e.what());
   }
@@ -98,6 +140,37 @@ spec::Generation Session::generate(const spec::GenerationRequest& req,
     setup_->draft = draft_->transformer.get();
   }
   return spec::generate(*target_.transformer, *target_.tokenizer, req, setup_ ? &*setup_ : nullptr, on_text, cancelled);
+}
+
+spec::GenerationRequest Session::request(std::span<const int32_t> prompt, int max_tokens,
+                                         std::vector<std::string> stop) const {
+  spec::GenerationRequest req;
+  req.prompt = prompt;
+  req.sampling = c_.sampling;
+  req.max_tokens = max_tokens;
+  req.prefill_chunk = c_.prefill_chunk;
+  req.stop = std::move(stop);
+  return req;
+}
+
+std::string Session::report_line(const spec::Generation& g, size_t prompt_tokens) const {
+  const double spt = g.s_per_token();
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "[%zu prompt tokens in %.3f s; %zu tokens, %.4f s/token, %.2f tokens/s", prompt_tokens,
+                g.prefill_seconds, g.tokens.size(), spt, spt > 0 ? 1.0 / spt : 0.0);
+  std::string line = buf;
+  if (g.spec && g.spec->target_passes) {
+    std::snprintf(buf, sizeof buf, "; %d target passes, %.2f tokens/pass", g.spec->target_passes,
+                  double(g.spec->emitted) / g.spec->target_passes);
+    line += buf;
+  }
+  if (target_.streamed) {
+    const auto& t = target_.streamed->totals();
+    std::snprintf(buf, sizeof buf, "; offload: %d passes, %.1f MB from storage, %.3f s stalled",
+                  target_.streamed->passes(), static_cast<double>(t.storage_bytes) / 1e6, t.stall_seconds);
+    line += buf;
+  }
+  return line + "]";
 }
 
 nlohmann::json Session::report(const spec::Generation& g, size_t prompt_tokens) const {

@@ -11,13 +11,16 @@
 #include <cstdio>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "src/model/chat_template.h"
 #include "src/runtime/model.h"
 #include "src/runtime/tree_auto.h"
-#include "src/spec/generation.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/generation.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 
 namespace redwood::jobs {
@@ -46,6 +49,39 @@ class SetupError : public Error {
  private:
   std::string key_;
 };
+
+// A prompt as a command or a job gives it: text (special tokens such as
+// <|im_start|> parsed), the same as one user message through the model's chat
+// template (`chat`), chat messages through it, or token ids.
+struct PromptText {
+  std::string text;
+  std::vector<ChatMessage> messages;  // instead of text
+  bool chat = false;
+  std::vector<int32_t> tokens;  // instead of text and messages
+  std::string name = "the prompt";  // how messages name it: "--prompt", "id 7: the prompt"
+};
+
+// The room a prompt must leave in the KV cache, and how the caller names its settings.
+struct PromptRoom {
+  int ctx = 0;  // KV positions; 0: no bound but the model's trained context (on bytes)
+  std::string ctx_name = "--ctx";  // "--ctx", "memory.ctx ="
+  int max_tokens = 0;
+  std::string max_tokens_name = "--max-tokens";
+  // The tree's nodes (+ 2) count inside ctx (a job's memory.ctx), or come on
+  // top of it (generate --ctx: Session::load is given ctx + the tree).
+  bool ctx_holds_tree = false;
+};
+
+// A prompt that cannot run (too many bytes to tokenize, no tokens, no room,
+// a token id out of range): one line, no file prefix.
+class PromptError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The prompt's token ids: through the chat template where it asks for it,
+// tokenized with special tokens added and parsed (no checks: Session::prepare_prompt).
+std::vector<int32_t> encode_prompt(const LoadedModel& m, const PromptText& p);
 
 class Session {
  public:
@@ -76,6 +112,20 @@ class Session {
   void load(int ctx, int batch_tokens, std::FILE* log = stderr);
   bool loaded() const { return target_.transformer != nullptr; }
 
+  // Throws redwood::Error "WHO needs a chat template, but MODEL has none
+  // usable (why)" unless the target's chat template renders.
+  void check_chat_template(const std::string& who) const;
+  // The prompt's tokens for a run leaving `room`, every check made in one
+  // wording: at most kPromptBytesPerToken bytes per token of the context
+  // before tokenizing (by room.ctx, else the model's trained context), token
+  // ids in the vocabulary, at least one token, prompt + max_tokens (+ the
+  // tree) within room.ctx. Throws PromptError.
+  std::vector<int32_t> prepare_prompt(const PromptText& p, const PromptRoom& room) const;
+
+  // A request for `prompt` (the tokens must outlive it: the request views
+  // them) with the session's sampling (its seed included) and prefill chunk.
+  spec::GenerationRequest request(std::span<const int32_t> prompt, int max_tokens,
+                                  std::vector<std::string> stop) const;
   // The one generation loop (spec::generate) with this session's draft and tree.
   spec::Generation generate(const spec::GenerationRequest& req,
                             const std::function<void(std::string_view)>& on_text = {},
@@ -84,6 +134,9 @@ class Session {
   // finish reason, times; --tree auto's choice; speculation statistics and the
   // tree in effect; offload statistics.
   nlohmann::json report(const spec::Generation& g, size_t prompt_tokens) const;
+  // The same in one line, as `redwood generate` ends on stderr: "[N prompt
+  // tokens in S s; N tokens, S s/token, R tokens/s; passes...; offload: ...]".
+  std::string report_line(const spec::Generation& g, size_t prompt_tokens) const;
 
  private:
   offload::RunShape shape(int ctx, int batch_tokens) const;

@@ -2,15 +2,15 @@
 #include "src/runtime/tree_auto.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <functional>
 
 #include "src/planner/dynamic_profile.h"
 #include "src/planner/profile_cache.h"
-#include "src/spec/acceptance_measure.h"
+#include "src/speculative/acceptance_measure.h"
 #include "src/util/cache_dir.h"
+#include "src/util/clock.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 #include "src/util/output_path.h"
@@ -18,10 +18,6 @@
 namespace redwood::runtime {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -82,9 +78,9 @@ void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, plan
     const TreeBatch b = random_tree(n, r.prefix, V);
     std::vector<double> t;
     for (int k = 0; k < r.warmup + r.repeats; ++k) {
-      const double t0 = now_s();
+      const double t0 = now_seconds();
       m.transformer->forward(b.view(), tkv, logits, LogitsRows::kAll);
-      if (k >= r.warmup) t.push_back(now_s() - t0);
+      if (k >= r.warmup) t.push_back(now_seconds() - t0);
       tkv.discard();
     }
     prof.target_pass.x.push_back(n);
@@ -110,11 +106,11 @@ void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, plan
     }
     std::vector<double> t;
     for (int k = 0; k < r.warmup + r.repeats; ++k) {
-      const double t0 = now_s();
+      const double t0 = now_seconds();
       d.transformer->forward(b.view(), dkv, logits, LogitsRows::kAll);
       for (int i = 0; i < w; ++i)
         probs(sp, std::span<const float>(logits).subspan(static_cast<size_t>(i) * V, static_cast<size_t>(V)), q);
-      if (k >= r.warmup) t.push_back(now_s() - t0);
+      if (k >= r.warmup) t.push_back(now_seconds() - t0);
       dkv.discard();
     }
     prof.draft_level.x.push_back(w);

@@ -10,8 +10,8 @@
 #include "src/planner/measured.h"
 #include "src/planner/optimizer.h"
 #include "src/runtime/model.h"
-#include "src/spec/acceptance_profile.h"
-#include "src/spec/speculate.h"
+#include "src/speculative/acceptance_profile.h"
+#include "src/speculative/speculate.h"
 
 namespace redwood::runtime {
 

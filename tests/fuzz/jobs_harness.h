@@ -13,7 +13,7 @@
 
 #include "src/jobs/job.h"
 #include "src/jobs/prompts.h"
-#include "src/jobs/suite.h"
+#include "src/jobs/suite_config.h"
 #include "src/util/error.h"
 
 namespace redwood::fuzz {

@@ -24,7 +24,7 @@ import zlib
 from harness import check, summary as finish, scratch_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Must match src/cli/bench_suite.cpp (kColours, kBaselineColour).
+# Must match src/app/suite_runner.cpp (kColours, kBaselineColour).
 COLOURS = {"chain": (0x1F, 0x77, 0xB4), "sequoia": (0xD6, 0x27, 0x28), "autoregressive": (0x44, 0x44, 0x44)}
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The negative control of tools/check-includes (CTest include_order runs it on
 this tree): on a tiny fake tree with an upward and a sideways include
-(tests/data/include-order) it fails and names each one, and nothing else."""
+(tests/data/include-order) it fails and names each one, and nothing else;
+src/app/ sits between src/runtime/ and src/cli/."""
 import os
 import subprocess
 import sys
@@ -25,8 +26,9 @@ def check(what, ok, detail=""):
 
 p = run(os.path.join(ROOT, "tests", "data", "include-order"))
 expected = [
-    "offload/beside.cpp:4: includes src/spec/verify.h: spec is beside offload (neither may include the other)",
+    "offload/beside.cpp:4: includes src/speculative/verify.h: speculative is beside offload (neither may include the other)",
     "src/engine/upward.h:5: includes src/planner/cost_model.h: planner is above engine",
+    "src/runtime/upward.h:5: includes src/app/job_runner.h: app is above runtime",
 ]
 check("fake tree: exit 1", p.returncode == 1, f"rc {p.returncode}\n{p.stdout}{p.stderr}")
 check("fake tree: one line per offence", p.stdout.splitlines() == expected, p.stdout)

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "src/spec/verify.h"
+#include "src/speculative/verify.h"
 
 namespace redwood::testutil {
 

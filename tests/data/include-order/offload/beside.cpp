@@ -1,6 +1,6 @@
-// Negative control for tools/check-includes: offload and spec are on one level
+// Negative control for tools/check-includes: offload and speculative are on one level
 // and do not know each other (line 4); engine is below offload.
-#include "offload/plan.h"
-#include "src/spec/verify.h"
+#include "offload/placement.h"
+#include "src/speculative/verify.h"
 #include "src/engine/weights.h"
 #include <vector>

@@ -1,0 +1,351 @@
+#include "src/app/job_runner.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <unordered_set>
+
+#include "src/engine/sampler.h"
+#include "src/jobs/progress.h"
+#include "src/jobs/prompts.h"
+#include "src/jobs/results.h"
+#include "src/jobs/summary.h"
+#include "src/model/fingerprint.h"
+#include "src/runtime/session.h"
+#include "src/util/clock.h"
+#include "src/util/error.h"
+#include "src/util/file_version.h"
+#include "src/util/io.h"
+#include "src/util/output_path.h"
+
+namespace redwood::app {
+
+using namespace runtime;
+using nlohmann::json;
+
+namespace {
+
+// Per-prompt seed: the job's seed mixed with the id, so a prompt's sample does
+// not depend on which prompts ran before it (resumed == uninterrupted).
+uint64_t prompt_seed(uint64_t seed, const std::string& key) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  uint64_t z = seed ^ h;  // splitmix64 finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A float setting as the decimal the user wrote (0.9, not 0.8999999761581421).
+double short_float(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.7g", static_cast<double>(v));
+  return std::strtod(buf, nullptr);
+}
+
+// What shapes a line's text, stored in every line so that a resumed run never
+// mixes two configurations in one file (jobs::prepare_output). The target is
+// known by its file name (for the reader) and by its content's fingerprint (a
+// copy elsewhere resumes; another quantization or fine-tune under the same
+// name does not). The draft and tree are not here: they change the speed, not
+// the distribution of the text.
+nlohmann::json output_settings(const jobs::JobConfig& job, const ModelDesc& target) {
+  nlohmann::json s = {{"target", jobs::model_file_name(job.target)},
+          {"target_fingerprint", model_fingerprint(target)},
+          {"max_tokens", job.max_tokens},
+          {"temperature", short_float(job.sampling.temperature)},
+          {"top_p", short_float(job.sampling.top_p)},
+          {"top_k", job.sampling.top_k},
+          {"seed", job.sampling.seed},
+          {"stop", job.stop},
+          {"chat", job.chat}};
+  // An F16/BF16 KV cache changes the logits (slightly): such lines do not
+  // resume an F32 run's, nor the other way round. F32 is not written, so
+  // outputs of redwood before --kv-type resume as before.
+  if (job.kv_type != "f32") s["kv_type"] = job.kv_type;
+  return s;
+}
+
+// A job whose every check passed: its session (no weights yet), the model
+// files as loaded, and the usable prompts with their tokens.
+struct CheckedJob {
+  std::optional<Session> session;
+  std::vector<FileVersion> model_files;
+  jobs::PromptFile pf;  // pf.bad: the lines skipped (input.on_bad_line = "skip")
+  std::vector<jobs::PromptItem> items;
+  std::vector<std::vector<int32_t>> tokens;  // per item
+  int batch_tokens = 0;
+};
+
+// Everything that can be wrong is found before the weights load.
+CheckedJob check_job_run(const jobs::JobConfig& job, const JobHooks& hooks) {
+  CheckedJob c;
+  c.pf = jobs::read_prompts(job.prompts, job.skip_bad_lines);
+  reset_peak_rss();
+  try {
+    c.session.emplace(session_config(job));
+  } catch (const SetupError& e) {
+    if (e.key() == "draft") throw Error(job.where("model.draft") + ": " + e.what());
+    if (e.key() == "tree" && job.tree == "auto") throw Error(job.where("speculation.tree") + ": " + e.what());
+    throw Error(job.where("speculation") + ": " + e.what());
+  }
+  Session& session = *c.session;
+  // The model files as loaded: checked again before each prompt and before
+  // its line is written (a file changed under the job stops it).
+  for (const std::string& f : session.target().desc.files) c.model_files.push_back(file_version(f));
+  if (const LoadedModel* d = session.draft())
+    for (const std::string& f : d->desc.files) c.model_files.push_back(file_version(f));
+  bool chat_needed = job.chat;
+  for (const auto& it : c.pf.items) chat_needed |= !it.messages.empty();
+  if (chat_needed) session.check_chat_template(job.prompts + ": a chat prompt");
+  // Tokenize every prompt: too long for memory.ctx is a bad line.
+  const PromptRoom room{job.ctx, "memory.ctx =", job.max_tokens, "max_tokens", /*ctx_holds_tree=*/true};
+  for (auto& it : c.pf.items) {
+    std::vector<int32_t> t;
+    try {
+      t = session.prepare_prompt({it.prompt, it.messages, job.chat, {}, "id " + it.id.dump() + ": the prompt"}, room);
+    } catch (const PromptError& e) {
+      const std::string err = job.prompts + ":" + std::to_string(it.line) + ": " + e.what();
+      if (!job.skip_bad_lines) throw Error(err + " (raise memory.ctx, or set input.on_bad_line = \"skip\")");
+      c.pf.bad.push_back(err);
+      continue;
+    }
+    c.tokens.push_back(std::move(t));
+    c.items.push_back(std::move(it));
+  }
+  RunOptions run = session.config().run;
+  apply_run_options(run);
+  c.batch_tokens = std::min(job.ctx, job.prefill_chunk);
+  try {
+    session.check_plan(job.ctx, c.batch_tokens);
+  } catch (const SetupError& e) {
+    throw Error(job.where(job.device_mem.empty() ? "memory.host" : "memory.device") + ": " + e.what());
+  }
+  for (const auto& b : c.pf.bad) std::fprintf(hooks.log, "redwood: skipped %s\n", b.c_str());
+  return c;
+}
+
+// What the output already holds (this run alone writes it): the prompts left to run.
+struct ResumePoint {
+  nlohmann::json settings;  // every line's (output_settings)
+  jobs::PromptHashes prompt_hashes;
+  std::vector<size_t> todo;  // indices into CheckedJob::items
+  int64_t already = 0;       // prompts done by earlier runs
+};
+
+ResumePoint resume_output(const jobs::JobConfig& job, const CheckedJob& c, const JobHooks& hooks) {
+  ResumePoint r;
+  r.settings = output_settings(job, c.session->target().desc);
+  for (const auto& it : c.items) r.prompt_hashes.emplace(it.key, jobs::prompt_hash(it, job.chat));
+  const jobs::ResumeState rs = jobs::prepare_output(job.output, r.settings, {"target_fingerprint"}, &r.prompt_hashes);
+  if (rs.torn_bytes > 0)  // even when quiet: the file was changed
+    std::fprintf(hooks.log, "redwood: %s: dropped a torn last line (%lld bytes) left by an interrupted run\n",
+                 job.output.c_str(), static_cast<long long>(rs.torn_bytes));
+  if (rs.partly_checked > 0)
+    std::fprintf(hooks.log, "redwood: %s: %lld lines from an older redwood do not record %s; checked on the rest\n",
+                 job.output.c_str(), static_cast<long long>(rs.partly_checked), rs.missing_keys.c_str());
+  if (rs.unchecked > 0)
+    std::fprintf(hooks.log,
+                 "redwood: %s: %lld lines from an older redwood carry no settings; assuming they match this job's\n",
+                 job.output.c_str(), static_cast<long long>(rs.unchecked));
+  if (rs.no_prompt_hash > 0)
+    std::fprintf(hooks.log,
+                 "redwood: %s: %lld lines from an older redwood carry no prompt hash; not checked against the "
+                 "prompts\n",
+                 job.output.c_str(), static_cast<long long>(rs.no_prompt_hash));
+  if (rs.foreign > 0)
+    std::fprintf(hooks.log,
+                 "redwood: %s: %lld lines have ids that are not in %s (among its usable prompts); kept, not counted as "
+                 "done\n",
+                 job.output.c_str(), static_cast<long long>(rs.foreign), job.prompts.c_str());
+  for (size_t i = 0; i < c.items.size(); ++i)
+    if (!rs.done.count(c.items[i].key)) r.todo.push_back(i);
+  r.already = static_cast<int64_t>(c.items.size() - r.todo.size());
+  if (r.already > 0 && !hooks.quiet)
+    std::fprintf(hooks.log, "redwood: resuming %s: %lld of %zu prompts already done\n", job.output.c_str(),
+                 static_cast<long long>(r.already), c.items.size());
+  return r;
+}
+
+// One prompt's metrics line: its times and memory; what streaming cost its
+// target passes (their difference from `io_before`, `passes_before`); the
+// speculation's statistics.
+nlohmann::ordered_json prompt_metrics(const LoadedModel& m, const spec::Generation& g, size_t prompt_tokens,
+                                      const offload::PassIo& io_before, int passes_before) {
+  nlohmann::ordered_json metrics = {{"prompt_tokens", prompt_tokens},
+                                    {"prefill_seconds", g.prefill_seconds},
+                                    {"seconds", g.decode_seconds},
+                                    {"s_per_token", g.s_per_token()},
+                                    {"peak_rss_bytes", peak_rss()}};  // since the job started
+  if (m.streamed) {  // this prompt's target passes (prefill included): their wait for streamed layers,
+                     // wall, compute, the I/O thread's busy time and the bytes read for them
+    const offload::PassIo& now = m.streamed->totals();
+    metrics["streamed_passes"] = m.streamed->passes() - passes_before;
+    metrics["stall_seconds"] = now.stall_seconds - io_before.stall_seconds;
+    metrics["stream_wall_seconds"] = now.wall_seconds - io_before.wall_seconds;
+    metrics["stream_compute_seconds"] = now.compute_seconds - io_before.compute_seconds;
+    metrics["io_seconds"] = now.io_seconds - io_before.io_seconds;
+    metrics["storage_bytes"] = now.storage_bytes - io_before.storage_bytes;
+    metrics["host_bytes"] = now.host_bytes - io_before.host_bytes;
+  }
+  if (g.spec) {
+    metrics["target_passes"] = g.spec->target_passes;
+    metrics["mean_accepted"] =
+        g.spec->target_passes ? static_cast<double>(g.spec->emitted) / g.spec->target_passes : 0.0;
+    int64_t nodes = 0;
+    for (const int32_t n : g.spec->tree_nodes) nodes += n;
+    metrics["mean_tree_nodes"] = g.spec->tree_nodes.empty()
+                                     ? 0.0
+                                     : static_cast<double>(nodes) / static_cast<double>(g.spec->tree_nodes.size());
+    metrics["draft_seconds"] = g.spec->draft_seconds;
+    metrics["verify_seconds"] = g.spec->verify_seconds;
+  }
+  return metrics;
+}
+
+// What running the prompts left to do came to.
+struct RunTally {
+  jobs::ProgressState ps;
+  bool interrupted = false;
+  double t_start = 0;
+  std::string auto_choice;  // what tree = "auto" chose (summary)
+};
+
+// Loads the weights (when anything is left to do) and writes one line per prompt left.
+RunTally run_prompts(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r, const jobs::OutputLock& lock,
+                     const JobHooks& hooks) {
+  Session& session = *c.session;
+  const LoadedModel& m = session.target();
+  RunTally tally;
+  if (!r.todo.empty()) {
+    session.load(job.ctx, c.batch_tokens, hooks.quiet ? nullptr : hooks.log);
+    if (const auto& a = session.auto_choice()) tally.auto_choice = a->choice;
+  }
+  jobs::ResultWriter writer(job.output, job.fsync_every, &lock);
+  jobs::Progress progress(hooks.log, hooks.tty, job.progress_every);
+  jobs::ProgressState& ps = tally.ps;
+  ps.total = static_cast<int64_t>(c.items.size());
+  ps.done = r.already;
+  int64_t passes = 0, pass_tokens = 0;
+  tally.t_start = now_seconds();
+  auto refresh = [&](bool force) {
+    if (hooks.quiet) return;
+    ps.seconds = now_seconds() - tally.t_start;
+    ps.accepted_per_pass = passes ? static_cast<double>(pass_tokens) / static_cast<double>(passes) : 0.0;
+    progress.update(ps, force);
+  };
+  if (!r.todo.empty()) refresh(true);  // (else the final line below is the only one)
+  // A model file changed since it was loaded: stop before (or instead of)
+  // writing prompt `it`'s line; the lines already written stay.
+  auto check_model_files = [&](const jobs::PromptItem& it) {
+    for (const FileVersion& v : c.model_files)
+      if (const std::string what = file_change(v); !what.empty())
+        throw Error(v.path + ": the model file changed while the job ran (" + what + "); stopped before writing id " +
+                    it.id.dump() + " (this run wrote " + std::to_string(ps.done_this_run) + " of its lines)");
+  };
+  for (size_t i : r.todo) {
+    const jobs::PromptItem& it = c.items[i];
+    check_model_files(it);
+    spec::GenerationRequest req = session.request(c.tokens[i], job.max_tokens, job.stop);
+    req.sampling.seed = prompt_seed(job.sampling.seed, it.key);
+    const offload::PassIo io_before = m.streamed ? m.streamed->totals() : offload::PassIo{};
+    const int passes_before = m.streamed ? m.streamed->passes() : 0;
+    // Non-finite logits (a broken model) are this prompt's error: its line
+    // records it instead of tokens, and the job goes on (exit 1 at the end).
+    spec::Generation g;
+    std::string error;
+    try {
+      g = session.generate(req, {}, [&] {
+        refresh(false);
+        return hooks.cancelled && hooks.cancelled();
+      });
+    } catch (const NonFiniteLogits& e) {
+      error = e.what();
+      g.finish = "error";
+      std::fprintf(hooks.log, "redwood: %s: id %s: %s\n", job.prompts.c_str(), it.id.dump().c_str(), e.what());
+    }
+    if (g.finish == "cancelled") {  // abandoned: nothing of it is written
+      tally.interrupted = true;
+      break;
+    }
+    if (g.spec) {
+      passes += g.spec->target_passes;
+      pass_tokens += g.spec->emitted;
+    }
+    check_model_files(it);
+    nlohmann::ordered_json line{{"id", it.id},
+                                {"text", g.text},
+                                {"tokens", g.tokens},
+                                {"n_tokens", g.tokens.size()},
+                                {"finish_reason", g.finish}};
+    if (!error.empty()) line["error"] = error;
+    line["metrics"] = prompt_metrics(m, g, c.tokens[i].size(), io_before, passes_before);
+    line["prompt_hash"] = r.prompt_hashes.at(it.key);
+    line["settings"] = r.settings;
+    writer.append(line);
+    ps.done++;
+    ps.done_this_run++;
+    ps.tokens += static_cast<int64_t>(g.tokens.size());
+    refresh(false);
+    if (hooks.cancelled && hooks.cancelled()) {
+      tally.interrupted = ps.done < ps.total;
+      break;
+    }
+  }
+  writer.close();
+  if (!hooks.quiet) {
+    ps.seconds = now_seconds() - tally.t_start;
+    progress.finish(ps);
+  }
+  return tally;
+}
+
+// The summary over everything in the output that belongs to this prompt set.
+json summarise(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoint& r, const RunTally& tally) {
+  std::unordered_set<std::string> wanted;
+  for (const auto& it : c.items) wanted.insert(it.key);
+  jobs::RunFacts f;
+  f.job = job.name.empty() ? job.file : job.name;
+  f.output = job.output;
+  f.prompts = static_cast<int64_t>(c.items.size());
+  f.bad_lines = static_cast<int64_t>(c.pf.bad.size());
+  f.done_this_run = tally.ps.done_this_run;
+  f.already_done = r.already;
+  f.tokens_this_run = tally.ps.tokens;
+  f.wall_seconds = now_seconds() - tally.t_start;
+  f.interrupted = tally.interrupted;
+  const spec::SpecConfig* cfg = c.session->spec_config();
+  f.config = {{"target", job.target},
+              {"draft", job.draft},
+              {"tree", job.draft.empty() ? "" : job.tree},
+              {"tree_auto_choice", tally.auto_choice},
+              {"verify", cfg ? spec::verifier_name(cfg->verifier) : ""},
+              {"budget", job.budget},
+              {"temperature", short_float(job.sampling.temperature)},
+              {"top_p", short_float(job.sampling.top_p)},
+              {"top_k", job.sampling.top_k},
+              {"seed", job.sampling.seed},
+              {"max_tokens", job.max_tokens},
+              {"device_mem", job.device_mem},
+              {"host_mem", job.host_mem},
+              {"verify_io", job.verify_io},
+              {"kv_type", job.kv_type}};
+  json s = jobs::summary_json(jobs::total_results(job.output, wanted), f);
+  if (c.session->target().streamed) s["offload"] = offload_stats(c.session->target());
+  return s;
+}
+
+}  // namespace
+
+JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
+  CheckedJob c = check_job_run(job, hooks);
+  jobs::create_output_dirs(job);
+  const jobs::OutputLock lock(job.output);
+  const ResumePoint r = resume_output(job, c, hooks);
+  const RunTally tally = run_prompts(job, c, r, lock, hooks);
+  json s = summarise(job, c, r, tally);
+  write_output_file(job.summary, s.dump(2) + "\n");
+  return {std::move(s), tally.interrupted};
+}
+
+}  // namespace redwood::app

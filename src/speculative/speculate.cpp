@@ -1,0 +1,371 @@
+#include "src/speculative/speculate.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "src/util/clock.h"
+#include "src/util/error.h"
+
+namespace redwood::spec {
+
+namespace {
+
+constexpr int64_t kMaxTreeNodes = 8192;  // --budget's limit, root included
+
+int parse_positive(const std::string& s, const std::string& spec) {
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end || v < 1 || v > 4096)
+    throw Error("--tree '" + spec + "': expected a number from 1 to 4096, got '" + s + "'");
+  return static_cast<int>(v);
+}
+
+StaticTree chain_tree(int k) {
+  StaticTree t;
+  for (int i = 0; i <= k; ++i) {
+    t.parent.push_back(i - 1);
+    t.depth.push_back(i);
+    t.rank.push_back(0);
+  }
+  return t;
+}
+
+StaticTree kary_tree(int w, int d) {
+  StaticTree t;
+  t.parent = {-1};
+  t.depth = {0};
+  t.rank = {0};
+  for (int b = 0; b < w; ++b) {  // depth-first: one whole branch after another
+    int prev = 0;
+    for (int l = 1; l <= d; ++l) {
+      t.parent.push_back(prev);
+      t.depth.push_back(l);
+      t.rank.push_back(l == 1 ? b : 0);
+      prev = t.size() - 1;
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+StaticTree make_tree_shape(const std::string& spec, int budget, int depth, const std::string& acceptance_file) {
+  const auto colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  if (kind == "chain") return chain_tree(parse_positive(arg, spec));
+  if (kind == "kary") {
+    const auto x = arg.find('x');
+    if (x == std::string::npos) throw Error("--tree kary needs WxD, e.g. kary:4x8");
+    const int w = parse_positive(arg.substr(0, x), spec), d = parse_positive(arg.substr(x + 1), spec);
+    if (static_cast<int64_t>(w) * d + 1 > kMaxTreeNodes)
+      throw Error("--tree '" + spec + "': " + std::to_string(static_cast<int64_t>(w) * d + 1) +
+                  " nodes; a tree has at most " + std::to_string(kMaxTreeNodes) + " (as --budget)");
+    return kary_tree(w, d);
+  }
+  if (kind == "sequoia") {
+    if (colon != std::string::npos && arg.empty())
+      throw Error("--tree '" + spec + "': no tree file after 'sequoia:' (give sequoia:FILE, or sequoia)");
+    if (!arg.empty()) return read_tree_file(arg);
+    if (budget < 1) throw Error("--tree sequoia needs --budget N (nodes per target pass, root included)");
+    const std::vector<double> acc =
+        acceptance_file.empty() ? default_acceptance(16) : read_acceptance_file(acceptance_file);
+    return sequoia_tree(acc, budget, depth);
+  }
+  throw Error("unknown --tree '" + spec + "' (chain:K, kary:WxD, sequoia, sequoia:FILE; K, W, D from 1 to 4096)");
+}
+
+TreeKind parse_tree_kind(const std::string& spec) {
+  const std::string kind = spec.substr(0, spec.find(':'));
+  if (spec == "dyspec") return TreeKind::kDySpec;
+  if (spec == "opt-tree") return TreeKind::kOptTree;
+  if (spec == "specexec") return TreeKind::kSpecExec;
+  if (kind == "chain" || kind == "kary" || kind == "sequoia") return TreeKind::kStatic;
+  throw Error("unknown --tree '" + spec +
+              "' (chain:K, kary:WxD, sequoia, sequoia:FILE, dyspec, opt-tree, specexec, or auto where the optimizer "
+              "chooses)");
+}
+
+SpecConfig make_spec_config(const TreeOptions& o, const SamplingParams& sampling) {
+  validate(sampling);
+  SpecConfig c;
+  c.sampling = sampling;
+  c.tree.kind = parse_tree_kind(o.tree);
+  const TreeKind k = c.tree.kind;
+  const std::string on = std::string(" (--tree ") + o.tree + ")";
+  if (o.threshold && k != TreeKind::kDySpec) throw Error("--threshold is only for --tree dyspec" + on);
+  if (o.delta && k != TreeKind::kOptTree) throw Error("--delta is only for --tree opt-tree" + on);
+  if (o.width && k != TreeKind::kSpecExec) throw Error("--width is only for --tree specexec" + on);
+  if (k == TreeKind::kStatic) {
+    // Only the Sequoia DP reads it (chain, kary and sequoia:FILE have their shape).
+    if (!o.acceptance.empty() && o.tree != "sequoia") throw Error("--acceptance is only for --tree sequoia" + on);
+    c.shape = make_tree_shape(o.tree, o.budget, o.depth, o.acceptance);
+  } else {
+    if (!o.acceptance.empty()) throw Error("--acceptance is only for --tree sequoia" + on);
+    c.tree.budget = o.budget;
+    c.tree.depth = o.depth;
+    if (o.threshold) c.tree.threshold = *o.threshold;
+    if (o.delta) c.tree.delta = *o.delta;
+    if (o.width) c.tree.width = *o.width;
+    validate_tree_params(c.tree);
+  }
+  if (!o.verifier.empty())
+    c.verifier = parse_verifier(o.verifier);
+  else if (sampling.greedy())
+    c.verifier = Verifier::kGreedy;
+  else
+    c.verifier = k == TreeKind::kOptTree || k == TreeKind::kSpecExec ? Verifier::kTargetSample : Verifier::kSequoia;
+  if (o.is_alphabet) {
+    if (c.verifier != Verifier::kMultiDraftIS)
+      throw Error(std::string("--is-alphabet is only for --verify multidraft-is (verifier: ") +
+                  verifier_name(c.verifier) + ")");
+    if (*o.is_alphabet < 1) throw Error("--is-alphabet must be >= 1, got " + std::to_string(*o.is_alphabet));
+    c.verify_options.is_alphabet = *o.is_alphabet;
+  }
+  check_verifier(c);
+  return c;
+}
+
+void check_verifier(const SpecConfig& c) {
+  if (const std::string e = check_pairing(c.tree.kind, c.verifier); !e.empty()) throw Error(e);
+  if (c.sampling.greedy() && c.verifier != Verifier::kGreedy)
+    throw Error(std::string("--verify ") + verifier_name(c.verifier) +
+                " samples: it needs --temperature > 0 (use --verify greedy at temperature 0)");
+  if (!c.sampling.greedy() && c.verifier == Verifier::kGreedy)
+    throw Error(std::string("--verify greedy is for --temperature 0 (use ") +
+                (c.tree.kind == TreeKind::kStatic   ? "sequoia or specinfer"
+                 : c.tree.kind == TreeKind::kDySpec ? "sequoia"
+                                                    : "target-sample") +
+                " when sampling)");
+}
+
+namespace {
+std::unique_ptr<TreePolicy> checked_policy(const SpecConfig& c) {
+  validate(c.sampling);
+  check_verifier(c);
+  return make_policy(c.tree, c.shape, c.verifier);
+}
+}  // namespace
+
+SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDesc& td, const ModelDesc& dd,
+                         SpecConfig cfg, int capacity)
+    : target_(target),
+      draft_(draft),
+      cfg_(std::move(cfg)),
+      vocab_(td.hp.vocab),
+      policy_(checked_policy(cfg_)),
+      tkv_(target.make_cache(capacity)),
+      // The draft's pending block holds every node run through the draft,
+      // pruned ones included; callers size `capacity` for the verified tree.
+      dkv_(draft.make_cache(capacity + std::max(0, policy_->max_draft_rows() - policy_->max_nodes()))),
+      rng_(cfg_.sampling.seed) {
+  if (td.hp.vocab != dd.hp.vocab || td.tokenizer.tokens != dd.tokenizer.tokens)
+    throw Error("the draft model's vocabulary differs from the target's (" + dd.path + " vs " + td.path + ")");
+  stats_.accepted_by_depth.assign(static_cast<size_t>(policy_->max_levels()) + 1, 0);
+}
+
+void SpecDecoder::target_probs(std::span<const float> logits, std::vector<float>& out) const {
+  probs(cfg_.sampling, logits, out, "target");
+}
+
+void SpecDecoder::draft_probs(std::span<const float> logits, std::vector<float>& out) const {
+  if (cfg_.verifier == Verifier::kGreedy) {
+    SamplingParams t1;
+    t1.temperature = 1.0f;  // greedy drafts use the draft's top-k (and values) under its own softmax
+    probs(t1, logits, out, "draft");
+  } else {
+    probs(cfg_.sampling, logits, out, "draft");
+  }
+}
+
+void SpecDecoder::start(std::span<const int32_t> prompt) {
+  if (prompt.empty()) throw Error("empty prompt");
+  if (prompt.size() > 1) {
+    const auto head = prompt.first(prompt.size() - 1);
+    std::vector<float> lg(vocab_);
+    prefill(target_, tkv_, head, cfg_.prefill_chunk, lg);
+    prefill(draft_, dkv_, head, cfg_.prefill_chunk, lg);
+  }
+  root_ = prompt.back();
+  draft_todo_ = {root_};
+}
+
+void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<const int32_t> nodes, int root_pos,
+                      int vocab, std::vector<int32_t>& rows, int& block, std::vector<float>& lg,
+                      const std::function<void(std::span<const float>, std::vector<float>&)>& to_dist) {
+  std::vector<int32_t> bt, bp, bpar;
+  for (const int32_t v : nodes) {
+    bt.push_back(t.token[static_cast<size_t>(v)]);
+    bp.push_back(root_pos + t.depth[static_cast<size_t>(v)]);
+    bpar.push_back(rows[static_cast<size_t>(t.parent[static_cast<size_t>(v)])]);
+  }
+  lg.resize(nodes.size() * static_cast<size_t>(vocab));
+  draft.forward(Batch{bt, bp, bpar}, kv, lg, LogitsRows::kAll);
+  rows.resize(static_cast<size_t>(t.size()), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    rows[static_cast<size_t>(nodes[i])] = block + static_cast<int32_t>(i);
+    to_dist(std::span<const float>(lg).subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab)),
+            t.set_dist(nodes[i]));
+  }
+  block += static_cast<int>(nodes.size());
+}
+
+namespace {
+
+// The tree the target verifies: the nodes the policy kept, renumbered in id
+// order (0 = the root), with their tokens, parents (-1 for the root), depths,
+// draft block rows (-1: not run) and children.
+struct KeptTree {
+  std::vector<int32_t> token, parent, depth, draft_row;
+  std::vector<std::vector<int32_t>> children;
+  int size() const { return static_cast<int>(token.size()); }
+};
+
+KeptTree renumber_kept(const DraftTree& T, const std::vector<int32_t>& keep, const std::vector<int32_t>& draft_row) {
+  const int n = static_cast<int>(keep.size());
+  if (n < 1 || keep[0] != 0) throw Error("tree policy: the final tree must start with the root");
+  std::vector<int32_t> new_id(T.size(), -1);
+  for (int i = 0; i < n; ++i) new_id[keep[i]] = i;
+  KeptTree k;
+  for (auto* field : {&k.token, &k.parent, &k.depth, &k.draft_row}) field->resize(n);
+  k.children.resize(n);
+  for (int i = 0; i < n; ++i) {
+    const int32_t v = keep[i];
+    k.token[i] = T.token[v];
+    k.depth[i] = T.depth[v];
+    k.draft_row[i] = draft_row[v];
+    k.parent[i] = i == 0 ? -1 : new_id[T.parent[v]];
+    if (i > 0) {
+      if (k.parent[i] < 0 || k.parent[i] >= i)
+        throw Error("tree policy: the final tree must contain every kept node's parent");
+      k.children[k.parent[i]].push_back(i);
+    }
+  }
+  return k;
+}
+
+// The order of the target's pass over a kept tree: depth-first, children in
+// id (= sampling) order, so attention blocks stay dense; for a static shape
+// this is the shape's own (depth-first) order.
+std::vector<int32_t> depth_first_order(const KeptTree& k) {
+  std::vector<int32_t> order;
+  order.reserve(k.size());
+  std::vector<int32_t> stack = {0};
+  while (!stack.empty()) {
+    const int32_t v = stack.back();
+    stack.pop_back();
+    order.push_back(v);
+    for (auto it = k.children[v].rbegin(); it != k.children[v].rend(); ++it) stack.push_back(*it);
+  }
+  return order;
+}
+
+}  // namespace
+
+std::vector<int32_t> SpecDecoder::step() {
+  const int L = tkv_.committed();  // root position
+  const double t0 = now_seconds();
+
+  // ---- draft: first pass = the draft's unprocessed tokens, ending at the root ----
+  const int m = static_cast<int>(draft_todo_.size());
+  std::vector<float> dlog(vocab_);  // kLast: the root's row only
+  {
+    ChainBatch b(draft_todo_, dkv_.committed());
+    draft_.forward(b.view(), dkv_, dlog, LogitsRows::kLast);
+    stats_.draft_passes++;
+  }
+  // The verifier reads draft distributions of accepted nodes after the tree is
+  // built (greedy and target-sample never do).
+  const bool verifier_reads_q = cfg_.verifier != Verifier::kGreedy && cfg_.verifier != Verifier::kTargetSample;
+  DraftTree& T = tree_;
+  T.reset(root_, verifier_reads_q || policy_->needs_old_dists());
+  T.begin_batch();
+  draft_probs(dlog, T.set_dist(0));
+  std::vector<int32_t> draft_row = {m - 1};  // draft block row per node (-1: not run)
+  int block_rows = m;
+  std::vector<float> lg;
+  // One batched draft pass over the nodes the policy asks for; their parents
+  // ran in an earlier pass (or are the root), so they index the draft block.
+  const auto to_dist = [this](std::span<const float> row, std::vector<float>& out) { draft_probs(row, out); };
+  auto forward = [&](std::span<const int32_t> nodes) {
+    draft_level_pass(draft_, dkv_, T, nodes, L, vocab_, draft_row, block_rows, lg, to_dist);
+    stats_.draft_passes++;
+    stats_.draft_tokens += static_cast<int64_t>(nodes.size());
+  };
+  const std::vector<int32_t> keep = grow_tree(*policy_, T, forward, rng_);
+  draft_row.resize(T.size(), -1);
+  const double t1 = now_seconds();
+
+  // ---- the verified tree: the kept nodes, renumbered in id order ----
+  const KeptTree kept = renumber_kept(T, keep, draft_row);
+  const int n = kept.size();
+  const std::vector<int32_t>& tok = kept.token;
+  const std::vector<int32_t>& par = kept.parent;
+  stats_.tree_nodes.push_back(n);
+
+  // ---- target: ONE pass over [root + tree] in depth-first order ----
+  const std::vector<int32_t> order = depth_first_order(kept);
+  std::vector<int32_t> pos_in(n);  // kept node -> its row in the target's pass
+  for (int i = 0; i < n; ++i) pos_in[order[i]] = i;
+  std::vector<int32_t> pass_tokens(n), pass_positions(n), pass_parents(n);
+  for (int i = 0; i < n; ++i) {
+    const int v = order[i];
+    pass_tokens[i] = tok[v];
+    pass_positions[i] = L + kept.depth[v];
+    pass_parents[i] = par[v] < 0 ? -1 : pos_in[par[v]];
+  }
+  std::vector<float> tlog(static_cast<size_t>(n) * vocab_);
+  target_.forward(Batch{pass_tokens, pass_positions, pass_parents}, tkv_, tlog, LogitsRows::kAll);
+  stats_.target_passes++;
+
+  // ---- verify: verifier ids = runtime nodes 1..n-1 shifted to 0..n-2 ----
+  std::vector<int32_t> verify_parents(n - 1), verify_tokens(n - 1);
+  for (int v = 1; v < n; ++v) {
+    verify_parents[v - 1] = par[v] - 1;  // root (0) -> -1
+    verify_tokens[v - 1] = tok[v];
+  }
+  std::vector<std::vector<float>> pcache(n);
+  DistFn target_dist = [&](int32_t u) -> std::span<const float> {
+    const int v = u + 1;
+    if (pcache[v].empty())
+      target_probs(std::span<const float>(tlog).subspan(static_cast<size_t>(pos_in[v]) * vocab_, vocab_), pcache[v]);
+    return pcache[v];
+  };
+  DistFn draft_dist = [&](int32_t u) -> std::span<const float> { return T.dist(keep[u + 1]); };
+  VerifyResult vr =
+      verify_tree(cfg_.verifier, TreeView{verify_parents, verify_tokens}, target_dist, draft_dist, rng_,
+                  cfg_.verify_options);
+
+  // ---- keep the accepted path in both caches ----
+  std::vector<int32_t> out;
+  std::vector<int32_t> trows = {pos_in[0]};
+  std::vector<int32_t> drows;
+  for (int i = 0; i < m; ++i) drows.push_back(i);
+  std::vector<int32_t> todo;
+  for (int32_t a : vr.accepted) {
+    const int v = a + 1;
+    out.push_back(tok[v]);
+    trows.push_back(pos_in[v]);
+    if (kept.draft_row[v] >= 0 && todo.empty())
+      drows.push_back(kept.draft_row[v]);
+    else
+      todo.push_back(tok[v]);
+  }
+  tkv_.commit_path(trows);
+  dkv_.commit_path(drows);
+  out.push_back(vr.bonus);
+  todo.push_back(vr.bonus);
+  draft_todo_ = std::move(todo);
+  root_ = vr.bonus;
+
+  const size_t k = vr.accepted.size();
+  if (k >= stats_.accepted_by_depth.size()) stats_.accepted_by_depth.resize(k + 1, 0);
+  stats_.accepted_by_depth[k]++;
+  stats_.emitted += static_cast<int64_t>(out.size());
+  stats_.draft_seconds += t1 - t0;
+  stats_.verify_seconds += now_seconds() - t1;
+  return out;
+}
+
+}  // namespace redwood::spec

@@ -1,0 +1,135 @@
+// The speculative step loop. The draft (resident) builds a token tree with
+// batched draft passes, driven by a TreePolicy (tree_policy.h): a static shape
+// (one pass per level) or a dynamic tree built from the draft's own
+// probabilities (DySpec, OPT-Tree, SpecExec); the target scores the whole tree
+// in ONE pass; the verifier returns the accepted path plus a bonus token; both
+// KV caches keep the accepted path (compacted in place, nothing recomputed) and
+// drop the rest.
+//
+// Per step the tree's root is the newest token (last step's bonus), which
+// neither model has processed yet: the target pass covers [root + tree], the
+// draft's first pass covers its unprocessed tokens ending at the root.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "src/engine/sampler.h"
+#include "src/engine/transformer.h"
+#include "src/speculative/sequoia_dp.h"
+#include "src/speculative/tree_policy.h"
+#include "src/speculative/verify.h"
+
+namespace redwood::spec {
+
+// One batched draft pass over tree nodes whose parents already ran (or are the
+// root): the `forward` that grow_tree calls, shared by SpecDecoder::step and
+// the dynamic-tree profiler (src/planner/dynamic_profile.cpp). Node v runs at
+// position root_pos + depth(v), attending to its parent's block row rows[parent]
+// (-1: the committed prefix); the nodes get block rows block, block + 1, ...
+// (rows grows to t.size(), -1 for nodes not run; block advances), and each
+// node's distribution is to_dist(its logits row). lg: scratch.
+void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<const int32_t> nodes, int root_pos,
+                      int vocab, std::vector<int32_t>& rows, int& block, std::vector<float>& lg,
+                      const std::function<void(std::span<const float>, std::vector<float>&)>& to_dist);
+
+// Parses a static --tree: "chain:K", "kary:WxD", "sequoia:FILE", or "sequoia"
+// (DP with budget = nodes per target pass, root included, and max depth;
+// acceptance vector from a JSON file {"acceptance": [...]} or
+// default_acceptance()). Dynamic trees (dyspec, opt-tree, specexec) have no
+// shape: make_spec_config handles every tree.
+StaticTree make_tree_shape(const std::string& spec, int budget, int depth, const std::string& acceptance_file);
+
+// kStatic for chain:/kary:/sequoia[:FILE], else the dynamic tree's kind;
+// throws redwood::Error (listing the valid trees) for anything else.
+TreeKind parse_tree_kind(const std::string& spec);
+
+struct SpecConfig {
+  StaticTree shape;  // tree.kind == kStatic
+  TreeParams tree;   // the kind, and the dynamic trees' parameters
+  Verifier verifier = Verifier::kGreedy;
+  VerifyOptions verify_options;
+  SamplingParams sampling;
+  int prefill_chunk = 0;  // prompt passes of at most this many tokens (0 = one pass)
+  // Most nodes one target pass verifies, root included (KV capacity: callers
+  // add this to prompt + new tokens).
+  int max_tree_nodes() const { return tree.kind == TreeKind::kStatic ? shape.size() : tree.budget; }
+};
+
+// The tree and verifier settings as plain values: the `generate` flags and a
+// batch job's [speculation] keys configure the same thing through this.
+struct TreeOptions {
+  std::string tree = "sequoia";     // chain:K | kary:WxD | sequoia | sequoia:FILE | dyspec | opt-tree | specexec
+  int budget = 64;                  // sequoia, dynamic trees: nodes per target pass, root included
+  int depth = 8;                    // sequoia, dynamic trees: max depth in levels, root included
+  std::optional<double> threshold;  // dyspec only: 0 = heap variant (default), (0, 1) = layer-wise
+  std::optional<double> delta;      // opt-tree only: gain threshold (default 0.5)
+  std::optional<int> width;         // specexec only: children per expanded node (default 4)
+  std::string verifier;             // "" = greedy at temperature 0, else sequoia (static, dyspec) or
+                                    // target-sample (opt-tree, specexec)
+  std::string acceptance;           // sequoia: acceptance vector JSON
+  std::optional<int> is_alphabet;   // multidraft-is only: alphabet truncation (Omega0 size)
+};
+
+// Validates everything (ranges, parameters given for a tree that does not use
+// them, verifier vs tree vs temperature) with one-line redwood::Error messages
+// that name the flag; returns the config with `sampling` set.
+SpecConfig make_spec_config(const TreeOptions& o, const SamplingParams& sampling);
+// The verifier/tree/temperature checks alone (SpecDecoder runs them too).
+void check_verifier(const SpecConfig& c);
+
+struct SpecStats {
+  int target_passes = 0;
+  int draft_passes = 0;
+  int64_t emitted = 0;
+  double draft_seconds = 0;                // draft passes + child sampling
+  double verify_seconds = 0;               // target pass + verification + KV compaction
+  std::vector<int64_t> accepted_by_depth;  // [k] = steps that accepted k drafted tokens
+  std::vector<int32_t> tree_nodes;         // per step: nodes the target verified, root included
+  int64_t draft_tokens = 0;                // tree nodes run through the draft (pruned ones too)
+};
+
+class SpecDecoder {
+ public:
+  // Checks vocabularies match and the verifier suits the sampling parameters
+  // and the tree. capacity: the target cache (committed tokens + one tree);
+  // the draft cache adds the policy's extra draft rows (pruned nodes).
+  SpecDecoder(Transformer& target, Transformer& draft, const ModelDesc& target_desc, const ModelDesc& draft_desc,
+              SpecConfig cfg, int capacity);
+
+  // Processes the prompt (all but its last token are prefilled into both caches).
+  void start(std::span<const int32_t> prompt);
+  // One speculative step: returns the emitted tokens (accepted path + bonus).
+  std::vector<int32_t> step();
+
+  const SpecStats& stats() const { return stats_; }
+  KvCache& target_cache() { return tkv_; }
+  KvCache& draft_cache() { return dkv_; }
+  int32_t root() const { return root_; }
+  // Tokens the draft has not processed yet (ends with root()).
+  const std::vector<int32_t>& draft_pending_tokens() const { return draft_todo_; }
+
+ private:
+  // The target's filtered distribution for one row of logits (the run's sampling).
+  void target_probs(std::span<const float> logits, std::vector<float>& out) const;
+  // The draft's: the same, except greedy runs (the draft's T = 1 softmax).
+  void draft_probs(std::span<const float> logits, std::vector<float>& out) const;
+
+  Transformer& target_;
+  Transformer& draft_;
+  SpecConfig cfg_;
+  int vocab_;
+  std::unique_ptr<TreePolicy> policy_;  // before the caches: it sizes the draft's
+  KvCache tkv_, dkv_;
+  Rng rng_;
+  int32_t root_ = -1;                // newest token, not yet processed by the target
+  std::vector<int32_t> draft_todo_;  // tokens the draft has not processed (ends with root_)
+  DraftTree tree_;
+  SpecStats stats_;
+};
+
+}  // namespace redwood::spec
