@@ -207,6 +207,17 @@ const char* cpu_kernel_isa();
 // all hardware threads; OpenBLAS is pinned to one thread, oneTBB owns parallelism).
 void set_cpu_threads(int n);
 int cpu_threads();
+// Batch-invariant CPU matmuls, one process-wide setting (default off). On:
+// every pass, whatever its number of tokens, takes the batched kernel
+// (kernels/cpu/matmul.cpp's n > 8 entry), whose output for a token does not
+// depend on the pass's other tokens; with the attention's (always invariant)
+// each sequence's logits in a shared pass are then bit-identical to its
+// passes alone. Off: passes of up to 8 tokens take the GEMV kernels (several
+// times faster at one token), which sum in other orders, so a token's logits
+// differ in the last bits between pass sizes. The scalar build (no AVX2)
+// multiplies with OpenBLAS and is not batch-invariant either way.
+void set_cpu_batch_invariant(bool on);
+bool cpu_batch_invariant();
 // Host -> device copy bandwidth (bytes/s) of the current CUDA device from
 // pinned memory, best of a few copies of `bytes`: the link a streamed layer
 // crosses. 0 when built without CUDA.

@@ -110,6 +110,42 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
   }
 }
 
+// set_cpu_batch_invariant: every n takes the batched kernel, so a token's
+// outputs at n = 1..8 are those of a pass of 64; off, the GEMV kernels give
+// other bits (the control).
+TEST(Kernels, BatchInvariantModeGivesTheBatchedBitsAtEveryN) {
+  if (cpu::kernel_isa() == cpu::Isa::scalar) GTEST_SKIP() << "the OpenBLAS path (no AVX2) is not batch-invariant";
+  struct Restore {
+    ~Restore() { set_cpu_batch_invariant(false); }
+  } restore;
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_1, DType::Q4_K, DType::IQ4_XS}) {
+    const int64_t rows = 40, cols = 512;
+    Mat m = random_matrix(t, rows, cols, 3);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(64 * cols);
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> full(64 * rows);
+    cpu::matmul(m.view, x.data(), 64, full.data());
+    bool gemv_differs = false;
+    for (bool on : {false, true}) {
+      set_cpu_batch_invariant(on);
+      EXPECT_EQ(cpu_batch_invariant(), on);
+      for (int n = 1; n <= cpu::kGemvMaxN; ++n) {
+        std::vector<float> y(n * rows);
+        cpu::matmul(m.view, x.data(), n, y.data());
+        const bool same = std::equal(y.begin(), y.end(), full.begin());
+        if (on)
+          EXPECT_TRUE(same) << dtype_name(t) << " n " << n;
+        else
+          gemv_differs = gemv_differs || !same;
+      }
+    }
+    set_cpu_batch_invariant(false);
+    EXPECT_TRUE(gemv_differs) << dtype_name(t) << ": the control found no GEMV difference";
+  }
+}
+
 // The kernels run on the instruction set REDWOOD_ISA names (tests/CMakeLists.txt
 // runs this binary on each one the CPU has), and the dispatch table picks that
 // set's kernels: the AVX2 ones are really tested on an AVX-512 machine.

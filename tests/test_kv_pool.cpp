@@ -425,6 +425,25 @@ TEST_P(SharedPass, EachSequenceEqualsItsPassesAlone) {
   EXPECT_GT(rel_err(a.data(), b.data(), a.size()), 1e-3);
 }
 
+// With batch-invariant matmuls (set_cpu_batch_invariant) every sequence's
+// logits equal its passes alone bit for bit, decode tokens included.
+TEST_P(SharedPass, BitIdenticalWithBatchInvariantMatmuls) {
+  if (cpu::kernel_isa() == cpu::Isa::scalar) GTEST_SKIP() << "the OpenBLAS path (no AVX2) is not batch-invariant";
+  struct Restore {
+    ~Restore() { set_cpu_batch_invariant(false); }
+  } restore;
+  set_cpu_batch_invariant(true);
+  testutil::TestModel m(path);
+  const Scenario sc = mixed_scenario(m.V());
+  const Logits solo = run_solo(m, sc);
+  const Logits shared = run_shared(m, sc, 4);
+  for (size_t st = 0; st < sc.steps.size(); ++st)
+    for (const Part& p : sc.steps[st])
+      EXPECT_EQ(shared.rows[st][p.seq], solo.rows[st][p.seq]) << "step " << st << ", sequence " << p.seq;
+  const Logits wrong = run_shared(m, sc, 4, /*wrong_seq=*/0);
+  EXPECT_NE(wrong.rows.back()[3], solo.rows.back()[3]);
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, SharedPass, ::testing::Values(DType::F16, DType::Q8_0, DType::Q4_1),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
