@@ -223,8 +223,8 @@ double rel_err(const float* a, const float* b, size_t n) {
 struct Part {
   int seq;  // index into the test's sequences
   std::vector<int32_t> tokens, parents;
-  std::vector<int32_t> keep;  // commit_path rows; empty with prefix >= 0
-  int prefix = -1;            // commit_prefix(prefix)
+  std::vector<int32_t> keep;  // commit_path rows (prefix == -1)
+  int prefix = -1;            // commit_prefix(prefix); -2: commit nothing (the block grows in the next pass)
 };
 
 // The sequences' passes, solo (each its own KvCache, one pass per part) and
@@ -257,16 +257,23 @@ Scenario mixed_scenario(int vocab) {
                      {1, toks(10), tree, {0, 1, 3, 5}, -1},
                      {2, toks(11), chain(11), {}, 11},
                      {3, toks(15), chain(15), {}, 15}});
-  // Step 3: every sequence decodes one token.
+  // Step 3: every sequence decodes one token, but 2 starts a draft tree.
+  s.steps.push_back({{0, toks(1), {-1}, {}, 1}, {1, toks(1), {-1}, {}, 1}, {2, toks(3), {-1, 0, 0}, {}, -2}, {3, toks(1), {-1}, {}, 1}});
+  // Step 4: 2's tree grows a level over its pending rows (parents index them)
+  // and keeps a path through both passes; 0 and 3 decode.
+  s.steps.push_back({{0, toks(1), {-1}, {}, 1}, {2, toks(3), {1, 2, 3}, {0, 2, 4}, -1}, {3, toks(1), {-1}, {}, 1}});
+  // Step 5: every sequence decodes one token.
   s.steps.push_back({{0, toks(1), {-1}, {}, 1}, {1, toks(1), {-1}, {}, 1}, {2, toks(1), {-1}, {}, 1}, {3, toks(1), {-1}, {}, 1}});
   return s;
 }
 
-// Positions from parents: committed + depth in the block.
-std::vector<int32_t> positions_of(const std::vector<int32_t>& parents, int committed) {
-  std::vector<int32_t> pos(parents.size());
-  for (size_t i = 0; i < parents.size(); ++i) pos[i] = parents[i] < 0 ? committed : pos[parents[i]] + 1;
-  return pos;
+// Positions from parents: committed + depth in the block, whose first rows
+// (pending_pos: their positions) came from earlier passes.
+std::vector<int32_t> positions_of(const std::vector<int32_t>& parents, int committed,
+                                  const std::vector<int32_t>& pending_pos = {}) {
+  std::vector<int32_t> pos = pending_pos;
+  for (int32_t p : parents) pos.push_back(p < 0 ? committed : pos[p] + 1);
+  return std::vector<int32_t>(pos.begin() + pending_pos.size(), pos.end());
 }
 
 struct Logits {
@@ -277,15 +284,19 @@ struct Logits {
 Logits run_solo(testutil::TestModel& m, const Scenario& sc) {
   Logits out;
   std::vector<KvCache> kv;
+  std::vector<std::vector<int32_t>> pending_pos(sc.n_seqs);
   for (int s = 0; s < sc.n_seqs; ++s) kv.push_back(m.tf->make_cache(128));
   for (const auto& step : sc.steps) {
     out.rows.emplace_back(sc.n_seqs);
     for (const Part& p : step) {
       KvCache& c = kv[p.seq];
-      const auto pos = positions_of(p.parents, c.committed());
+      const auto pos = positions_of(p.parents, c.committed(), pending_pos[p.seq]);
+      pending_pos[p.seq].insert(pending_pos[p.seq].end(), pos.begin(), pos.end());
       auto& lg = out.rows.back()[p.seq];
       lg.resize(p.tokens.size() * m.V());
       m.tf->forward(Batch{p.tokens, pos, p.parents}, c, lg, LogitsRows::kAll);
+      if (p.prefix == -2) continue;
+      pending_pos[p.seq].clear();
       if (p.prefix >= 0)
         c.commit_prefix(p.prefix);
       else
@@ -305,12 +316,16 @@ Logits run_shared(testutil::TestModel& m, const Scenario& sc, int block_rows, in
   for (int s = 0; s < sc.n_seqs; ++s) id.push_back(pool.add_sequence());
   pool.free_sequence(spare);
   Logits out;
+  std::vector<std::vector<int32_t>> pending_pos(sc.n_seqs);
   for (size_t st = 0; st < sc.steps.size(); ++st) {
     const auto& step = sc.steps[st];
     // Interleave: round robin over the parts.
     std::vector<int32_t> seqs, toks, pos, par, owner, row;
     std::vector<std::vector<int32_t>> part_pos;
-    for (const Part& p : step) part_pos.push_back(positions_of(p.parents, pool.committed(id[p.seq])));
+    for (const Part& p : step) {
+      part_pos.push_back(positions_of(p.parents, pool.committed(id[p.seq]), pending_pos[p.seq]));
+      pending_pos[p.seq].insert(pending_pos[p.seq].end(), part_pos.back().begin(), part_pos.back().end());
+    }
     for (size_t k = 0;; ++k) {
       bool any = false;
       for (size_t j = 0; j < step.size(); ++j) {
@@ -343,6 +358,8 @@ Logits run_shared(testutil::TestModel& m, const Scenario& sc, int block_rows, in
       break;
     }
     for (const Part& p : step) {
+      if (p.prefix == -2) continue;
+      pending_pos[p.seq].clear();
       if (p.prefix >= 0)
         pool.commit_prefix(id[p.seq], p.prefix);
       else
@@ -354,17 +371,24 @@ Logits run_shared(testutil::TestModel& m, const Scenario& sc, int block_rows, in
   return out;
 }
 
-// Whether a part's solo pass (n tokens, n logits rows) and the shared pass (N,
-// M) run the same matmul kernels for every weight type of the model.
-bool same_kernels(const ModelDesc& d, int n, int N, int M) {
-  const auto isa = cpu::kernel_isa();
-  std::vector<DType> types;
-  for (const LayerDesc& L : d.layers)
-    for (const TensorExtent* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) types.push_back(t->type);
-  const DType head = d.hp.tied_lm_head ? d.tok_embd.type : d.lm_head.type;
-  for (DType t : types)
-    if (std::string(cpu::matmul_kernel(t, n, isa)) != cpu::matmul_kernel(t, N, isa)) return false;
-  return std::string(cpu::matmul_kernel(head, n, isa)) == cpu::matmul_kernel(head, M, isa);
+// Whether a token's outputs of every matrix of the model (layer 0's, the LM
+// head) are the same bits in a pass of n tokens and one of N: probed on the
+// model's own weights, since the CPU's GEMV kernels sum in orders that change
+// with n (matmul.cpp's table).
+bool same_bits(testutil::TestModel& m, int n, int N) {
+  const LayerWeights& L = m.w->acquire(0);
+  std::vector<WeightView> ws = {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down, m.w->globals().lm_head};
+  m.w->release(0);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (const WeightView& w : ws) {
+    std::vector<float> x(static_cast<size_t>(std::max(n, N)) * w.cols), a(n * w.rows), b(N * w.rows);
+    for (float& v : x) v = nd(rng);
+    cpu::matmul(w, x.data(), n, a.data());
+    cpu::matmul(w, x.data(), N, b.data());
+    if (!std::equal(a.begin(), a.begin() + w.rows, b.begin())) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -384,17 +408,18 @@ class SharedPass : public ::testing::TestWithParam<DType> {
 // Prompts of different lengths prefilled together, then a decode token, a
 // tree (compacted to its accepted path) and a prefill chunk sharing a pass
 // with a newly arrived prompt, then four decode tokens: each sequence's logits
-// equal its own passes alone (a KvCache), bit for bit as long as both have run
-// the same matmul kernels (every kernel is batch-invariant by itself; the CPU
-// switches from GEMV to GEMM above 8 tokens and, for Q8_0/Q4_0/Q4_1 on AVX2,
-// from the integer dot at one token to the dequantizing GEMV, which round and
-// sum otherwise), else to fp32 accuracy.
+// equal its own passes alone (a KvCache), bit for bit as long as every pass
+// of the sequence computed a token's matmuls with the same bits at its solo
+// size as at the shared size (the GEMM at any n > 8, gemv_plain at any n <= 8;
+// the other GEMV kernels change summation order with n), else to fp32
+// accuracy. A draft tree grows over two shared passes (its pending rows).
 // Blocks of 4 rows (sequences cross many blocks) and of 64 (one block each).
 // Negative control: a token given to another sequence breaks the equality.
 TEST_P(SharedPass, EachSequenceEqualsItsPassesAlone) {
   testutil::TestModel m(path);
   const Scenario sc = mixed_scenario(m.V());
   const Logits solo = run_solo(m, sc);
+  int exact = 0, close = 0;
   for (int block_rows : {4, 64}) {
     const Logits shared = run_shared(m, sc, block_rows);
     // A sequence once run through other kernels than alone holds other KV
@@ -410,14 +435,21 @@ TEST_P(SharedPass, EachSequenceEqualsItsPassesAlone) {
         const std::string what = std::string(dtype_name(GetParam())) + " blocks of " + std::to_string(block_rows) +
                                  ", step " + std::to_string(st) + ", sequence " + std::to_string(p.seq) + " (" +
                                  std::to_string(n) + " of " + std::to_string(N) + " tokens)";
-        diverged[p.seq] = diverged[p.seq] || !same_kernels(m.desc, n, N, N);
-        if (!diverged[p.seq])
+        diverged[p.seq] = diverged[p.seq] || !same_bits(m, n, N);
+        if (!diverged[p.seq]) {
           EXPECT_EQ(a, b) << what;
-        else
+          ++exact;
+        } else {
           EXPECT_LT(rel_err(a.data(), b.data(), a.size()), 2e-5) << what;
+          ++close;
+        }
       }
     }
   }
+  // The parts of more than 8 tokens in the first two steps (the GEMM either
+  // way) at least, per block size; F16 all of them on AVX2 (gemv_plain).
+  EXPECT_GE(exact, 12) << close << " parts compared to fp32 accuracy only";
+  RecordProperty("parts_bit_identical", exact), RecordProperty("parts_fp32_close", close);
   // The control: sequence 3's decode token read as sequence 0's.
   const Logits wrong = run_shared(m, sc, 4, /*wrong_seq=*/0);
   const auto& a = wrong.rows.back()[3];

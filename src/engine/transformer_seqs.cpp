@@ -35,7 +35,7 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   };
   std::vector<Local> seqs;
   std::map<int, int> local_of;
-  std::vector<int32_t> local(n), block_row(n);
+  std::vector<int32_t> local(n), block_row(n);  // token i: its sequence (local index), its row of that block
   for (int i = 0; i < n; ++i) {
     const int s = b.seqs[i];
     if (!pool.live(s)) throw Error("forward pass: no sequence " + std::to_string(s) + " in the KV pool");
@@ -79,7 +79,7 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   for (int i = 0; i < n; ++i) {
     const Local& q = seqs[local[i]];
     path.clear();
-    for (int j = q.pending + block_row[i]; j >= 0; j = q.parents[j]) path.push_back(j);
+    for (int j = block_row[i]; j >= 0; j = q.parents[j]) path.push_back(j);
     anc_.insert(anc_.end(), path.rbegin(), path.rend());
     anc_off_[i + 1] = static_cast<int32_t>(anc_.size());
   }
@@ -90,7 +90,7 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   std::copy(local.begin(), local.end(), meta_.begin() + o_seq);
   for (int i = 0; i < n; ++i) {
     const Local& q = seqs[local[i]];
-    meta_[o_row + i] = static_cast<int32_t>(pool.row(q.id, q.committed + q.pending + block_row[i]));
+    meta_[o_row + i] = static_cast<int32_t>(pool.row(q.id, q.committed + block_row[i]));
   }
   std::copy(logit_rows.begin(), logit_rows.end(), meta_.begin() + o_ids);
   for (size_t s = 0; s < n_seqs; ++s) {
