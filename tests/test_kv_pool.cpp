@@ -376,6 +376,10 @@ Logits run_shared(testutil::TestModel& m, const Scenario& sc, int block_rows, in
 // model's own weights, since the CPU's GEMV kernels sum in orders that change
 // with n (matmul.cpp's table).
 bool same_bits(testutil::TestModel& m, int n, int N) {
+  if (n == N) return true;
+  // OpenBLAS (REDWOOD_ISA=scalar) blocks tokens by position: no probe of one
+  // token position tells.
+  if (cpu::kernel_isa() == cpu::Isa::scalar) return false;
   const LayerWeights& L = m.w->acquire(0);
   std::vector<WeightView> ws = {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down, m.w->globals().lm_head};
   m.w->release(0);
@@ -448,7 +452,9 @@ TEST_P(SharedPass, EachSequenceEqualsItsPassesAlone) {
   }
   // The parts of more than 8 tokens in the first two steps (the GEMM either
   // way) at least, per block size; F16 all of them on AVX2 (gemv_plain).
-  EXPECT_GE(exact, 12) << close << " parts compared to fp32 accuracy only";
+  if (cpu::kernel_isa() != cpu::Isa::scalar) {
+    EXPECT_GE(exact, 12) << close << " parts compared to fp32 accuracy only";
+  }
   RecordProperty("parts_bit_identical", exact), RecordProperty("parts_fp32_close", close);
   // The control: sequence 3's decode token read as sequence 0's.
   const Logits wrong = run_shared(m, sc, 4, /*wrong_seq=*/0);
