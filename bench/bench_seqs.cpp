@@ -99,7 +99,8 @@ double decode_pass(Transformer& tf, Backend& be, const ModelDesc& d, int b, int 
 
 int main(int argc, char** argv) try {
   if (argc < 3 || (std::string(argv[2]) != "resident" && std::string(argv[2]) != "streamed")) {
-    std::fprintf(stderr, "usage: bench_seqs MODEL.gguf resident|streamed [B ...]   (PREFIX=n REPS=k BATCH_INVARIANT=1)\n");
+    std::fprintf(stderr,
+                 "usage: bench_seqs MODEL.gguf resident|streamed [B ...]   (PREFIX=n REPS=k BATCH_INVARIANT=1)\n");
     return 2;
   }
   const bool streamed = std::string(argv[2]) == "streamed";

@@ -203,9 +203,9 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.host_budget = budgets.host;
 
   // Fixed device costs: everything but the target's layer matrices.
-  const std::string ctx =
-      (shape.sequences == 1 ? "" : std::to_string(shape.sequences) + " sequences x ") + "ctx " +
-      std::to_string(shape.ctx) + (shape.kv_type == DType::F32 ? "" : ", " + std::string(dtype_name(shape.kv_type)));
+  const std::string ctx = (shape.sequences == 1 ? "" : std::to_string(shape.sequences) + " sequences x ") + "ctx " +
+                          std::to_string(shape.ctx) +
+                          (shape.kv_type == DType::F32 ? "" : ", " + std::string(dtype_name(shape.kv_type)));
   const char* kv_what = shape.sequences == 1 ? "KV cache" : "KV pool";
   const std::string toks = std::to_string(shape.max_tokens) + " tokens";
   p.items.push_back({"globals (embeddings, LM head, final norm)", Tier::kDevice, global_bytes(target)});

@@ -566,7 +566,18 @@ struct PagedCase {
   int stride = 0, n = 0;
   AttentionArgs args(float* out) const {
     const TreeCase& c = seqs[0];
-    AttentionArgs a{q.data(), k.data(), v.data(), out, n, 0, c.n_heads, c.n_kv, c.hd, nullptr, off.data(), anc.data(),
+    AttentionArgs a{q.data(),
+                    k.data(),
+                    v.data(),
+                    out,
+                    n,
+                    0,
+                    c.n_heads,
+                    c.n_kv,
+                    c.hd,
+                    nullptr,
+                    off.data(),
+                    anc.data(),
                     1.0f / std::sqrt(float(c.hd))};
     a.seq = seq.data(), a.seq_past = past.data(), a.table = table.data();
     a.table_stride = stride, a.block_rows = kBlockRows;
@@ -657,8 +668,8 @@ TEST(Kernels, TreeAttentionOverSeveralSequencesEqualsEachAlone) {
             cpu::attention(x);
         };
         run(a);
-        const std::string what = std::string(dtype_name(t)) + " hd " + std::to_string(hd) + " threads " +
-                                 std::to_string(threads);
+        const std::string what =
+            std::string(dtype_name(t)) + " hd " + std::to_string(hd) + " threads " + std::to_string(threads);
         for (size_t s = 0; s < p.seqs.size(); ++s) {
           const TreeCase& c = p.seqs[s];
           std::vector<float> alone(c.n * per_tok);
@@ -666,7 +677,8 @@ TEST(Kernels, TreeAttentionOverSeveralSequencesEqualsEachAlone) {
           for (int i = 0; i < p.n; ++i) {
             if (p.seq[i] != static_cast<int32_t>(s)) continue;
             for (size_t e = 0; e < per_tok; ++e)
-              ASSERT_EQ(out[i * per_tok + e], alone[p.owner_row[i] * per_tok + e]) << what << " seq " << s << " token " << i;
+              ASSERT_EQ(out[i * per_tok + e], alone[p.owner_row[i] * per_tok + e])
+                  << what << " seq " << s << " token " << i;
           }
         }
         AttentionArgs r = a;

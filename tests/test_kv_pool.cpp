@@ -249,7 +249,8 @@ Scenario mixed_scenario(int vocab) {
   Scenario s;
   s.n_seqs = 4;
   // Step 1: three prompts of different lengths, prefilled together.
-  s.steps.push_back({{0, toks(12), chain(12), {}, 12}, {1, toks(20), chain(20), {}, 20}, {2, toks(9), chain(9), {}, 9}});
+  s.steps.push_back(
+      {{0, toks(12), chain(12), {}, 12}, {1, toks(20), chain(20), {}, 20}, {2, toks(9), chain(9), {}, 9}});
   // Step 2: 0 decodes one token, 1 verifies a tree (keeps a path), 2 prefills
   // another chunk, 3 arrives with its prompt.
   const std::vector<int32_t> tree = {-1, 0, 0, 1, 1, 3, 2, 6, 6, 0};
@@ -258,12 +259,16 @@ Scenario mixed_scenario(int vocab) {
                      {2, toks(11), chain(11), {}, 11},
                      {3, toks(15), chain(15), {}, 15}});
   // Step 3: every sequence decodes one token, but 2 starts a draft tree.
-  s.steps.push_back({{0, toks(1), {-1}, {}, 1}, {1, toks(1), {-1}, {}, 1}, {2, toks(3), {-1, 0, 0}, {}, -2}, {3, toks(1), {-1}, {}, 1}});
+  s.steps.push_back({{0, toks(1), {-1}, {}, 1},
+                     {1, toks(1), {-1}, {}, 1},
+                     {2, toks(3), {-1, 0, 0}, {}, -2},
+                     {3, toks(1), {-1}, {}, 1}});
   // Step 4: 2's tree grows a level over its pending rows (parents index them)
   // and keeps a path through both passes; 0 and 3 decode.
   s.steps.push_back({{0, toks(1), {-1}, {}, 1}, {2, toks(3), {1, 2, 3}, {0, 2, 4}, -1}, {3, toks(1), {-1}, {}, 1}});
   // Step 5: every sequence decodes one token.
-  s.steps.push_back({{0, toks(1), {-1}, {}, 1}, {1, toks(1), {-1}, {}, 1}, {2, toks(1), {-1}, {}, 1}, {3, toks(1), {-1}, {}, 1}});
+  s.steps.push_back(
+      {{0, toks(1), {-1}, {}, 1}, {1, toks(1), {-1}, {}, 1}, {2, toks(1), {-1}, {}, 1}, {3, toks(1), {-1}, {}, 1}});
   return s;
 }
 
@@ -497,8 +502,8 @@ TEST(SharedPassErrors, RefusedBeforeAnythingRuns) {
   KvPool pool(*m.be, m.desc.hp.n_layers, kv_dim, 4, 4, 12);
   const int s = pool.add_sequence();
   std::vector<float> lg(2 * m.V());
-  const std::vector<int32_t> one = {s}, two = {s, s}, tok = {5}, toks = {5, 6}, pos = {0}, poss = {0, 1},
-                             root = {-1}, chain = {-1, 0}, last = {0};
+  const std::vector<int32_t> one = {s}, two = {s, s}, tok = {5}, toks = {5, 6}, pos = {0}, poss = {0, 1}, root = {-1},
+                             chain = {-1, 0}, last = {0};
   EXPECT_THROW(m.tf->forward(SeqBatch{}, pool, lg, {}), Error);
   EXPECT_THROW(m.tf->forward(SeqBatch{{}, tok, pos, root}, pool, lg, {}), Error);  // lengths differ
   const std::vector<int32_t> ghost = {s + 7}, bad_tok = {m.V()}, bad_par = {0}, bad_pos = {-1}, bad_row = {1};

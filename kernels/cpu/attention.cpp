@@ -372,7 +372,8 @@ void attention_reference_seqs(const AttentionArgs& a, int group, int64_t q_strid
       std::vector<double> sc;
       for (int64_t row : rows) {
         double d = 0;
-        for (int c = 0; c < hd; ++c) d += static_cast<double>(q[c]) * kv_elem(a.k, a.kv_type, row * kv_stride + kh * hd + c);
+        for (int c = 0; c < hd; ++c)
+          d += static_cast<double>(q[c]) * kv_elem(a.k, a.kv_type, row * kv_stride + kh * hd + c);
         sc.push_back(d * a.scale);
       }
       double mx = -INFINITY, sum = 0;

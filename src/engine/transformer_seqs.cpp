@@ -1,13 +1,12 @@
 // Transformer::forward over several sequences of a KvPool (one pass, every
 // weight once): the batch's checks, its index arrays, its logits rows.
-#include "src/engine/transformer.h"
-
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "src/engine/transformer.h"
 #include "src/util/error.h"
 
 namespace redwood {
@@ -17,8 +16,7 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   const auto t0 = std::chrono::steady_clock::now();
   const int n = static_cast<int>(b.tokens.size());
   if (n == 0) throw Error("forward pass with no tokens");
-  if (b.seqs.size() != b.tokens.size() || b.positions.size() != b.tokens.size() ||
-      b.parents.size() != b.tokens.size())
+  if (b.seqs.size() != b.tokens.size() || b.positions.size() != b.tokens.size() || b.parents.size() != b.tokens.size())
     throw Error("forward pass: sequences, tokens, positions and parents differ in length");
   if (pool.n_layers() != hp_.n_layers || pool.kv_dim() != hp_.n_kv_heads * hp_.head_dim)
     throw Error("forward pass: the KV pool's shape is not this model's");
@@ -61,8 +59,8 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
     blocks += pool.blocks_needed(q.id, rows);
   }
   if (blocks > pool.free_blocks())
-    throw Error("forward pass: the KV pool has " + std::to_string(pool.free_blocks()) + " free blocks, the pass needs " +
-                std::to_string(blocks));
+    throw Error("forward pass: the KV pool has " + std::to_string(pool.free_blocks()) +
+                " free blocks, the pass needs " + std::to_string(blocks));
   for (const Local& q : seqs) pool.reserve(q.id, q.committed + static_cast<int>(q.parents.size()));
   ensure_scratch(n);
 
