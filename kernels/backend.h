@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/hd.h"
 
 namespace redwood {
 
@@ -25,6 +26,15 @@ struct WeightView {
 // this pass's n tokens. Token i (0..n-1) attends to every committed position
 // 0..n_past-1 and to the block rows listed in anc[anc_off[i] .. anc_off[i+1])
 // (its ancestors plus itself, ascending); block row j is cache row n_past + j.
+//
+// Several sequences in one pass (a paged KV cache, src/engine/kv_pool.h): when
+// seq is set, token i belongs to sequence seq[i] (an index into seq_past and
+// table): it attends to that sequence's committed positions 0..seq_past[seq[i]]-1
+// and to its ancestors in that sequence's block (anc as above; block row j is
+// position seq_past[seq[i]] + j); n_past and n_past_at are unused. Position r
+// of sequence s is cache row kv_row(table + s * table_stride, block_rows, r).
+// One sequence with seq unset is the case where position r is cache row r.
+// Every token's arithmetic is the same whatever else shares the pass.
 struct AttentionArgs {
   const float* q = nullptr;  // [n][n_heads * head_dim] (RoPE applied)
   const void* k = nullptr;  // [>= n_past + n][n_kv_heads * head_dim] of kv_type
@@ -40,7 +50,18 @@ struct AttentionArgs {
   // the op executes: a recorded pass (CUDA graph) replays for any prefix length.
   const int32_t* n_past_at = nullptr;
   DType kv_type = DType::F32;  // the element type of k and v: F32, F16 or BF16
+  // Several sequences (see above); all in backend memory, read when the op executes.
+  const int32_t* seq = nullptr;       // [n]: the sequence of each token
+  const int32_t* seq_past = nullptr;  // [sequences]: committed positions of each
+  const int32_t* table = nullptr;     // [sequences][table_stride]: block ids
+  int table_stride = 0, block_rows = 0;
 };
+
+// The cache row of position r of a sequence whose block table is `table`
+// (blocks of block_rows rows); table null: row r.
+RD_HD int64_t kv_row(const int32_t* table, int block_rows, int64_t r) {
+  return table ? static_cast<int64_t>(table[r / block_rows]) * block_rows + r % block_rows : r;
+}
 
 class Backend {
  public:
@@ -90,6 +111,10 @@ class Backend {
   // bits on every backend.
   virtual void write_rows(void* base, DType type, const int32_t* first_row_at, const float* src, int rows,
                           int row_floats) = 0;
+  // The same rounding, row r to base row row_at[r] (backend memory, read when
+  // the op executes): the paged KV cache append. REQUIRES: distinct rows.
+  virtual void write_rows_at(void* base, DType type, const int32_t* row_at, const float* src, int rows,
+                             int row_floats) = 0;
   // gate[i] = silu(gate[i]) * up[i]
   virtual void swiglu(float* gate, const float* up, size_t count) = 0;
   // x[i] += y[i]
@@ -182,6 +207,17 @@ const char* cpu_kernel_isa();
 // all hardware threads; OpenBLAS is pinned to one thread, oneTBB owns parallelism).
 void set_cpu_threads(int n);
 int cpu_threads();
+// Batch-invariant CPU matmuls, one process-wide setting (default off). On:
+// every pass, whatever its number of tokens, takes the batched kernel
+// (kernels/cpu/matmul.cpp's n > 8 entry), whose output for a token does not
+// depend on the pass's other tokens; with the attention's (always invariant)
+// each sequence's logits in a shared pass are then bit-identical to its
+// passes alone. Off: passes of up to 8 tokens take the GEMV kernels (several
+// times faster at one token), which sum in other orders, so a token's logits
+// differ in the last bits between pass sizes. The scalar build (no AVX2)
+// multiplies with OpenBLAS and is not batch-invariant either way.
+void set_cpu_batch_invariant(bool on);
+bool cpu_batch_invariant();
 // Host -> device copy bandwidth (bytes/s) of the current CUDA device from
 // pinned memory, best of a few copies of `bytes`: the link a streamed layer
 // crosses. 0 when built without CUDA.

@@ -71,6 +71,16 @@ uint64_t kv_bytes(const LlamaHParams& hp, int ctx, DType kv_type) {
   return static_cast<uint64_t>(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * static_cast<uint64_t>(ctx) * elem;
 }
 
+// The target's or the draft's KV store: one KvCache of ctx rows, or a pool for
+// several sequences plus its pass's index arrays (Transformer::forward over a
+// pool: six ints per token and a block table row per sequence, at most n).
+uint64_t kv_store_bytes(const LlamaHParams& hp, const RunShape& s) {
+  if (s.sequences == 1) return kv_bytes(hp, s.ctx, s.kv_type);
+  const uint64_t stride = (static_cast<uint64_t>(s.ctx) + s.kv_block_rows - 1) / s.kv_block_rows;
+  const uint64_t index = static_cast<uint64_t>(s.max_tokens) * (6 + stride) * sizeof(int32_t);
+  return kv_pool_bytes(hp, s.sequences, s.ctx, s.kv_type, s.kv_block_rows) + index;
+}
+
 // Transformer::ensure_scratch for n rows (x, xn, q, k, v, att, gate, up), its ancestor
 // lists (CSR: n + 1 offsets, at most n(n+1)/2 entries for a chain, n block parents) and
 // the caller's logits for n rows.
@@ -164,6 +174,12 @@ void add_layer_items(MemoryPlan& p) {
 
 }  // namespace
 
+uint64_t kv_pool_bytes(const LlamaHParams& hp, int sequences, int rows, DType kv_type, int block_rows) {
+  const int64_t blocks = static_cast<int64_t>(sequences) * ((rows + block_rows - 1) / block_rows);
+  const uint64_t elem = kv_type == DType::F32 ? kF32 : 2;
+  return 2ull * hp.n_layers * static_cast<uint64_t>(blocks) * block_rows * hp.n_kv_heads * hp.head_dim * elem;
+}
+
 void parse_device_budget(const std::string& s, Budgets& b, const char* what) {
   const DeviceBudget d = redwood::parse_device_budget(s, what);
   b.device = d.bytes;
@@ -175,6 +191,8 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
     throw Error("ring slots must be at least 2 (got " + std::to_string(budgets.ring_slots) + ")");
   if (shape.ctx <= 0 || shape.max_tokens <= 0 || shape.threads <= 0)
     throw Error("memory plan: context, tokens per pass and threads must be positive");
+  if (shape.sequences <= 0 || shape.kv_block_rows <= 0)
+    throw Error("memory plan: sequences and KV block rows must be positive");
   if (shape.kv_type != DType::F32 && shape.kv_type != DType::F16 && shape.kv_type != DType::BF16)
     throw Error("memory plan: the KV cache type must be f32, f16 or bf16");
   MemoryPlan p;
@@ -186,12 +204,14 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.host_budget = budgets.host;
 
   // Fixed device costs: everything but the target's layer matrices.
-  const std::string ctx = "ctx " + std::to_string(shape.ctx) +
+  const std::string ctx = (shape.sequences == 1 ? "" : std::to_string(shape.sequences) + " sequences x ") + "ctx " +
+                          std::to_string(shape.ctx) +
                           (shape.kv_type == DType::F32 ? "" : ", " + std::string(dtype_name(shape.kv_type)));
+  const char* kv_what = shape.sequences == 1 ? "KV cache" : "KV pool";
   const std::string toks = std::to_string(shape.max_tokens) + " tokens";
   p.items.push_back({"globals (embeddings, LM head, final norm)", Tier::kDevice, global_bytes(target)});
   p.items.push_back({"layer norms", Tier::kDevice, layer_norm_bytes(target)});
-  p.items.push_back({"KV cache (target, " + ctx + ")", Tier::kDevice, kv_bytes(target.hp, shape.ctx, shape.kv_type)});
+  p.items.push_back({std::string(kv_what) + " (target, " + ctx + ")", Tier::kDevice, kv_store_bytes(target.hp, shape)});
   p.items.push_back(
       {"activations + logits (target, " + toks + ")", Tier::kDevice, activation_bytes(target.hp, shape.max_tokens)});
   const bool cuda = budgets.backend == BackendKind::kCuda;
@@ -200,10 +220,10 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   uint64_t device_budget = budgets.device;
   if (draft) {
     const uint64_t target_workspace = workspace;
-    const uint64_t weights = resident_model_bytes(*draft), kv = kv_bytes(draft->hp, shape.ctx, shape.kv_type),
+    const uint64_t weights = resident_model_bytes(*draft), kv = kv_store_bytes(draft->hp, shape),
                    act = activation_bytes(draft->hp, shape.max_tokens);
     p.items.push_back({"draft weights (all resident)", Tier::kDevice, weights});
-    p.items.push_back({"KV cache (draft, " + ctx + ")", Tier::kDevice, kv});
+    p.items.push_back({std::string(kv_what) + " (draft, " + ctx + ")", Tier::kDevice, kv});
     p.items.push_back({"activations + logits (draft, " + toks + ")", Tier::kDevice, act});
     // CPU: the models run one after the other on one thread pool; CUDA: the
     // draft has its own backend instance, with its own workspace.
@@ -347,6 +367,7 @@ nlohmann::json plan_json(const MemoryPlan& p) {
   j["draft"] = p.draft.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.draft);
   j["backend"] = p.backend == BackendKind::kCuda ? "cuda" : "cpu";
   j["ctx"] = p.shape.ctx;
+  if (p.shape.sequences != 1) j["sequences"] = p.shape.sequences, j["kv_block_rows"] = p.shape.kv_block_rows;
   j["kv_type"] = std::string(dtype_name(p.shape.kv_type));
   j["max_tokens"] = p.shape.max_tokens;
   j["threads"] = p.shape.threads;

@@ -46,7 +46,17 @@ struct RunShape {
   int max_tokens = 64;  // most tokens in one pass (prompt chunk, tree size)
   int threads = 2;      // CPU workers (per-thread workspace)
   DType kv_type = DType::F32;  // KV cache element type (F32, F16, BF16: --kv-type)
+  // Sequences sharing each pass. 1: one KvCache of ctx rows per model (as
+  // always); more: a paged KvPool per model holding `sequences` x ctx rows in
+  // blocks of kv_block_rows (kv_pool_bytes), and the pass's block tables.
+  int sequences = 1;
+  int kv_block_rows = 16;
 };
+
+// Bytes of a paged KV pool (src/engine/kv_pool.h) in which each of `sequences`
+// sequences may hold `rows` positions: whole blocks of block_rows rows per
+// sequence, K and V of every layer. REQUIRES: all counts positive.
+uint64_t kv_pool_bytes(const LlamaHParams& hp, int sequences, int rows, DType kv_type, int block_rows);
 
 // One line of the accounting.
 struct PlanItem {

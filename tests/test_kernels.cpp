@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +107,42 @@ TEST(Kernels, BatchedMatmulIsBatchInvariant) {
           ASSERT_EQ(y[i], y_full[first * rows + i]) << dtype_name(t) << " n " << n << " first " << first << " i " << i;
       }
     }
+  }
+}
+
+// set_cpu_batch_invariant: every n takes the batched kernel, so a token's
+// outputs at n = 1..8 are those of a pass of 64; off, the GEMV kernels give
+// other bits (the control).
+TEST(Kernels, BatchInvariantModeGivesTheBatchedBitsAtEveryN) {
+  if (cpu::kernel_isa() == cpu::Isa::scalar) GTEST_SKIP() << "the OpenBLAS path (no AVX2) is not batch-invariant";
+  struct Restore {
+    ~Restore() { set_cpu_batch_invariant(false); }
+  } restore;
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_1, DType::Q4_K, DType::IQ4_XS}) {
+    const int64_t rows = 40, cols = 512;
+    Mat m = random_matrix(t, rows, cols, 3);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(64 * cols);
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> full(64 * rows);
+    cpu::matmul(m.view, x.data(), 64, full.data());
+    bool gemv_differs = false;
+    for (bool on : {false, true}) {
+      set_cpu_batch_invariant(on);
+      EXPECT_EQ(cpu_batch_invariant(), on);
+      for (int n = 1; n <= cpu::kGemvMaxN; ++n) {
+        std::vector<float> y(n * rows);
+        cpu::matmul(m.view, x.data(), n, y.data());
+        const bool same = std::equal(y.begin(), y.end(), full.begin());
+        if (on)
+          EXPECT_TRUE(same) << dtype_name(t) << " n " << n;
+        else
+          gemv_differs = gemv_differs || !same;
+      }
+    }
+    set_cpu_batch_invariant(false);
+    EXPECT_TRUE(gemv_differs) << dtype_name(t) << ": the control found no GEMV difference";
   }
 }
 
@@ -515,6 +552,148 @@ TEST(Kernels, TreeAttentionOfATokenEqualsDecodingItAlone) {
           ASSERT_EQ(one[e], out[i * 8 * hd + e]) << "threads " << threads << " hd " << hd << " token " << i;
       }
     }
+}
+
+namespace {
+// Several sequences (trees after prefixes of different lengths) in one store
+// of blocks of 8 rows, laid out in shuffled blocks, and their tokens
+// interleaved in one pass: the AttentionArgs of a paged KV cache.
+struct PagedCase {
+  static constexpr int kBlockRows = 8;
+  std::vector<TreeCase> seqs;
+  std::vector<int32_t> seq, past, table, off{0}, anc, owner_row;  // owner_row: token i is row owner_row[i] of its tree
+  std::vector<float> q, k, v;
+  int stride = 0, n = 0;
+  AttentionArgs args(float* out) const {
+    const TreeCase& c = seqs[0];
+    AttentionArgs a{q.data(),
+                    k.data(),
+                    v.data(),
+                    out,
+                    n,
+                    0,
+                    c.n_heads,
+                    c.n_kv,
+                    c.hd,
+                    nullptr,
+                    off.data(),
+                    anc.data(),
+                    1.0f / std::sqrt(float(c.hd))};
+    a.seq = seq.data(), a.seq_past = past.data(), a.table = table.data();
+    a.table_stride = stride, a.block_rows = kBlockRows;
+    return a;
+  }
+};
+PagedCase paged_case(std::mt19937& rng, int n_heads, int n_kv, int hd, const std::vector<std::pair<int, int>>& shapes) {
+  PagedCase p;
+  int blocks = 0;
+  for (auto [past, n] : shapes) {
+    p.seqs.push_back(random_tree_case(rng, n_heads, n_kv, hd, past, n));
+    p.stride = std::max(p.stride, (past + n + 7) / 8);
+    blocks += (past + n + 7) / 8;
+  }
+  blocks += 3;  // blocks nobody owns (NaN: reading one poisons the output)
+  std::vector<int32_t> ids(blocks);
+  for (int b = 0; b < blocks; ++b) ids[b] = b;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int64_t row = static_cast<int64_t>(n_kv) * hd;
+  p.k.assign(blocks * 8 * row, NAN);
+  p.v.assign(p.k.size(), NAN);
+  p.table.assign(shapes.size() * p.stride, -1);
+  int next = 0;
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    const TreeCase& c = p.seqs[s];
+    p.past.push_back(c.n_past);
+    for (int b = 0; b < (c.n_past + c.n + 7) / 8; ++b) p.table[s * p.stride + b] = ids[next++];
+    for (int r = 0; r < c.n_past + c.n; ++r) {
+      const int64_t at = kv_row(p.table.data() + s * p.stride, 8, r) * row;
+      std::copy_n(c.k.begin() + r * row, row, p.k.begin() + at);
+      std::copy_n(c.v.begin() + r * row, row, p.v.begin() + at);
+    }
+  }
+  // Tokens interleaved: round robin over the sequences, each in its own order.
+  std::vector<int> taken(shapes.size(), 0);
+  for (bool more = true; more;) {
+    more = false;
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      const TreeCase& c = p.seqs[s];
+      if (taken[s] == c.n) continue;
+      more = true;
+      const int i = taken[s]++;
+      p.seq.push_back(static_cast<int32_t>(s));
+      p.owner_row.push_back(i);
+      p.anc.insert(p.anc.end(), c.anc.begin() + c.off[i], c.anc.begin() + c.off[i + 1]);
+      p.off.push_back(static_cast<int32_t>(p.anc.size()));
+      p.q.insert(p.q.end(), c.q.begin() + i * n_heads * hd, c.q.begin() + (i + 1) * n_heads * hd);
+    }
+  }
+  p.n = static_cast<int>(p.seq.size());
+  return p;
+}
+}  // namespace
+
+// Many sequences in one pass over a paged store: every token's output is bit
+// for bit that of its own sequence's pass alone over a contiguous cache (the
+// one-sequence case of the same kernel), on the vector path (head_dim 64) and
+// the generic one (12), on all threads and on one, for F32 and F16 rows; the
+// double-precision reference agrees. Negative control: a sequence reading
+// another's block table gives other outputs.
+TEST(Kernels, TreeAttentionOverSeveralSequencesEqualsEachAlone) {
+  std::mt19937 rng(21);
+  const std::vector<std::pair<int, int>> shapes = {{45, 1}, {0, 9}, {13, 12}, {70, 1}, {3, 17}};
+  for (DType t : {DType::F32, DType::F16})
+    for (int hd : {64, 12})
+      for (int threads : {0, 1}) {
+        PagedCase p = paged_case(rng, 8, 2, hd, shapes);
+        if (t == DType::F16) {
+          // Rows rounded as the store would hold them, in both layouts.
+          auto round = [](std::vector<float>& x) {
+            for (float& e : x) e = std::isnan(e) ? e : math::f16_to_f32(math::f32_to_f16(e));
+          };
+          round(p.k), round(p.v);
+          for (TreeCase& c : p.seqs) round(c.k), round(c.v);
+        }
+        std::vector<uint16_t> k16(p.k.size()), v16(p.v.size());
+        const int row = 2 * hd;
+        cpu::write_kv_rows(k16.data(), DType::F16, 0, p.k.data(), p.k.size() / row, row);
+        cpu::write_kv_rows(v16.data(), DType::F16, 0, p.v.data(), p.v.size() / row, row);
+        const size_t per_tok = 8 * hd;
+        std::vector<float> out(p.n * per_tok, NAN), ref(out.size());
+        AttentionArgs a = p.args(out.data());
+        if (t == DType::F16) a.k = k16.data(), a.v = v16.data(), a.kv_type = t;
+        auto run = [&](const AttentionArgs& x) {
+          if (threads)
+            tbb::task_arena(threads).execute([&] { cpu::attention(x); });
+          else
+            cpu::attention(x);
+        };
+        run(a);
+        const std::string what =
+            std::string(dtype_name(t)) + " hd " + std::to_string(hd) + " threads " + std::to_string(threads);
+        for (size_t s = 0; s < p.seqs.size(); ++s) {
+          const TreeCase& c = p.seqs[s];
+          std::vector<float> alone(c.n * per_tok);
+          run(c.args(alone.data()));
+          for (int i = 0; i < p.n; ++i) {
+            if (p.seq[i] != static_cast<int32_t>(s)) continue;
+            for (size_t e = 0; e < per_tok; ++e)
+              ASSERT_EQ(out[i * per_tok + e], alone[p.owner_row[i] * per_tok + e])
+                  << what << " seq " << s << " token " << i;
+          }
+        }
+        AttentionArgs r = a;
+        r.out = ref.data();
+        cpu::attention_reference(r);
+        EXPECT_LT(rel_err(out, ref), 1e-5) << what;
+        // Sequence 1's tokens read sequence 4's table (it covers their positions).
+        std::vector<int32_t> table = p.table;
+        std::copy_n(p.table.begin() + 4 * p.stride, p.stride, table.begin() + 1 * p.stride);
+        std::vector<float> wrong(out.size());
+        AttentionArgs w = a;
+        w.table = table.data(), w.out = wrong.data();
+        run(w);
+        EXPECT_NE(wrong, out) << what;
+      }
 }
 
 TEST(Kernels, RopeModesAndNorm) {

@@ -9,6 +9,7 @@
 #include "kernels/cuda/workspace.h"
 #include "offload/layer_layout.h"
 #include "offload/placement.h"
+#include "src/engine/kv_pool.h"
 #include "src/engine/weights.h"
 #include "src/util/error.h"
 #include "src/util/size.h"
@@ -316,6 +317,50 @@ TEST(Plan, DraftOnTopKeepsTheTargetPlan) {
   EXPECT_THROW(parse_device_budget("+draft", b), Error);
   EXPECT_THROW(parse_device_budget("1GiB+drafts", b), Error);
   EXPECT_THROW(parse_device_budget("1GiB+", b), Error);
+}
+
+// Several sequences per pass: the KV caches become paged pools of whole
+// blocks per sequence (what a KvPool of that shape allocates) plus the pass's
+// block tables; with one sequence the plan is exactly as before; more
+// sequences leave fewer layers resident in the same budget.
+TEST(Plan, SeveralSequencesCountAPagedPool) {
+  const ModelDesc m = synthetic(8);
+  const auto& hp = m.hp;
+  const int kv_dim = hp.n_kv_heads * hp.head_dim;
+  RunShape one, four;
+  one.ctx = four.ctx = 1000;
+  four.sequences = 4, four.kv_block_rows = 16;
+  const MemoryPlan a = plan_memory(m, nullptr, Budgets{}, RunShape{});
+  RunShape explicit_one;
+  explicit_one.sequences = 1;
+  const MemoryPlan a1 = plan_memory(m, nullptr, Budgets{}, explicit_one);
+  ASSERT_EQ(a.items.size(), a1.items.size());
+  for (size_t i = 0; i < a.items.size(); ++i) {
+    EXPECT_EQ(a.items[i].what, a1.items[i].what);
+    EXPECT_EQ(a.items[i].bytes, a1.items[i].bytes);
+  }
+  EXPECT_FALSE(plan_json(a).contains("sequences"));
+  // 1000 rows: 63 blocks of 16 per sequence.
+  const uint64_t pool = kv_pool_bytes(hp, 4, 1000, DType::F32, 16);
+  EXPECT_EQ(pool, 8ull * 2 * kv_dim * 4 * (4 * 63 * 16));
+  EXPECT_EQ(pool, KvPool::bytes_for(8, kv_dim, 4 * 63, 16, DType::F32));
+  EXPECT_EQ(kv_pool_bytes(hp, 4, 1000, DType::F16, 16), pool / 2);
+  const MemoryPlan b = plan_memory(m, nullptr, Budgets{}, four);
+  EXPECT_EQ(item_bytes(b, "KV pool (target, 4 sequences x ctx 1000)"), pool + 64ull * (6 + 63) * 4);
+  EXPECT_EQ(plan_json(b)["sequences"], 4);
+  const MemoryPlan b1 = plan_memory(m, nullptr, Budgets{}, one);
+  EXPECT_EQ(b.device_min - b1.device_min, item_bytes(b, "KV pool (target") - item_bytes(b1, "KV cache (target"));
+  // The same budget holds fewer resident layers with four sequences' KV.
+  Budgets tight;
+  tight.device = b1.device_min + 4 * matrices(m.layers[0]) + (b.device_min - b1.device_min);
+  EXPECT_LT(plan_memory(m, nullptr, tight, four).count(Tier::kDevice),
+            plan_memory(m, nullptr, tight, one).count(Tier::kDevice));
+  RunShape bad = four;
+  bad.sequences = 0;
+  EXPECT_THROW(plan_memory(m, nullptr, Budgets{}, bad), Error);
+  bad = four;
+  bad.kv_block_rows = 0;
+  EXPECT_THROW(plan_memory(m, nullptr, Budgets{}, bad), Error);
 }
 
 TEST(Plan, ContextGrowsTheKvCaches) {

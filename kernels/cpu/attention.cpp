@@ -35,6 +35,20 @@ inline float widen(float x) { return x; }
 inline float widen(Half x) { return math::f16_to_f32(x.bits); }
 inline float widen(Bf16 x) { return math::bf16_to_f32(x.bits); }
 
+// Where token i's positions live: its sequence's committed length and block
+// table (null: one sequence, position r is row r).
+struct TokenRows {
+  int past;
+  const int32_t* table;
+  int block_rows;
+  int64_t row(int64_t r) const { return kv_row(table, block_rows, r); }
+};
+TokenRows token_rows(const AttentionArgs& a, int i) {
+  if (!a.seq) return {a.n_past, nullptr, 0};
+  const int s = a.seq[i];
+  return {a.seq_past[s], a.table + static_cast<int64_t>(s) * a.table_stride, a.block_rows};
+}
+
 #ifdef REDWOOD_AVX2
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
@@ -78,10 +92,11 @@ struct Scratch {
 // Heads [h0, h1) of KV head kh for new tokens [i0, i1) (at most kTokBlock;
 // head_dim a multiple of 8, at most 256). Keys are taken eight at a time for
 // all the heads (each key row read once for the group), values 32 positions at
-// a time. The tokens of a block share the committed prefix: its keys and
-// values are read once for the block while they are in L1, and each token's
-// arithmetic is the same as alone (every score is formed the same way whatever
-// its group of eight, and each output sums its positions in order).
+// a time. The tokens of a block share the committed prefix (when they are of
+// one sequence): its keys are read once for the block while they are in L1,
+// and each token's arithmetic is the same as alone (every score is formed the
+// same way whatever its group of eight, and each output sums its positions in
+// order).
 template <class T>
 void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1, Scratch& sc) {
   const T* kbase = static_cast<const T*>(a.k);
@@ -90,17 +105,20 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
   const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
   const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
   int len[kTokBlock], padded[kTokBlock];
+  int shared = INT32_MAX;  // prefix keys scored group by group for all the tokens (loop order only)
   for (int t = 0; t < nt; ++t) {
     const int i = i0 + t;
     const int32_t* anc = a.anc + a.anc_off[i];
-    len[t] = a.n_past + a.anc_off[i + 1] - a.anc_off[i];
+    const TokenRows tr = token_rows(a, i);
+    shared = std::min(shared, tr.past / 8 * 8);
+    len[t] = tr.past + a.anc_off[i + 1] - a.anc_off[i];
     padded[t] = (len[t] + 7) / 8 * 8;
     auto& krow = sc.krow[t];
     auto& vrow = sc.vrow[t];
     krow.resize(padded[t]);
     vrow.resize(len[t]);
     for (int j = 0; j < len[t]; ++j) {
-      const int64_t pos = j < a.n_past ? j : a.n_past + anc[j - a.n_past];
+      const int64_t pos = tr.row(j < tr.past ? j : tr.past + anc[j - tr.past]);
       krow[j] = kbase + pos * kv_stride + kh * hd;
       vrow[j] = vbase + pos * kv_stride + kh * hd;
     }
@@ -115,7 +133,6 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
           sc.s[t].data() + static_cast<size_t>(g) * padded[t] + j,
           _mm256_mul_ps(dot8(a.q + (i0 + t) * q_stride + (h0 + g) * hd, reinterpret_cast<const T* const*>(sc.krow[t].data() + j), hd), scale));
   };
-  const int shared = a.n_past / 8 * 8;  // groups of eight prefix keys, the same for every token
   for (int j = 0; j < shared; j += 8)
     for (int t = 0; t < nt; ++t) score8(t, j);
   for (int t = 0; t < nt; ++t)
@@ -179,11 +196,12 @@ void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::
   const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
   const int32_t* anc = a.anc + a.anc_off[i];
   const int n_anc = a.anc_off[i + 1] - a.anc_off[i];
-  const int len = a.n_past + n_anc;
+  const TokenRows tr = token_rows(a, i);
+  const int len = tr.past + n_anc;
   s.resize(len);
   const T* kbase = static_cast<const T*>(a.k) + kh * hd;
   const T* vbase = static_cast<const T*>(a.v) + kh * hd;
-  auto pos = [&](int j) -> int64_t { return j < a.n_past ? j : a.n_past + anc[j - a.n_past]; };
+  auto pos = [&](int j) -> int64_t { return tr.row(j < tr.past ? j : tr.past + anc[j - tr.past]); };
   auto load = [&](const T* p) -> const float* {
     if constexpr (std::is_same_v<T, float>) {
       return p;
@@ -296,6 +314,10 @@ void attention(const AttentionArgs& a) {
   }
 }
 
+void write_kv_rows_at(void* base, DType type, const int32_t* row_at, const float* src, int64_t rows, int row_floats) {
+  for (int64_t r = 0; r < rows; ++r) write_kv_rows(base, type, row_at[r], src + r * row_floats, 1, row_floats);
+}
+
 void write_kv_rows(void* base, DType type, int64_t first_row, const float* src, int64_t rows, int row_floats) {
   const int64_t count = rows * row_floats, off = first_row * row_floats;
   if (type == DType::F32) {
@@ -333,11 +355,46 @@ void write_kv_rows(void* base, DType type, int64_t first_row, const float* src, 
   for (; i < count; ++i) dst[i] = type == DType::F16 ? math::f32_to_f16(src[i]) : math::f32_to_bf16(src[i]);
 }
 
+namespace {
+// Several sequences: token i's positions listed one by one (its committed ones,
+// then its ancestors), mapped to cache rows through its table, in double.
+void attention_reference_seqs(const AttentionArgs& a, int group, int64_t q_stride, int64_t kv_stride) {
+  const int hd = a.head_dim;
+  for (int i = 0; i < a.n; ++i) {
+    const int s = a.seq[i], past = a.seq_past[s];
+    const int32_t* table = a.table + static_cast<int64_t>(s) * a.table_stride;
+    std::vector<int64_t> rows;
+    for (int r = 0; r < past; ++r) rows.push_back(kv_row(table, a.block_rows, r));
+    for (int j = a.anc_off[i]; j < a.anc_off[i + 1]; ++j) rows.push_back(kv_row(table, a.block_rows, past + a.anc[j]));
+    for (int h = 0; h < a.n_heads; ++h) {
+      const int kh = h / group;
+      const float* q = a.q + i * q_stride + h * hd;
+      std::vector<double> sc;
+      for (int64_t row : rows) {
+        double d = 0;
+        for (int c = 0; c < hd; ++c)
+          d += static_cast<double>(q[c]) * kv_elem(a.k, a.kv_type, row * kv_stride + kh * hd + c);
+        sc.push_back(d * a.scale);
+      }
+      double mx = -INFINITY, sum = 0;
+      for (double v : sc) mx = std::max(mx, v);
+      for (double& v : sc) sum += (v = std::exp(v - mx));
+      for (int c = 0; c < hd; ++c) {
+        double o = 0;
+        for (size_t t = 0; t < sc.size(); ++t) o += sc[t] * kv_elem(a.v, a.kv_type, rows[t] * kv_stride + kh * hd + c);
+        a.out[i * q_stride + h * hd + c] = static_cast<float>(o / sum);
+      }
+    }
+  }
+}
+}  // namespace
+
 void attention_reference(const AttentionArgs& a) {
   const int hd = a.head_dim;
   const int group = a.n_heads / a.n_kv_heads;
   const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
   const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
+  if (a.seq) return attention_reference_seqs(a, group, q_stride, kv_stride);
   // Dense mask from the parent array.
   std::vector<char> mask(static_cast<size_t>(a.n) * a.n, 0);
   for (int i = 0; i < a.n; ++i)

@@ -11,7 +11,11 @@ void attention(const AttentionArgs& a);
 // The KV cache append (Backend::write_rows) into a store of `type`: rows
 // first_row .. first_row + rows - 1, F16/BF16 rounded to nearest even.
 void write_kv_rows(void* base, DType type, int64_t first_row, const float* src, int64_t rows, int row_floats);
-// Reference: dense mask built from parents, double precision, single thread (tests).
-// Assumes an empty pending block (the n new tokens are the whole block).
+// The paged append (Backend::write_rows_at): row r to row row_at[r].
+void write_kv_rows_at(void* base, DType type, const int32_t* row_at, const float* src, int64_t rows, int row_floats);
+// Reference: double precision, single thread (tests). One sequence: a dense
+// mask built from parents, assuming an empty pending block (the n new tokens
+// are the whole block). Several (seq set): each token's positions listed from
+// its ancestor list and mapped through its block table.
 void attention_reference(const AttentionArgs& a);
 }  // namespace redwood::cpu

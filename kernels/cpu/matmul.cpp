@@ -5,6 +5,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -86,10 +87,14 @@ constexpr int kAnyN = 1 << 30;
 
 // ---- the dispatch table: (type, n, instruction set) -> kernel ------------------
 // The first entry whose types hold the weights' type, whose n range holds the
-// number of tokens and whose instruction set the kernels may use runs. Every
-// kernel gives the same values whatever n and the other tokens, except
-// blas_gemm; kernels differ from each other only in float summation order and
-// (integer dots) in the activations' rounding to 2^-21..2^-24 of a lane's largest.
+// number of tokens and whose instruction set the kernels may use runs. A
+// token's outputs do not depend on n or the other tokens within gemm_avx2 and
+// gemm_avx512 (at any n, 1 included: set_cpu_batch_invariant routes every n
+// there) and gemv_plain_avx2; gemv_dequantized_avx2 and gemv_chunked_avx2
+// keep more accumulators per token at small n, so their sums change at n = 3
+// and 5 (for some types at 2); blas_gemm is not invariant. Kernels differ from
+// each other only in float summation order and (integer dots) in the
+// activations' rounding to 2^-21..2^-24 of a lane's largest.
 constexpr Entry kTable[] = {
     // Batched pass (n > 8, compute-bound): one fused dequantize + GEMM for every type.
     {kAll, kGemvMaxN + 1, kAnyN, Isa::avx512, Kernel::gemm_avx512},
@@ -225,10 +230,15 @@ const char* matmul_kernel(DType t, int n, Isa isa) {
   return kernel_name(lookup(t, n, isa));
 }
 
+namespace {
+std::atomic<bool> g_batch_invariant{false};
+}  // namespace
+
 void matmul(const WeightView& w, const float* x, int n, float* y) {
   if (n <= 0) return;
   const auto& row = kernels()[static_cast<int>(w.type)];
-  run(row[std::min(n, kGemvMaxN + 1) - 1], w, x, n, y);
+  const bool batched = g_batch_invariant.load(std::memory_order_relaxed);
+  run(row[batched ? kGemvMaxN : std::min(n, kGemvMaxN + 1) - 1], w, x, n, y);
 }
 
 void dequantize_rows(const WeightView& w, int64_t r0, int64_t nrows, float* out) {
@@ -243,3 +253,12 @@ void dequantize_rows(const WeightView& w, int64_t r0, int64_t nrows, float* out)
 }
 
 }  // namespace redwood::cpu
+
+namespace redwood {
+void set_cpu_batch_invariant(bool on) {
+  cpu::g_batch_invariant.store(on, std::memory_order_relaxed);
+}
+bool cpu_batch_invariant() {
+  return cpu::g_batch_invariant.load(std::memory_order_relaxed);
+}
+}  // namespace redwood

@@ -93,6 +93,10 @@ class CpuBackend final : public Backend {
                   int row_floats) override {
     cpu::write_kv_rows(base, type, *first_row_at, src, rows, row_floats);
   }
+  void write_rows_at(void* base, DType type, const int32_t* row_at, const float* src, int rows,
+                     int row_floats) override {
+    cpu::write_kv_rows_at(base, type, row_at, src, rows, row_floats);
+  }
 
   void swiglu(float* gate, const float* up, size_t count) override {
     tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 4096), [&](const tbb::blocked_range<size_t>& r) {

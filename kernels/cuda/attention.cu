@@ -2,7 +2,9 @@
 // over the keys with an online softmax (math::online_softmax_add/merge, shared
 // with the CPU tests), no score matrix and no dense n x n mask in memory. The
 // mask is the CSR ancestor list the forward pass builds from the parent array:
-// token i reads the n_past committed rows and then its ancestors' block rows.
+// token i reads the n_past committed rows and then its ancestors' block rows;
+// with several sequences (a.seq set) its own sequence's, through its block
+// table (kv_row).
 //
 // One block per (token, query head), kWarps warps; warp w takes keys w, w +
 // kWarps, ...; lane l owns head dimensions l, l + 32, ... (E per lane), so a
@@ -38,6 +40,12 @@ __global__ void tree_attention_kernel(AttentionArgs a) {
   const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
   const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
   if (a.n_past_at) a.n_past = *a.n_past_at;  // a is this thread's copy
+  const int32_t* table = nullptr;
+  if (a.seq) {
+    const int s = a.seq[i];
+    a.n_past = a.seq_past[s];
+    table = a.table + static_cast<int64_t>(s) * a.table_stride;
+  }
   const int32_t* anc = a.anc + a.anc_off[i];
   const int len = a.n_past + (a.anc_off[i + 1] - a.anc_off[i]);
 
@@ -50,7 +58,7 @@ __global__ void tree_attention_kernel(AttentionArgs a) {
   }
   float m = -INFINITY, l = 0.0f;
   for (int j = warp; j < len; j += kWarps) {
-    const int64_t row = j < a.n_past ? j : a.n_past + anc[j - a.n_past];
+    const int64_t row = kv_row(table, a.block_rows, j < a.n_past ? j : a.n_past + anc[j - a.n_past]);
     const T* k = static_cast<const T*>(a.k) + row * kv_stride + kh * hd;
     float s = 0.0f;
 #pragma unroll
@@ -99,6 +107,8 @@ void attention(cudaStream_t st, const AttentionArgs& a) {
     throw Error("CUDA attention: n_heads must be a multiple of n_kv_heads");
   if (a.kv_type != DType::F32 && a.kv_type != DType::F16 && a.kv_type != DType::BF16)
     throw Error("CUDA attention: the KV cache type must be F32, F16 or BF16");
+  if (a.seq && (!a.seq_past || !a.table || a.block_rows <= 0))
+    throw Error("CUDA attention: several sequences need their committed lengths, block tables and block size");
   const unsigned grid = static_cast<unsigned>(a.n) * static_cast<unsigned>(a.n_heads);
   const unsigned threads = 32 * kWarps;
   switch ((a.head_dim + 31) / 32) {

@@ -143,11 +143,14 @@ __global__ void rope_kernel(float* x, int n, int n_heads, int head_dim, const in
 
 // The KV cache append; F16/BF16 round to nearest even with the shared math
 // (bit-identical to the CPU backend's rows).
-__global__ void write_rows_kernel(void* base, int type, const int32_t* first_row_at, const float* src, size_t count,
-                                  int row_floats) {
+// Rows go to *first_row_at + r, or (row_at set) to row_at[r].
+__global__ void write_rows_kernel(void* base, int type, const int32_t* first_row_at, const int32_t* row_at,
+                                  const float* src, size_t count, int row_floats) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
-  const size_t at = static_cast<size_t>(*first_row_at) * row_floats + i;
+  const size_t r = i / row_floats, c = i % row_floats;
+  const size_t row = row_at ? static_cast<size_t>(row_at[r]) : static_cast<size_t>(*first_row_at) + r;
+  const size_t at = row * row_floats + c;
   if (type == 1)
     static_cast<uint16_t*>(base)[at] = math::f32_to_f16(src[i]);
   else if (type == 2)
@@ -279,12 +282,20 @@ class CudaBackend final : public Backend {
   void attention(const AttentionArgs& a) override { cuda::attention(stream_, a); }
   void write_rows(void* base, DType type, const int32_t* first_row_at, const float* src, int rows,
                   int row_floats) override {
+    store_rows(base, type, first_row_at, nullptr, src, rows, row_floats);
+  }
+  void write_rows_at(void* base, DType type, const int32_t* row_at, const float* src, int rows,
+                     int row_floats) override {
+    store_rows(base, type, nullptr, row_at, src, rows, row_floats);
+  }
+  void store_rows(void* base, DType type, const int32_t* first_row_at, const int32_t* row_at, const float* src,
+                  int rows, int row_floats) {
     const size_t count = static_cast<size_t>(rows) * row_floats;
     if (count == 0) return;
     if (type != DType::F32 && type != DType::F16 && type != DType::BF16)
       throw Error("CUDA write_rows: the KV cache type must be F32, F16 or BF16");
     const int t = type == DType::F16 ? 1 : type == DType::BF16 ? 2 : 0;
-    write_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(base, t, first_row_at, src, count,
+    write_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(base, t, first_row_at, row_at, src, count,
                                                                            row_floats);
     RD_CUDA_LAUNCHED("write_rows_kernel");
   }

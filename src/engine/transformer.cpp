@@ -112,13 +112,26 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   const int32_t* d = meta_dev_.as<const int32_t>();
   const PassPointers pp{d, d + o_tok, d + o_pos, d + o_par, d + o_off, d + o_anc};
 
-  // The backend ops: recorded once per shape and replayed where the backend
-  // records (CUDA graphs) and the weights never move; else issued directly.
   // Logits land in the caller's buffer when it is backend memory (CPU), else
   // in logits_ and are downloaded once.
   float* out = be_.host_memory() ? logits.data() : logits_.as<float>();
-  const RecordKey key{n, rows == LogitsRows::kAll, kv.id()};
+  const int m = static_cast<int>(out_rows);
   w_.begin_pass();
+  run_pass(RecordKey{n, m, kv.id(), false}, pp, n, m, PassKv{&kv, nullptr}, out);
+  kv.append_pending(b.parents);
+  if (!be_.host_memory()) be_.download(logits.data(), logits_.as(), sizeof(float) * out_rows * hp_.vocab);
+  w_.end_pass();
+  PassStats s;
+  s.n_tokens = n;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+// The backend ops: recorded once per shape and replayed where the backend
+// records (CUDA graphs) and the weights never move; else issued directly.
+// Every pointer a recording holds is fixed for its key: the scratch and the
+// index arrays (dropped when they move), the cache's or pool's stores.
+void Transformer::run_pass(const RecordKey& key, const PassPointers& pp, int n, int m, PassKv kv, float* out) {
   bool done = false;
   if (be_.can_record() && w_.fixed_pointers()) {
     auto it = recordings_.find(key);
@@ -132,7 +145,7 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
       be_.begin_record();
       bool failed = false;
       try {
-        issue_ops(pp, n, rows, kv, out);
+        issue_ops(pp, n, m, kv, out);
       } catch (...) {
         // An op that cannot be recorded, or any other error: whatever was
         // recorded is dropped and the ops are issued again unrecorded (so a
@@ -153,14 +166,7 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
       recordings_[key] = kSeenOnce;
     }
   }
-  if (!done) issue_ops(pp, n, rows, kv, out);
-  kv.append_pending(b.parents);
-  if (!be_.host_memory()) be_.download(logits.data(), logits_.as(), sizeof(float) * out_rows * hp_.vocab);
-  w_.end_pass();
-  PassStats s;
-  s.n_tokens = n;
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return s;
+  if (!done) issue_ops(pp, n, m, kv, out);
 }
 
 void Transformer::drop_recordings() {
@@ -175,7 +181,7 @@ Transformer::~Transformer() {
   drop_recordings();
 }
 
-void Transformer::issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCache& kv, float* logits) {
+void Transformer::issue_ops(const PassPointers& p, int n, int m, PassKv kv, float* logits) {
   float* x = x_.as<float>();
   float* xn = xn_.as<float>();
   float* q = q_.as<float>();
@@ -187,6 +193,7 @@ void Transformer::issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCac
   const int dim = hp_.dim, hd = hp_.head_dim;
   const int kv_dim = hp_.n_kv_heads * hd;
   const auto& g = w_.globals();
+  const DType kv_type = kv.cache ? kv.cache->type() : kv.pool->type();
   be_.embed(g.tok_embd, p.tokens, n, x);
 
   for (int l = 0; l < hp_.n_layers; ++l) {
@@ -198,17 +205,29 @@ void Transformer::issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCac
     be_.matmul(L.wv, xn, n, v);
     be_.rope(q, n, hp_.n_heads, hd, p.positions, rope_inv_freq_.as<const double>(), hp_.rope_mode);
     be_.rope(k, n, hp_.n_kv_heads, hd, p.positions, rope_inv_freq_.as<const double>(), hp_.rope_mode);
-    be_.write_rows(kv.k(l), kv.type(), p.header + 1, k, n, kv_dim);  // rows committed + pending ...
-    be_.write_rows(kv.v(l), kv.type(), p.header + 1, v, n, kv_dim);
+    void* kl = kv.cache ? kv.cache->k(l) : kv.pool->k(l);
+    void* vl = kv.cache ? kv.cache->v(l) : kv.pool->v(l);
     AttentionArgs a;
+    if (kv.cache) {
+      be_.write_rows(kl, kv_type, p.header + 1, k, n, kv_dim);  // rows committed + pending ...
+      be_.write_rows(vl, kv_type, p.header + 1, v, n, kv_dim);
+      a.n_past = kv.cache->committed();
+      a.n_past_at = p.header;
+    } else {
+      be_.write_rows_at(kl, kv_type, p.rows, k, n, kv_dim);  // each token's next position in its sequence
+      be_.write_rows_at(vl, kv_type, p.rows, v, n, kv_dim);
+      a.seq = p.seq;
+      a.seq_past = p.seq_past;
+      a.table = p.table;
+      a.table_stride = kv.pool->table_stride();
+      a.block_rows = kv.pool->block_rows();
+    }
     a.q = q;
-    a.k = kv.k(l);
-    a.v = kv.v(l);
-    a.kv_type = kv.type();
+    a.k = kl;
+    a.v = vl;
+    a.kv_type = kv_type;
     a.out = att;
     a.n = n;
-    a.n_past = kv.committed();
-    a.n_past_at = p.header;
     a.n_heads = hp_.n_heads;
     a.n_kv_heads = hp_.n_kv_heads;
     a.head_dim = hd;
@@ -227,8 +246,16 @@ void Transformer::issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCac
     be_.add(x, xn, static_cast<size_t>(n) * dim);
     w_.release(l);
   }
-  const float* last = x + (rows == LogitsRows::kAll ? 0 : static_cast<size_t>(n - 1) * dim);
-  const int m = rows == LogitsRows::kAll ? n : 1;
+  if (m == 0) return;
+  if (p.out_ids) {
+    // The chosen tokens' rows: every row normed, then gathered (an F32 embed
+    // copies rows exactly) into x, which the pass no longer needs.
+    be_.rmsnorm(x, g.output_norm, n, dim, hp_.rms_eps, xn);
+    be_.embed(WeightView{DType::F32, n, dim, xn}, p.out_ids, m, x);
+    be_.matmul(g.lm_head, x, m, logits);
+    return;
+  }
+  const float* last = x + static_cast<size_t>(n - m) * dim;
   be_.rmsnorm(last, g.output_norm, m, dim, hp_.rms_eps, xn);
   be_.matmul(g.lm_head, xn, m, logits);
 }

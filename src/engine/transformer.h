@@ -2,6 +2,8 @@
 // position and a parent among the n (-1: attends only to the committed prefix).
 // Token i attends to the committed KV prefix plus its ancestors (and itself).
 // Prefill is a chain (parents i-1), decoding n = 1, verification a tree.
+// A pass over a KvPool takes tokens of several sequences at once (SeqBatch):
+// every weight is acquired once per pass and multiplied against all of them.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -11,6 +13,7 @@
 
 #include "kernels/backend.h"
 #include "src/engine/kv_cache.h"
+#include "src/engine/kv_pool.h"
 #include "src/engine/weights.h"
 #include "src/model/model_desc.h"
 
@@ -31,6 +34,18 @@ struct ChainBatch {
   std::vector<int32_t> tokens, positions, parents;
   ChainBatch(std::span<const int32_t> toks, int start);
   Batch view() const { return {tokens, positions, parents}; }
+};
+
+// Tokens of several sequences of one KvPool. Token i extends sequence seqs[i]
+// (in any order; a sequence's tokens need not be adjacent). parents[i] is
+// relative to that sequence's block: its pending rows, then its earlier tokens
+// in this batch; -1 or earlier. A prefill chunk is a chain, decoding one token,
+// a speculative step a tree: all of them may share a pass.
+struct SeqBatch {
+  std::span<const int32_t> seqs;
+  std::span<const int32_t> tokens;
+  std::span<const int32_t> positions;
+  std::span<const int32_t> parents;
 };
 
 enum class LogitsRows { kAll, kLast };
@@ -62,14 +77,41 @@ class Transformer {
   // Throws redwood::Error on an invalid batch (bad parents, tokens, capacity).
   PassStats forward(const Batch& b, KvCache& kv, std::span<float> logits, LogitsRows rows = LogitsRows::kAll);
 
+  // Runs one pass over tokens of several sequences of `pool` (transformer_seqs.cpp).
+  // Token i's K/V go to the next position of sequence seqs[i] and become
+  // pending there, as forward(Batch) does per cache; it attends to its own
+  // sequence's committed rows and its ancestors only, so each sequence's
+  // logits are what a pass over its tokens alone computes with the same
+  // kernels (see the determinism note in docs/ARCHITECTURE.md). Takes the
+  // blocks the new positions need from the pool. Writes vocab floats for each
+  // of tokens logit_rows[0], logit_rows[1], ... (in that order; none: no
+  // logits) to logits.
+  // REQUIRES: live sequences, each within pool.max_rows(); enough free blocks;
+  // positions >= 0; tokens in the vocabulary; logit_rows in [0, n). Otherwise
+  // throws redwood::Error before anything runs or is taken.
+  PassStats forward(const SeqBatch& b, KvPool& pool, std::span<float> logits, std::span<const int32_t> logit_rows);
+
  private:
-  // Backend pointers to the pass's index arrays (see forward()).
+  // Backend pointers to the pass's index arrays (see forward()); the last five
+  // only for a pool pass.
   struct PassPointers {
     const int32_t *header, *tokens, *positions, *parents, *anc_off, *anc;
+    const int32_t *seq = nullptr, *rows = nullptr, *seq_past = nullptr, *table = nullptr, *out_ids = nullptr;
   };
+  // Where a pass's K/V rows go: one cache, or a pool (exactly one is set).
+  struct PassKv {
+    KvCache* cache = nullptr;
+    KvPool* pool = nullptr;
+  };
+  // Recorded passes by shape: (n, logits rows, the cache's or pool's id, a
+  // pool?) -> a recording id, or seen once / not recordable.
+  using RecordKey = std::tuple<int, int, uint64_t, bool>;
   void ensure_scratch(int n);
+  // Issues (or records, or replays) one pass's ops; m logits rows: the last m
+  // tokens', or with p.out_ids those tokens'.
+  void run_pass(const RecordKey& key, const PassPointers& p, int n, int m, PassKv kv, float* logits);
   // Every backend op of one pass, from the embedding to the LM head.
-  void issue_ops(const PassPointers& p, int n, LogitsRows rows, KvCache& kv, float* logits);
+  void issue_ops(const PassPointers& p, int n, int m, PassKv kv, float* logits);
   void drop_recordings();
 
   LlamaHParams hp_;
@@ -84,9 +126,6 @@ class Transformer {
   // tokens | positions | block parents | ancestor offsets | ancestors.
   std::vector<int32_t> anc_off_, anc_, block_parents_, meta_;
   BackendBuffer meta_dev_;
-  // Recorded passes by shape: (n, all rows?, the cache's id) -> a recording
-  // id, or seen once / not recordable.
-  using RecordKey = std::tuple<int, bool, uint64_t>;
   static constexpr int kSeenOnce = -1, kNoRecording = -2;
   static constexpr size_t kMaxRecordings = 256;
   std::map<RecordKey, int> recordings_;
