@@ -7,50 +7,66 @@
 
 namespace redwood::spec {
 
-namespace {
+OutputStream::OutputStream(const Tokenizer& tok, int max_tokens, std::vector<std::string> stop,
+                           std::function<void(std::string_view)> on_text)
+    : tok_(tok), max_tokens_(max_tokens), stop_(std::move(stop)), on_text_(std::move(on_text)) {
+  for (const auto& s : stop_) hold_ = std::max(hold_, s.empty() ? size_t{0} : s.size() - 1);
+  g_.finish = "length";
+}
 
-// Accumulates text, cuts it at the first stop string, and releases only text
-// that no stop string can still claim.
-class TextSink {
- public:
-  TextSink(const std::vector<std::string>& stop, const std::function<void(std::string_view)>& out)
-      : stop_(stop), out_(out) {
-    for (const auto& s : stop_) hold_ = std::max(hold_, s.empty() ? size_t{0} : s.size() - 1);
-  }
-  // Returns true when a stop string was found (the text is cut before it).
-  bool push(const std::string& piece) {
-    const size_t from = text_.size() > hold_ ? text_.size() - hold_ : 0;
-    text_ += piece;
-    size_t cut = std::string::npos;
-    for (const auto& s : stop_) {
-      if (s.empty()) continue;
-      const size_t at = text_.find(s, from);
-      if (at != std::string::npos) cut = std::min(cut, at);
-    }
-    if (cut != std::string::npos) {
-      text_.resize(cut);
-      release(text_.size());
-      return true;
-    }
-    release(text_.size() > hold_ ? text_.size() - hold_ : 0);
+bool OutputStream::emit(int32_t t) {
+  if (static_cast<int>(g_.tokens.size()) >= max_tokens_) return false;
+  if (tok_.is_eog(t)) {
+    g_.finish = "stop";
     return false;
   }
-  void finish() { release(text_.size()); }
-  std::string take() { return std::move(text_); }
-
- private:
-  void release(size_t upto) {
-    if (upto <= sent_) return;
-    if (out_) out_(std::string_view(text_).substr(sent_, upto - sent_));
-    sent_ = upto;
+  g_.tokens.push_back(t);
+  if (push(utf8_.push(tok_.token_bytes(t)))) {
+    g_.finish = "stop";
+    cut_ = true;
+    return false;
   }
-  const std::vector<std::string>& stop_;
-  const std::function<void(std::string_view)>& out_;
-  std::string text_;
-  size_t hold_ = 0, sent_ = 0;
-};
+  return static_cast<int>(g_.tokens.size()) < max_tokens_;
+}
 
-}  // namespace
+void OutputStream::finish() {
+  if (!cut_) {
+    if (push(utf8_.flush()))
+      g_.finish = "stop";
+    else
+      release(g_.text.size());
+  }
+}
+
+bool OutputStream::push(const std::string& piece) {
+  std::string& text = g_.text;
+  const size_t from = text.size() > hold_ ? text.size() - hold_ : 0;
+  text += piece;
+  size_t cut = std::string::npos;
+  for (const auto& s : stop_) {
+    if (s.empty()) continue;
+    const size_t at = text.find(s, from);
+    if (at != std::string::npos) cut = std::min(cut, at);
+  }
+  if (cut != std::string::npos) {
+    text.resize(cut);
+    release(text.size());
+    return true;
+  }
+  release(text.size() > hold_ ? text.size() - hold_ : 0);
+  return false;
+}
+
+void OutputStream::release(size_t upto) {
+  if (upto <= sent_) return;
+  if (on_text_) on_text_(std::string_view(g_.text).substr(sent_, upto - sent_));
+  sent_ = upto;
+}
+
+void check_request(const GenerationRequest& req) {
+  if (req.prompt.empty()) throw Error("the prompt encodes to no tokens");
+  if (req.max_tokens < 1) throw Error("max_tokens must be >= 1");
+}
 
 int generation_capacity(const GenerationRequest& req, const DraftSetup* draft) {
   int cap = static_cast<int>(req.prompt.size()) + req.max_tokens + 1;
@@ -60,28 +76,9 @@ int generation_capacity(const GenerationRequest& req, const DraftSetup* draft) {
 
 Generation generate(Transformer& target, const Tokenizer& tok, const GenerationRequest& req, const DraftSetup* draft,
                     const std::function<void(std::string_view)>& on_text, const std::function<bool()>& cancelled) {
-  if (req.prompt.empty()) throw Error("the prompt encodes to no tokens");
-  if (req.max_tokens < 1) throw Error("max_tokens must be >= 1");
-  Generation g;
-  g.finish = "length";
-  Utf8Stream utf8;
-  TextSink sink(req.stop, on_text);
-  // Emits one token; returns false when generation must stop.
-  bool cut = false;  // a stop string ended the text
-  auto emit = [&](int32_t t) {
-    if (static_cast<int>(g.tokens.size()) >= req.max_tokens) return false;
-    if (tok.is_eog(t)) {
-      g.finish = "stop";
-      return false;
-    }
-    g.tokens.push_back(t);
-    if (sink.push(utf8.push(tok.token_bytes(t)))) {
-      g.finish = "stop";
-      cut = true;
-      return false;
-    }
-    return static_cast<int>(g.tokens.size()) < req.max_tokens;
-  };
+  check_request(req);
+  OutputStream out(tok, req.max_tokens, req.stop, on_text);
+  Generation& g = out.generation();
   auto stop_requested = [&] { return cancelled && cancelled(); };
 
   const int capacity = generation_capacity(req, draft);
@@ -100,7 +97,7 @@ Generation generate(Transformer& target, const Tokenizer& tok, const GenerationR
         break;
       }
       const int32_t t = sampler.sample(logits);
-      if (!emit(t)) break;
+      if (!out.emit(t)) break;
       const int32_t pos = kv.committed();
       const int32_t parent = -1;
       target.forward(Batch{{&t, 1}, {&pos, 1}, {&parent, 1}}, kv, logits, LogitsRows::kLast);
@@ -122,19 +119,13 @@ Generation generate(Transformer& target, const Tokenizer& tok, const GenerationR
         break;
       }
       for (int32_t t : dec.step())
-        if (!(go = emit(t))) break;
+        if (!(go = out.emit(t))) break;
     }
     g.spec = dec.stats();
   }
-  if (!cut) {
-    if (sink.push(utf8.flush()))
-      g.finish = "stop";
-    else
-      sink.finish();
-  }
-  g.text = sink.take();
+  out.finish();
   g.decode_seconds = now_seconds() - t1;
-  return g;
+  return std::move(g);
 }
 
 }  // namespace redwood::spec

@@ -49,6 +49,40 @@ struct Generation {
   double s_per_token() const { return tokens.empty() ? 0.0 : decode_seconds / static_cast<double>(tokens.size()); }
 };
 
+// One sequence's output as its tokens arrive: max_tokens, the end-of-generation
+// token and stop strings end it; text is released to on_text only when no
+// stop string can still claim it. The one place these rules live, for the
+// single-sequence loop (generate) and the many-sequence one (batch_generation.h).
+class OutputStream {
+ public:
+  // REQUIRES: tok outlives the stream.
+  OutputStream(const Tokenizer& tok, int max_tokens, std::vector<std::string> stop,
+               std::function<void(std::string_view)> on_text);
+  // Takes one sampled token; false when generation must stop (generation().finish
+  // says why: "stop" or "length").
+  bool emit(int32_t t);
+  // Ends the text: flushes a partial UTF-8 character and the held-back tail
+  // (unless a stop string already cut it). Call once, when generation ends.
+  void finish();
+  Generation& generation() { return g_; }
+
+ private:
+  // Appends text; true when a stop string was found (the text is cut before it).
+  bool push(const std::string& piece);
+  void release(size_t upto);
+  const Tokenizer& tok_;
+  int max_tokens_;
+  std::vector<std::string> stop_;
+  std::function<void(std::string_view)> on_text_;
+  Utf8Stream utf8_;
+  Generation g_;
+  size_t hold_ = 0, sent_ = 0;
+  bool cut_ = false;  // a stop string ended the text
+};
+
+// Throws redwood::Error for a request no loop can run (an empty prompt, max_tokens < 1).
+void check_request(const GenerationRequest& req);
+
 // KV capacity a request needs (prompt + new tokens + one tree when speculating).
 int generation_capacity(const GenerationRequest& req, const DraftSetup* draft);
 

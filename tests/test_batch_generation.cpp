@@ -1,0 +1,189 @@
+// Continuous batching (BatchGenerator): every request's tokens, text and
+// finish equal generate()'s for it alone, greedy and sampled, whatever shares
+// its passes, with sequences arriving, prefilling in chunks and leaving out of
+// order; the pool ends empty; bad requests are refused at submit.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "src/engine/kv_pool.h"
+#include "src/speculative/batch_generation.h"
+#include "src/speculative/generation.h"
+#include "src/tokenizer/tokenizer.h"
+#include "src/util/error.h"
+#include "tests/util/test_model.h"
+#include "tests/util/tiny_gguf.h"
+
+using namespace redwood;
+
+namespace {
+
+struct BatchInvariant {
+  BatchInvariant() { set_cpu_batch_invariant(true); }
+  ~BatchInvariant() { set_cpu_batch_invariant(false); }
+};
+
+struct Fixture {
+  std::string path;
+  std::unique_ptr<testutil::TestModel> m;
+  std::unique_ptr<Tokenizer> tok;
+  explicit Fixture(DType type) {
+    path = ::testing::TempDir() + "batchgen_tiny_" + std::string(dtype_name(type)) + ".gguf";
+    testutil::TinyShape s;
+    s.type = type;
+    testutil::write_tiny_llama(path, s);
+    m = std::make_unique<testutil::TestModel>(path);
+    tok = Tokenizer::create(m->desc.tokenizer);
+  }
+};
+
+struct Req {
+  std::vector<int32_t> prompt;
+  spec::GenerationRequest r;
+};
+
+// Requests of varied prompt lengths, lengths, temperatures, seeds and stop
+// strings (token ids >= 3: no BOS/EOS in prompts).
+std::vector<Req> requests(int vocab) {
+  std::vector<Req> out;
+  for (int i = 0; i < 9; ++i) {
+    Req q;
+    const int len = 1 + (i * 7) % 23;
+    for (int j = 0; j < len; ++j) q.prompt.push_back(3 + (i * 31 + j * 17) % (vocab - 3));
+    q.r.max_tokens = 3 + (i * 5) % 14;
+    q.r.sampling.temperature = i % 3 == 0 ? 0.0f : 0.9f;
+    q.r.sampling.top_k = i % 4 == 1 ? 40 : 0;
+    q.r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+    if (i == 4) q.r.stop = {"b"};
+    q.r.prefill_chunk = 512;
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+void expect_same(const spec::Generation& a, const spec::Generation& b, const std::string& what) {
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  EXPECT_EQ(a.text, b.text) << what;
+  EXPECT_EQ(a.finish, b.finish) << what;
+}
+
+}  // namespace
+
+class BatchGeneration : public ::testing::TestWithParam<DType> {};
+
+TEST_P(BatchGeneration, EveryRequestEqualsItsRunAlone) {
+  BatchInvariant inv;
+  Fixture f(GetParam());
+  auto reqs = requests(f.m->V());
+  std::vector<spec::Generation> solo;
+  for (auto& q : reqs) {
+    q.r.prompt = q.prompt;
+    solo.push_back(spec::generate(*f.m->tf, *f.tok, q.r, nullptr));
+  }
+  // The control that the comparison can fail: requests differ from each other.
+  EXPECT_NE(solo[1].tokens, solo[2].tokens);
+
+  // Small passes (prompts cut in chunks, decode tokens crowding them out), few
+  // sequences at a time (churn), small blocks; then roomy settings.
+  for (auto [seqs, pass, block_rows] : {std::tuple{3, 5, 4}, std::tuple{16, 64, 16}, std::tuple{2, 1, 8}}) {
+    KvPool pool(*f.m->be, f.m->desc.hp.n_layers, f.m->desc.hp.n_kv_heads * f.m->desc.hp.head_dim, 40, block_rows,
+                256, f.m->tf->kv_type());
+    spec::BatchGenerator gen(*f.m->tf, *f.tok, pool, {seqs, pass});
+    std::vector<std::string> streamed(reqs.size());
+    std::vector<uint64_t> tickets;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      tickets.push_back(gen.submit(reqs[i].r, [&, i](std::string_view s) { streamed[i] += s; }));
+    std::vector<std::optional<spec::Generation>> got(reqs.size());
+    int steps = 0;
+    while (!gen.idle()) {
+      ASSERT_LT(++steps, 10000);
+      for (auto& d : gen.step()) got[d.ticket - 1] = std::move(d.generation);
+    }
+    const std::string shape = "sequences " + std::to_string(seqs) + ", pass " + std::to_string(pass) +
+                              ", blocks of " + std::to_string(block_rows);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(got[i].has_value()) << shape << ", request " << i;
+      expect_same(*got[i], solo[i], shape + ", request " + std::to_string(i));
+      EXPECT_EQ(streamed[i], got[i]->text) << shape;
+    }
+    EXPECT_EQ(pool.live_sequences(), 0);
+    EXPECT_EQ(pool.free_blocks(), pool.n_blocks());
+    EXPECT_LE(gen.stats().max_in_flight, seqs);
+    if (seqs > 2) {
+      EXPECT_GT(gen.stats().max_in_flight, 1) << "passes were shared";
+    }
+  }
+}
+
+TEST_P(BatchGeneration, ASeedChangesASampledRequestAndNothingElse) {
+  BatchInvariant inv;
+  Fixture f(GetParam());
+  auto reqs = requests(f.m->V());
+  KvPool pool(*f.m->be, f.m->desc.hp.n_layers, f.m->desc.hp.n_kv_heads * f.m->desc.hp.head_dim, 64, 8, 256,
+              f.m->tf->kv_type());
+  auto run = [&](const std::vector<Req>& rs) {
+    spec::BatchGenerator gen(*f.m->tf, *f.tok, pool, {8, 32});
+    for (const auto& q : rs) gen.submit(q.r);
+    std::vector<spec::Generation> out(rs.size());
+    while (!gen.idle())
+      for (auto& d : gen.step()) out[d.ticket - 1] = std::move(d.generation);
+    return out;
+  };
+  for (auto& q : reqs) q.r.prompt = q.prompt, q.r.max_tokens = 16, q.r.stop.clear();
+  const auto base = run(reqs);
+  auto changed = reqs;
+  changed[1].r.sampling.seed += 77;  // request 1 samples (T = 0.9)
+  const auto other = run(changed);
+  EXPECT_NE(other[1].tokens, base[1].tokens);  // negative control: the seed is used
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (i != 1) {
+      EXPECT_EQ(other[i].tokens, base[i].tokens) << "request " << i;
+    }
+  }
+}
+
+TEST_P(BatchGeneration, CancelEndsARequestAtTheNextStep) {
+  BatchInvariant inv;
+  Fixture f(GetParam());
+  auto reqs = requests(f.m->V());
+  KvPool pool(*f.m->be, f.m->desc.hp.n_layers, f.m->desc.hp.n_kv_heads * f.m->desc.hp.head_dim, 64, 8, 256,
+              f.m->tf->kv_type());
+  spec::BatchGenerator gen(*f.m->tf, *f.tok, pool, {4, 16});
+  for (auto& q : reqs) q.r.prompt = q.prompt, q.r.max_tokens = 50, q.r.stop.clear(), q.r.sampling.temperature = 0.9f;
+  std::vector<uint64_t> t;
+  for (const auto& q : reqs) t.push_back(gen.submit(q.r));
+  (void)gen.step();
+  gen.cancel(t[0]);  // in flight
+  gen.cancel(t[8]);  // still queued
+  std::vector<std::string> finish(reqs.size());
+  while (!gen.idle())
+    for (auto& d : gen.step()) finish[d.ticket - 1] = d.generation.finish;
+  EXPECT_EQ(finish[0], "cancelled");
+  EXPECT_EQ(finish[8], "cancelled");
+  EXPECT_NE(finish[1], "cancelled");
+  EXPECT_EQ(pool.free_blocks(), pool.n_blocks());
+}
+
+TEST_P(BatchGeneration, RequestsThatCanNeverRunAreRefusedAtSubmit) {
+  Fixture f(GetParam());
+  KvPool pool(*f.m->be, f.m->desc.hp.n_layers, f.m->desc.hp.n_kv_heads * f.m->desc.hp.head_dim, 4, 8, 24,
+              f.m->tf->kv_type());
+  spec::BatchGenerator gen(*f.m->tf, *f.tok, pool, {4, 16});
+  const std::vector<int32_t> p = {5, 6, 7};
+  spec::GenerationRequest r;
+  r.prompt = p;
+  r.max_tokens = 30;  // 3 + 30 + 1 positions > 24
+  EXPECT_THROW(gen.submit(r), Error);
+  r.max_tokens = 0;
+  EXPECT_THROW(gen.submit(r), Error);
+  r.prompt = {};
+  r.max_tokens = 4;
+  EXPECT_THROW(gen.submit(r), Error);
+  EXPECT_TRUE(gen.idle());
+  EXPECT_THROW(spec::BatchGenerator(*f.m->tf, *f.tok, pool, {0, 16}), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, BatchGeneration, ::testing::Values(DType::F16, DType::Q4_1),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
