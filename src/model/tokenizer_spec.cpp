@@ -277,12 +277,12 @@ void read_merges(const std::string& path, const json& model, TokenizerSpec& spec
       }
     }
   }
-
 }
 
 // The tokenizer's kind (byte-level or SentencePiece-style BPE), its
 // pre-tokenizer, space prefix, byte tokens and unknown token.
-void read_kind(const json& j, const json& model, TokenizerSpec& spec, const TokenLookup& lookup) {
+void read_kind(const std::string& path, const json& j, const json& model, TokenizerSpec& spec,
+               const TokenLookup& lookup) {
   const size_t n = spec.tokens.size();
   const json null_json;
   const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : null_json;
@@ -398,7 +398,7 @@ TokenizerSpec tokenizer_spec_from_hf_json(const std::string& path) try {
     return it == ids.end() ? -1 : it->second;
   };
 
-  read_kind(j, model, spec, lookup);
+  read_kind(path, j, model, spec, lookup);
   read_bos_eos(path, j, spec, lookup);
   // The special tokens must be control tokens so that they decode to "" and
   // are recognised in text with parse_special.
