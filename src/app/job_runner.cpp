@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <unordered_set>
 
@@ -75,7 +76,38 @@ struct CheckedJob {
   std::vector<jobs::PromptItem> items;
   std::vector<std::vector<int32_t>> tokens;  // per item
   int batch_tokens = 0;
+  int rows = 0;  // KV positions the longest prompt and its tokens take (a shared pass's pool: per sequence)
 };
+
+// The most sequences batch.sequences = "auto" runs at once.
+constexpr int kAutoSequences = 64;
+
+// Continuous batching: a session for sequences > 1 whose plan fits. "auto":
+// as many as the prompts (up to kAutoSequences), halved until the budgets hold
+// them (1 when no more than one fits). Throws on an explicit count that does not fit.
+void choose_sequences(const jobs::JobConfig& job, CheckedJob& c) {
+  Session& session = *c.session;
+  const char* key = job.device_mem.empty() ? "memory.host" : "memory.device";
+  if (!job.sequences_auto) {
+    if (session.config().sequences < 2) return;
+    try {
+      session.check_plan(c.rows, c.batch_tokens);
+    } catch (const SetupError& e) {
+      throw Error(job.where(key) + ": " + e.what() + " (for batch.sequences = " +
+                  std::to_string(session.config().sequences) + ")");
+    }
+    return;
+  }
+  for (int b = std::min<int>(kAutoSequences, static_cast<int>(c.items.size())); b > 1; b /= 2) {
+    session.set_sequences(b);
+    try {
+      session.check_plan(c.rows, c.batch_tokens);
+      return;
+    } catch (const SetupError&) {
+    }
+  }
+  session.set_sequences(1);
+}
 
 // Everything that can be wrong is found before the weights load.
 CheckedJob check_job_run(const jobs::JobConfig& job, const JobHooks& hooks) {
@@ -86,6 +118,7 @@ CheckedJob check_job_run(const jobs::JobConfig& job, const JobHooks& hooks) {
     c.session.emplace(session_config(job));
   } catch (const SetupError& e) {
     if (e.key() == "draft") throw Error(job.where("model.draft") + ": " + e.what());
+    if (e.key() == "batch") throw Error(job.where("batch.sequences") + ": " + e.what());
     if (e.key() == "tree" && job.tree == "auto") throw Error(job.where("speculation.tree") + ": " + e.what());
     throw Error(job.where("speculation") + ": " + e.what());
   }
@@ -110,17 +143,20 @@ CheckedJob check_job_run(const jobs::JobConfig& job, const JobHooks& hooks) {
       c.pf.bad.push_back(err);
       continue;
     }
+    c.rows = std::max(c.rows, static_cast<int>(t.size()) + job.max_tokens + 1);
     c.tokens.push_back(std::move(t));
     c.items.push_back(std::move(it));
   }
   RunOptions run = session.config().run;
   apply_run_options(run);
   c.batch_tokens = std::min(job.ctx, job.prefill_chunk);
+  c.rows = std::max(c.rows, 16);
   try {
-    session.check_plan(job.ctx, c.batch_tokens);
+    if (session.config().sequences < 2) session.check_plan(job.ctx, c.batch_tokens);
   } catch (const SetupError& e) {
     throw Error(job.where(job.device_mem.empty() ? "memory.host" : "memory.device") + ": " + e.what());
   }
+  choose_sequences(job, c);
   for (const auto& b : c.pf.bad) std::fprintf(hooks.log, "redwood: skipped %s\n", b.c_str());
   return c;
 }
@@ -209,94 +245,176 @@ struct RunTally {
   bool interrupted = false;
   double t_start = 0;
   std::string auto_choice;  // what tree = "auto" chose (summary)
+  std::optional<spec::BatchStats> shared;  // continuous batching's passes
 };
 
-// Loads the weights (when anything is left to do) and writes one line per prompt left.
-RunTally run_prompts(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r, const jobs::OutputLock& lock,
-                     const JobHooks& hooks) {
-  Session& session = *c.session;
-  const LoadedModel& m = session.target();
-  RunTally tally;
-  if (!r.todo.empty()) {
-    session.load(job.ctx, c.batch_tokens, hooks.quiet ? nullptr : hooks.log);
-    if (const auto& a = session.auto_choice()) tally.auto_choice = a->choice;
+// Writes the prompts' lines as they end, keeps the progress display, and
+// stops before a line when a model file changed under the job.
+class LineSink {
+ public:
+  LineSink(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoint& r, const jobs::OutputLock& lock,
+           const JobHooks& hooks, RunTally& tally)
+      : job_(job), c_(c), r_(r), hooks_(hooks), tally_(tally), writer_(job.output, job.fsync_every, &lock),
+        progress_(hooks.log, hooks.tty, job.progress_every) {
+    tally_.ps.total = static_cast<int64_t>(c.items.size());
+    tally_.ps.done = r.already;
+    tally_.t_start = now_seconds();
   }
-  jobs::ResultWriter writer(job.output, job.fsync_every, &lock);
-  jobs::Progress progress(hooks.log, hooks.tty, job.progress_every);
-  jobs::ProgressState& ps = tally.ps;
-  ps.total = static_cast<int64_t>(c.items.size());
-  ps.done = r.already;
-  int64_t passes = 0, pass_tokens = 0;
-  tally.t_start = now_seconds();
-  auto refresh = [&](bool force) {
-    if (hooks.quiet) return;
-    ps.seconds = now_seconds() - tally.t_start;
-    ps.accepted_per_pass = passes ? static_cast<double>(pass_tokens) / static_cast<double>(passes) : 0.0;
-    progress.update(ps, force);
-  };
-  if (!r.todo.empty()) refresh(true);  // (else the final line below is the only one)
-  // A model file changed since it was loaded: stop before (or instead of)
-  // writing prompt `it`'s line; the lines already written stay.
-  auto check_model_files = [&](const jobs::PromptItem& it) {
-    for (const FileVersion& v : c.model_files)
+  bool cancelled() const { return hooks_.cancelled && hooks_.cancelled(); }
+  // Tokens per target pass for the progress line (accepted per pass, or sequences per shared pass).
+  void count_passes(int64_t passes, int64_t tokens) { passes_ += passes, pass_tokens_ += tokens; }
+  void refresh(bool force) {
+    if (hooks_.quiet) return;
+    jobs::ProgressState& ps = tally_.ps;
+    ps.seconds = now_seconds() - tally_.t_start;
+    ps.accepted_per_pass = passes_ ? static_cast<double>(pass_tokens_) / static_cast<double>(passes_) : 0.0;
+    progress_.update(ps, force);
+  }
+  // A model file changed since it was loaded: stop before writing item i's line.
+  void check_model_files(size_t i) const {
+    for (const FileVersion& v : c_.model_files)
       if (const std::string what = file_change(v); !what.empty())
         throw Error(v.path + ": the model file changed while the job ran (" + what + "); stopped before writing id " +
-                    it.id.dump() + " (this run wrote " + std::to_string(ps.done_this_run) + " of its lines)");
-  };
-  for (size_t i : r.todo) {
-    const jobs::PromptItem& it = c.items[i];
-    check_model_files(it);
-    spec::GenerationRequest req = session.request(c.tokens[i], job.max_tokens, job.stop);
-    req.sampling.seed = prompt_seed(job.sampling.seed, it.key);
-    const offload::PassIo io_before = m.streamed ? m.streamed->totals() : offload::PassIo{};
-    const int passes_before = m.streamed ? m.streamed->passes() : 0;
-    // Non-finite logits (a broken model) are this prompt's error: its line
-    // records it instead of tokens, and the job goes on (exit 1 at the end).
-    spec::Generation g;
-    std::string error;
-    try {
-      g = session.generate(req, {}, [&] {
-        refresh(false);
-        return hooks.cancelled && hooks.cancelled();
-      });
-    } catch (const NonFiniteLogits& e) {
-      error = e.what();
-      g.finish = "error";
-      std::fprintf(hooks.log, "redwood: %s: id %s: %s\n", job.prompts.c_str(), it.id.dump().c_str(), e.what());
-    }
-    if (g.finish == "cancelled") {  // abandoned: nothing of it is written
-      tally.interrupted = true;
-      break;
-    }
-    if (g.spec) {
-      passes += g.spec->target_passes;
-      pass_tokens += g.spec->emitted;
-    }
-    check_model_files(it);
+                    c_.items[i].id.dump() + " (this run wrote " + std::to_string(tally_.ps.done_this_run) +
+                    " of its lines)");
+  }
+  // Item i's line: its tokens, or the error that ended it (non-finite logits:
+  // a broken model is the prompt's error, the job goes on and exits 1).
+  void line(size_t i, const spec::Generation& g, const std::string& error, nlohmann::ordered_json metrics) {
+    const jobs::PromptItem& it = c_.items[i];
+    if (!error.empty())
+      std::fprintf(hooks_.log, "redwood: %s: id %s: %s\n", job_.prompts.c_str(), it.id.dump().c_str(), error.c_str());
+    check_model_files(i);
     nlohmann::ordered_json line{{"id", it.id},
                                 {"text", g.text},
                                 {"tokens", g.tokens},
                                 {"n_tokens", g.tokens.size()},
                                 {"finish_reason", g.finish}};
     if (!error.empty()) line["error"] = error;
-    line["metrics"] = prompt_metrics(m, g, c.tokens[i].size(), io_before, passes_before);
-    line["prompt_hash"] = r.prompt_hashes.at(it.key);
-    line["settings"] = r.settings;
-    writer.append(line);
+    line["metrics"] = std::move(metrics);
+    line["prompt_hash"] = r_.prompt_hashes.at(it.key);
+    line["settings"] = r_.settings;
+    writer_.append(line);
+    jobs::ProgressState& ps = tally_.ps;
     ps.done++;
     ps.done_this_run++;
     ps.tokens += static_cast<int64_t>(g.tokens.size());
     refresh(false);
-    if (hooks.cancelled && hooks.cancelled()) {
-      tally.interrupted = ps.done < ps.total;
+  }
+  void close() {
+    writer_.close();
+    if (!hooks_.quiet) {
+      tally_.ps.seconds = now_seconds() - tally_.t_start;
+      progress_.finish(tally_.ps);
+    }
+  }
+
+ private:
+  const jobs::JobConfig& job_;
+  const CheckedJob& c_;
+  const ResumePoint& r_;
+  const JobHooks& hooks_;
+  RunTally& tally_;
+  jobs::ResultWriter writer_;
+  jobs::Progress progress_;
+  int64_t passes_ = 0, pass_tokens_ = 0;
+};
+
+// One prompt at a time through Session::generate (plain or speculative).
+void run_one_at_a_time(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r, LineSink& sink,
+                       RunTally& tally) {
+  Session& session = *c.session;
+  const LoadedModel& m = session.target();
+  for (size_t i : r.todo) {
+    sink.check_model_files(i);
+    spec::GenerationRequest req = session.request(c.tokens[i], job.max_tokens, job.stop);
+    req.sampling.seed = prompt_seed(job.sampling.seed, c.items[i].key);
+    const offload::PassIo io_before = m.streamed ? m.streamed->totals() : offload::PassIo{};
+    const int passes_before = m.streamed ? m.streamed->passes() : 0;
+    spec::Generation g;
+    std::string error;
+    try {
+      g = session.generate(req, {}, [&] {
+        sink.refresh(false);
+        return sink.cancelled();
+      });
+    } catch (const NonFiniteLogits& e) {
+      error = e.what();
+      g.finish = "error";
+    }
+    if (g.finish == "cancelled") {  // abandoned: nothing of it is written
+      tally.interrupted = true;
+      break;
+    }
+    if (g.spec) sink.count_passes(g.spec->target_passes, g.spec->emitted);
+    sink.line(i, g, error, prompt_metrics(m, g, c.tokens[i].size(), io_before, passes_before));
+    if (sink.cancelled()) {
+      tally.interrupted = tally.ps.done < tally.ps.total;
       break;
     }
   }
-  writer.close();
-  if (!hooks.quiet) {
-    ps.seconds = now_seconds() - tally.t_start;
-    progress.finish(ps);
+}
+
+// Continuous batching: the prompts left share target passes (Session::batcher),
+// each line written as its prompt ends; a stop abandons the prompts in flight
+// (a resume redoes them). Streaming costs are the job's (summary "offload"),
+// not split per line.
+void run_shared(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r, LineSink& sink, RunTally& tally) {
+  Session& session = *c.session;
+  spec::BatchGenerator& gen = session.batcher();
+  std::map<uint64_t, size_t> item_of;  // ticket -> item
+  size_t next = 0;                     // into r.todo
+  const size_t keep_queued = static_cast<size_t>(session.config().sequences);
+  const spec::BatchStats& st = gen.stats();
+  int64_t passes_seen = 0, tokens_seen = 0;
+  while (next < r.todo.size() || !gen.idle()) {
+    if (sink.cancelled()) {
+      tally.interrupted = true;
+      break;
+    }
+    while (next < r.todo.size() && gen.queued() < keep_queued) {  // feed the queue, not the whole job at once
+      const size_t i = r.todo[next++];
+      spec::GenerationRequest req = session.request(c.tokens[i], job.max_tokens, job.stop);
+      req.sampling.seed = prompt_seed(job.sampling.seed, c.items[i].key);
+      item_of[gen.submit(req)] = i;
+    }
+    for (auto& d : gen.step()) {
+      const size_t i = item_of.at(d.ticket);
+      item_of.erase(d.ticket);
+      const spec::Generation& g = d.generation;
+      sink.line(i, g, d.error,
+                {{"prompt_tokens", c.tokens[i].size()},
+                 {"prefill_seconds", g.prefill_seconds},
+                 {"seconds", g.decode_seconds},
+                 {"s_per_token", g.s_per_token()},
+                 {"peak_rss_bytes", peak_rss()},
+                 {"shared_pass_sequences", session.config().sequences}});
+    }
+    sink.count_passes(st.passes - passes_seen, st.decode_tokens - tokens_seen);
+    passes_seen = st.passes, tokens_seen = st.decode_tokens;
+    sink.refresh(false);
   }
+  tally.shared = st;
+}
+
+// Loads the weights (when anything is left to do) and writes one line per prompt left.
+RunTally run_prompts(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r, const jobs::OutputLock& lock,
+                     const JobHooks& hooks) {
+  Session& session = *c.session;
+  const bool shared = session.config().sequences > 1;
+  RunTally tally;
+  if (!r.todo.empty()) {
+    // A shared pass's pool holds what the longest prompt needs, not memory.ctx.
+    session.load(shared ? c.rows : job.ctx, c.batch_tokens, hooks.quiet ? nullptr : hooks.log);
+    if (const auto& a = session.auto_choice()) tally.auto_choice = a->choice;
+  }
+  LineSink sink(job, c, r, lock, hooks, tally);
+  if (!r.todo.empty()) sink.refresh(true);  // (else the final line below is the only one)
+  if (shared && !r.todo.empty())
+    run_shared(job, c, r, sink, tally);
+  else
+    run_one_at_a_time(job, c, r, sink, tally);
+  sink.close();
   return tally;
 }
 
@@ -329,9 +447,19 @@ json summarise(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoin
               {"device_mem", job.device_mem},
               {"host_mem", job.host_mem},
               {"verify_io", job.verify_io},
-              {"kv_type", job.kv_type}};
+              {"kv_type", job.kv_type},
+              {"sequences", c.session->config().sequences},
+              {"pass_tokens", job.pass_tokens}};
   json s = jobs::summary_json(jobs::total_results(job.output, wanted), f);
   if (c.session->target().streamed) s["offload"] = offload_stats(c.session->target());
+  if (tally.shared) {
+    const spec::BatchStats& b = *tally.shared;
+    s["shared_passes"] = {{"passes", b.passes},
+                          {"tokens_per_pass", b.passes ? static_cast<double>(b.pass_tokens) / b.passes : 0.0},
+                          {"decode_tokens_per_pass", b.passes ? static_cast<double>(b.decode_tokens) / b.passes : 0.0},
+                          {"pass_seconds", b.pass_seconds},
+                          {"max_in_flight", b.max_in_flight}};
+  }
   return s;
 }
 

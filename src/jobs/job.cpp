@@ -56,7 +56,7 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   job.file = name;
   toml::table root = config::parse_toml(text, name);
   Section top(job.file, job.lines, &root, "");
-  top.only({"name", "model", "memory", "speculation", "sampling", "input", "output"});
+  top.only({"name", "model", "memory", "speculation", "batch", "sampling", "input", "output"});
   top.str("name", job.name);
   auto section = [&](const char* key) -> Section {
     const toml::node* n = root.get(key);
@@ -99,6 +99,15 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   sp.str("acceptance", job.acceptance);
   sp.integer("prefill_chunk", job.prefill_chunk, 1, 1 << 20);
   if (job.tree.empty()) throw Error(job.where("speculation.tree") + ": must not be empty");
+
+  const Section ba = section("batch");
+  ba.only({"sequences", "pass_tokens"});
+  ba.integer_or_word("sequences", job.sequences, 1, 256, "auto", job.sequences_auto);
+  ba.integer("pass_tokens", job.pass_tokens, 1, 8192);
+  if (!job.draft.empty() && (job.sequences > 1 || job.sequences_auto))
+    throw Error(job.where("batch.sequences") +
+                ": several sequences per pass run without a draft (trees and shared passes are not combined yet); "
+                "use sequences = 1 with model.draft");
 
   const Section sa = section("sampling");
   sa.only({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop"});

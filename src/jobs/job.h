@@ -15,6 +15,9 @@
 //                 prefill_chunk = 512
 //   [sampling]    temperature = 0.0  top_p = 1.0  top_k = 0  seed = 0
 //                 max_tokens = 128  stop = ["\n\n"]
+//   [batch]       sequences = 1 | N | "auto"   (prompts sharing each target pass, without a draft;
+//                               "auto": as many as the prompts and the memory budget allow, up to 64)
+//                 pass_tokens = 64  (tokens in one shared pass: decode tokens, then prompt chunks)
 //   [input]       prompts = "prompts.jsonl"  chat = false  on_bad_line = "fail"
 //   [output]      path = "out.jsonl"  summary = "out.summary.json"
 //                 fsync_every = 16  progress_every = 10.0
@@ -51,6 +54,10 @@ struct JobConfig {
   std::optional<int> width, is_alphabet;
   std::string acceptance;
   int prefill_chunk = 512;
+  // [batch]
+  int sequences = 1;
+  bool sequences_auto = false;  // sequences = "auto": the runner chooses (at most kAutoSequences)
+  int pass_tokens = 64;
   // [sampling]
   SamplingParams sampling;
   int max_tokens = 128;

@@ -21,6 +21,10 @@ Session::Session(SessionConfig c) : c_(std::move(c)) {
   if (!c_.hardware_profile.empty() && !auto_)
     throw SetupError("tree", "a hardware profile is only for a draft with tree \"auto\"");
   if (c_.prefill_chunk < 1) throw SetupError("tree", "prefill_chunk must be >= 1");
+  set_sequences(c_.sequences);
+  if (c_.pass_tokens < 1 || c_.pass_tokens > kMaxPassTokens)
+    throw SetupError("batch", "pass_tokens must be in [1, " + std::to_string(kMaxPassTokens) + "], got " +
+                                  std::to_string(c_.pass_tokens));
   if (auto_) {
     const spec::TreeOptions& t = c_.tree;
     if (t.threshold || t.delta || t.width || !t.verifier.empty() || t.is_alphabet)
@@ -52,6 +56,18 @@ Session::Session(SessionConfig c) : c_(std::move(c)) {
     setup_->draft_desc = &draft_->desc;
     if (cfg) setup_->config = *cfg;
   }
+}
+
+void Session::set_sequences(int sequences) {
+  if (loaded()) throw Error("Session::set_sequences after load()");
+  if (sequences < 1 || sequences > kMaxSequences)
+    throw SetupError("batch", "sequences must be in [1, " + std::to_string(kMaxSequences) + "], got " +
+                                  std::to_string(sequences));
+  if (sequences > 1 && !c_.draft.empty())
+    throw SetupError("batch",
+                     "several sequences per pass run without a draft (trees and shared passes are not combined "
+                     "yet): set sequences = 1 or remove the draft");
+  c_.sequences = sequences;
 }
 
 int Session::tree_nodes() const {
@@ -100,6 +116,10 @@ offload::RunShape Session::shape(int ctx, int batch_tokens) const {
   offload::RunShape s;
   s.ctx = ctx;
   s.max_tokens = std::max(batch_tokens, draft_ ? tree_nodes() + 1 : 0);
+  if (c_.sequences > 1) {
+    s.sequences = c_.sequences;
+    s.max_tokens = std::max(s.max_tokens, c_.pass_tokens);
+  }
   return s;
 }
 
@@ -113,6 +133,10 @@ void Session::check_plan(int ctx, int batch_tokens) const {
 }
 
 void Session::load(int ctx, int batch_tokens, std::FILE* log) {
+  ctx_ = ctx;
+  // Shared passes give each sequence its solo logits only if no kernel's sums
+  // depend on the pass's size (kernels/backend.h).
+  if (c_.sequences > 1) set_cpu_batch_invariant(true);
   if (draft_) {
     load_weights(*draft_, resident_run(c_.run), offload::RunShape{});
     setup_->draft = draft_->transformer.get();
@@ -128,6 +152,22 @@ void Session::load(int ctx, int batch_tokens, std::FILE* log) {
       setup_.reset();  // plain decoding is predicted faster
     }
   }
+}
+
+spec::BatchGenerator& Session::batcher() {
+  if (!loaded()) throw Error("Session::batcher before load()");
+  if (c_.sequences < 2) throw Error("Session::batcher: the session runs one sequence at a time");
+  if (!batcher_) {
+    const offload::RunShape s = shape(ctx_, c_.pass_tokens);
+    const LlamaHParams& hp = target_.desc.hp;
+    const int blocks_per_seq = (ctx_ + s.kv_block_rows - 1) / s.kv_block_rows;
+    pool_ = std::make_unique<KvPool>(*target_.backend, hp.n_layers, hp.n_kv_heads * hp.head_dim,
+                                     c_.sequences * blocks_per_seq, s.kv_block_rows, ctx_,
+                                     target_.transformer->kv_type());
+    batcher_ = std::make_unique<spec::BatchGenerator>(*target_.transformer, *target_.tokenizer, *pool_,
+                                                      spec::BatchLimits{c_.sequences, c_.pass_tokens});
+  }
+  return *batcher_;
 }
 
 spec::Generation Session::generate(const spec::GenerationRequest& req,
@@ -242,6 +282,8 @@ SessionConfig session_config(const jobs::JobConfig& job) {
                              job.width, job.verify, job.acceptance, job.is_alphabet};
   c.sampling = job.sampling;
   c.prefill_chunk = job.prefill_chunk;
+  c.sequences = job.sequences_auto ? 1 : job.sequences;  // "auto": the job runner chooses
+  c.pass_tokens = job.pass_tokens;
   return c;
 }
 

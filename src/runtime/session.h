@@ -10,15 +10,18 @@
 #pragma once
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "src/engine/kv_pool.h"
 #include "src/model/chat_template.h"
 #include "src/runtime/model.h"
 #include "src/runtime/tree_auto.h"
+#include "src/speculative/batch_generation.h"
 #include "src/speculative/generation.h"
 #include "src/speculative/speculate.h"
 #include "src/util/error.h"
@@ -29,6 +32,9 @@ struct JobConfig;
 
 namespace redwood::runtime {
 
+// Bounds of SessionConfig::sequences and pass_tokens.
+inline constexpr int kMaxSequences = 256, kMaxPassTokens = 8192;
+
 struct SessionConfig {
   RunOptions run;           // the target's: model, backend, threads, budgets
   std::string draft;        // empty: plain decoding
@@ -37,6 +43,11 @@ struct SessionConfig {
   SamplingParams sampling;  // the tree's sampling mode (requests carry their own seed)
   int prefill_chunk = 512;
   std::string hardware_profile;  // --tree auto: a profile-hardware file instead of the cache
+  // Sequences sharing each target pass (continuous batching, plain decoding
+  // only): 1 = one prompt at a time through generate(); more = a paged KV pool
+  // for that many sequences of ctx positions and batcher().
+  int sequences = 1;
+  int pass_tokens = 64;  // tokens in one shared pass (decode tokens first, then prompt chunks)
 };
 
 // A setting that cannot work; `key` says which one ("draft", "tree", "memory")
@@ -107,6 +118,9 @@ class Session {
   // `batch_tokens` tokens (the tree's nodes are added) without loading
   // anything: SetupError("memory") when the budgets cannot hold it.
   void check_plan(int ctx, int batch_tokens) const;
+  // Sets config().sequences (continuous batching), checked as the constructor
+  // checks it. REQUIRES: before load().
+  void set_sequences(int sequences);
   // Loads the draft (resident) and the target (planned under the budgets),
   // then runs --tree auto (saying what it chose on `log`, if not null).
   void load(int ctx, int batch_tokens, std::FILE* log = stderr);
@@ -126,6 +140,13 @@ class Session {
   // them) with the session's sampling (its seed included) and prefill chunk.
   spec::GenerationRequest request(std::span<const int32_t> prompt, int max_tokens,
                                   std::vector<std::string> stop) const;
+  // The many-sequence loop (continuous batching) over the target, for
+  // config().sequences > 1 after load(): a KV pool of `sequences` x ctx
+  // positions and passes of pass_tokens tokens, made on the first call. Its
+  // requests run with batch-invariant CPU kernels (set at load()), so each
+  // one's output is what it is alone in the batcher. Throws redwood::Error
+  // before load() or with sequences == 1.
+  spec::BatchGenerator& batcher();
   // The one generation loop (spec::generate) with this session's draft and tree.
   spec::Generation generate(const spec::GenerationRequest& req,
                             const std::function<void(std::string_view)>& on_text = {},
@@ -146,6 +167,9 @@ class Session {
   bool auto_ = false;
   std::optional<spec::DraftSetup> setup_;  // null: plain decoding
   std::optional<AutoTreeResult> auto_result_;
+  int ctx_ = 0;  // load()'s
+  std::unique_ptr<KvPool> pool_;                   // batcher()'s, made with it
+  std::unique_ptr<spec::BatchGenerator> batcher_;  // uses pool_ (destroyed first)
 };
 
 // A job's session settings (jobs::JobConfig after check_job).

@@ -23,6 +23,7 @@ struct BatchGenerator::Seq {
   int prefilled = 0;        // prompt tokens in the pool
   bool has_logits = false;  // logits hold the row for the next token
   bool cancelled = false;
+  std::string error;  // non-finite logits ended it
   std::vector<float> logits;
   double admitted_at = 0, decode_from = 0;
 };
@@ -84,16 +85,21 @@ void BatchGenerator::admit() {
 }
 
 void BatchGenerator::finish(Seq& s, std::vector<Done>& done) {
-  if (s.cancelled) s.out.generation().finish = "cancelled";
   s.out.finish();
   Generation& g = s.out.generation();
-  if (s.has_logits || s.decode_from > 0) g.decode_seconds = now_seconds() - s.decode_from;
+  if (s.cancelled) g.finish = "cancelled";
+  if (!s.error.empty()) {  // as generate() throwing: no tokens
+    g.finish = "error";
+    g.tokens.clear();
+    g.text.clear();
+  }
+  if (s.decode_from > 0) g.decode_seconds = now_seconds() - s.decode_from;
   if (s.id >= 0) {
     pool_.free_sequence(s.id);
     promised_blocks_ -= blocks_for(s);
   }
   s.id = -1;
-  done.push_back(Done{s.ticket, std::move(g)});
+  done.push_back(Done{s.ticket, std::move(g), s.error});
 }
 
 std::vector<BatchGenerator::Done> BatchGenerator::step() {
@@ -107,8 +113,14 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
   for (auto& p : live_) {
     Seq& s = *p;
     if (s.cancelled || !s.has_logits) continue;
-    const int32_t t = s.sampler.sample(s.logits);
     s.has_logits = false;
+    int32_t t = 0;
+    try {
+      t = s.sampler.sample(s.logits);
+    } catch (const NonFiniteLogits& e) {
+      s.error = e.what();
+      continue;  // ended: finished below
+    }
     if (!s.out.emit(t)) continue;  // ended: finished below
     const int pos = pool_.committed(s.id);
     logit_rows.push_back(static_cast<int32_t>(tokens.size()));

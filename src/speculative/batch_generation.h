@@ -17,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -69,10 +70,13 @@ class BatchGenerator {
   struct Done {
     uint64_t ticket;
     Generation generation;
+    std::string error;  // set (finish "error") when the request's logits held NaN or an infinity
   };
   // Admits queued requests (first come, first served) while a sequence slot and
   // the pool's blocks for the request's whole length are free, runs at most one
   // pass, and returns the requests that ended in this step, in ticket order.
+  // Non-finite logits end their request alone (finish "error", Done::error:
+  // the NonFiniteLogits message); the others go on.
   // A request whose pass throws is not retried: the error propagates and the
   // generator must not be used again.
   std::vector<Done> step();

@@ -78,6 +78,21 @@ class Section {
     integer(key, v, lo, hi);
     out = v;
   }
+  // An integer in [lo, hi], or the string `word` (then is_word is set and out kept).
+  template <typename Int>
+  void integer_or_word(const char* key, Int& out, int64_t lo, int64_t hi, const char* word, bool& is_word) const {
+    const toml::node* n = node(key);
+    if (!n) return;
+    if (n->is_string()) {
+      if (*n->value<std::string>() != word)
+        fail(key, *n, std::string("expected an integer or \"") + word + "\", got '" + *n->value<std::string>() + "'");
+      is_word = true;
+      return;
+    }
+    if (!n->is_integer()) wrong_type(key, *n, (std::string("an integer or \"") + word + "\"").c_str());
+    is_word = false;
+    integer(key, out, lo, hi);
+  }
   // A number (integer or float); `lo_open` excludes lo itself.
   void number(const char* key, double& out, double lo, double hi, bool lo_open = false) const {
     if (const toml::node* n = node(key)) {

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""`redwood batch` with continuous batching ([batch] sequences > 1), as real
+subprocesses on the default model (labels "python;model"; about a minute).
+
+    python3 tests/python/test_batch_shared.py --redwood build/redwood --model models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+Checks:
+    identity    : every prompt's line (id, text, tokens, finish) is the same whatever shares its
+                  passes (sequences = 4, 3, 8 and "auto"), greedy and sampled (T = 0.8, per-prompt seeds);
+                  the control: another job seed changes the sampled lines.
+    kill/resume : a job killed (SIGKILL) with prompts in flight resumes to the same lines.
+    bad lines   : a prompt too long for memory.ctx is a skipped line (on_bad_line = "skip"), the rest run.
+    refused     : sequences > 1 with a draft, sequences = 0, a bad word -> exit 1, one line naming the key.
+Prints "N passed, M failed" and exits non-zero on any failure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from harness import check, summary as finish, scratch_dir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROMPTS = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
+
+
+def write(path: str, text: str) -> str:
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def job_text(model: str, out: str, batch: str, temperature: float = 0.0, seed: int = 0, prompts: str = PROMPTS,
+             extra: str = "") -> str:
+    return (f'[model]\ntarget = "{model}"\n{extra}'
+            f'[batch]\n{batch}\n'
+            f'[sampling]\ntemperature = {temperature}\nseed = {seed}\nmax_tokens = 20\n'
+            f'[input]\nprompts = "{prompts}"\nchat = true\non_bad_line = "skip"\n'
+            f'[output]\npath = "{out}"\nfsync_every = 1\nprogress_every = 0.5\n')
+
+
+def lines_of(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(l) for l in f.read().splitlines()]
+
+
+def by_id(path: str) -> dict:
+    return {json.dumps(r["id"]): (r["text"], tuple(r["tokens"]), r["finish_reason"]) for r in lines_of(path)}
+
+
+def run(rw: str, job: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([rw, "batch", job, "-q"], capture_output=True, text=True, timeout=timeout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--redwood", required=True)
+    ap.add_argument("--model", required=True)
+    args = ap.parse_args()
+    rw, model = args.redwood, args.model
+    tmp = scratch_dir("redwood_batch_shared_")
+    # The first 10 prompts of the smoke set, and one far too long for memory.ctx.
+    with open(PROMPTS) as f:
+        first = f.read().splitlines()[:10]
+    prompts = write(os.path.join(tmp, "p.jsonl"), "\n".join(first) + "\n")
+    long_prompts = write(os.path.join(tmp, "long.jsonl"), "\n".join(
+        first[:3] + [json.dumps({"id": "too-long", "prompt": "word " * 3000})]) + "\n")
+
+    for temp in (0.0, 0.8):
+        outs = {}
+        for batch in ("sequences = 4", "sequences = 3\npass_tokens = 16", "sequences = 8\npass_tokens = 7",
+                      'sequences = "auto"'):
+            name = f"t{temp}-{batch.splitlines()[0].split('=')[1].strip().strip(chr(34))}"
+            out = os.path.join(tmp, name + ".jsonl")
+            p = run(rw, write(os.path.join(tmp, name + ".toml"), job_text(model, out, batch, temp, 7, prompts)))
+            check(f"T={temp} {batch.splitlines()[0]}: exit 0", p.returncode == 0, p.stderr[-400:])
+            if p.returncode == 0:
+                outs[batch] = by_id(out)
+                summ = json.load(open(out + ".summary.json"))
+                shared = summ.get("shared_passes", {})
+                check(f"T={temp} {batch.splitlines()[0]}: passes were shared",
+                      shared.get("max_in_flight", 0) > 1, json.dumps(shared))
+        ref = outs.get("sequences = 4")
+        check(f"T={temp}: 10 lines", ref is not None and len(ref) == 10, str(ref and len(ref)))
+        for b, o in outs.items():
+            check(f"T={temp}: {b.splitlines()[0]} equals sequences = 4, line for line", o == ref,
+                  str(sorted(k for k in o if o.get(k) != (ref or {}).get(k))))
+        if temp > 0:  # the control: the job seed is used
+            out = os.path.join(tmp, "seed8.jsonl")
+            p = run(rw, write(os.path.join(tmp, "seed8.toml"), job_text(model, out, "sequences = 4", temp, 8, prompts)))
+            check("another seed changes sampled lines", p.returncode == 0 and by_id(out) != ref, p.stderr[-300:])
+
+    # Killed with prompts in flight, resumed: the same lines, one per id.
+    ref_path = os.path.join(tmp, "t0.0-4.jsonl")
+    out = os.path.join(tmp, "killed.jsonl")
+    job = write(os.path.join(tmp, "killed.toml"), job_text(model, out, "sequences = 4", 0.0, 7, prompts))
+    proc = subprocess.Popen([rw, "batch", job, "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(out) and len(lines_of(out)) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = len(lines_of(out)) if os.path.exists(out) else 0
+    p = run(rw, job)
+    got = lines_of(out) if os.path.exists(out) else []
+    check("killed mid-job: some lines were written before the kill", 0 < partial < 10, str(partial))
+    check("killed and resumed: one line per id, equal to an uninterrupted run",
+          p.returncode == 0 and len(got) == 10 and by_id(out) == by_id(ref_path), p.stderr[-300:])
+
+    # A prompt too long for memory.ctx is a skipped bad line; the others run.
+    out = os.path.join(tmp, "long.jsonl.out")
+    p = run(rw, write(os.path.join(tmp, "long.toml"),
+                      job_text(model, out, "sequences = 4", prompts=long_prompts, extra="[memory]\nctx = 256\n")))
+    check("a prompt longer than memory.ctx is skipped, the rest run",
+          p.returncode == 0 and len(lines_of(out)) == 3 and "too-long" not in open(out).read()
+          and "skipped" in p.stderr, p.stderr[-300:])
+
+    # Refused settings: one line naming the key, exit 1, no output.
+    draft = os.path.join(ROOT, "models", "smollm2-draft-10L.gguf")
+    for what, batch, extra in (("with a draft", "sequences = 2", f'draft = "{draft}"\n'),
+                               ("sequences = 0", "sequences = 0", ""),
+                               ("a word other than auto", 'sequences = "many"', "")):
+        out = os.path.join(tmp, "refused.jsonl")
+        p = run(rw, write(os.path.join(tmp, "refused.toml"), job_text(model, out, batch, extra=extra)))
+        err = p.stderr.strip()
+        check(f"refused: {what}", p.returncode == 1 and len(err.splitlines()) == 1 and "batch.sequences" in err
+              and not os.path.exists(out), err)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
