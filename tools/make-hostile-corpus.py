@@ -283,18 +283,18 @@ def gguf_cases():
 
     mod("rope_freqs_wrong_count", "'rope_freqs.weight' must be an F32 vector of", rope_freqs([1.0] * (half + 1)))
     mod("rope_freqs_f16", "'rope_freqs.weight' must be an F32 vector of", rope_freqs([1.0] * half, GGML_F16))
-    mod("rope_freqs_negative", "RoPE frequency factor -8.000000 is out of range",
+    mod("rope_freqs_negative", "RoPE frequency factor -8 is out of range",
         rope_freqs([1.0] * (half - 1) + [-8.0]))
-    mod("rope_freqs_tiny", "RoPE frequency factor 0.000000 is out of range", rope_freqs([1e-40] + [1.0] * (half - 1)))
+    mod("rope_freqs_tiny", "RoPE frequency factor 9.99995e-41 is out of range", rope_freqs([1e-40] + [1.0] * (half - 1)))
     mod("rope_scaling_yarn", "RoPE scaling 'yarn' is unsupported",
         lambda g: g.set("llama.rope.scaling.type", STRING, "yarn"))
-    mod("rope_scaling_factor_negative", "RoPE scaling factor -2.000000 is out of range",
+    mod("rope_scaling_factor_negative", "RoPE scaling factor -2 is out of range",
         lambda g: g.set("llama.rope.scaling.factor", F32, -2.0))
     # Accepted where config.json's siblings were refused: an infinite base, a factor of 0 (taken as none).
     mod("rope_freq_base_inf", "the RoPE base (rope.freq_base, rope_theta) must be a finite number greater than 1, got inf",
         lambda g: g.set("llama.rope.freq_base", F32, float("inf")))
-    mod("rope_scaling_factor_zero", "RoPE scaling factor 0.000000 is out of range",
-        lambda g: g.set("llama.rope.scaling.factor", F32, 0.0))
+    mod("rope_scaling_factor_huge", "RoPE scaling factor 1e+30 is out of range",
+        lambda g: g.set("llama.rope.scaling.factor", F32, 1e30))
     mod("rms_eps_negative", "layer_norm_rms_epsilon",
         lambda g: g.set("llama.attention.layer_norm_rms_epsilon", F32, -1.0))
     mod("vocab_size_mismatch", "vocab_size 999 disagrees", lambda g: g.set("llama.vocab_size", U32, 999))

@@ -110,11 +110,13 @@ std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, in
   if (type != "linear" && type != "none")
     throw Error(f.path() + ": RoPE scaling '" + type +
                 "' is unsupported (supported: none, linear, Llama 3 rope_freqs)");
-  // A factor written must be finite and > 0, as in config.json's rope_scaling (0 was taken as none).
+  // A factor of 0 is "unscaled", as llama.cpp reads it (the reference this
+  // follows); any other written factor must be finite and in 1e-6..1e6, as
+  // config.json's rope_scaling.
   double linear = f.get_float(p + "rope.scaling.factor").value_or(f.get_float(p + "rope.scale_linear").value_or(1.0));
-  if (type == "none") linear = 1.0;
+  if (linear == 0.0 || type == "none") linear = 1.0;
   if (!(linear >= 1e-6 && linear <= 1e6))
-    throw Error(f.path() + ": RoPE scaling factor " + std::to_string(linear) + " is out of range");
+    throw Error(f.path() + ": RoPE scaling factor " + short_number(linear) + " is out of range (1e-6 .. 1e6)");
   if (linear != 1.0) {
     if (out.empty()) out.assign(half, 1.0f);
     for (float& v : out) v = static_cast<float>(v * linear);
@@ -210,7 +212,7 @@ void validate_model_desc(const ModelDesc& m) {
   const auto& hp = m.hp;
   if (!std::isfinite(hp.rope_base) || !(hp.rope_base > 1.0f))  // GGUF rope.freq_base, config.json rope_theta
     throw Error(m.path + ": the RoPE base (rope.freq_base, rope_theta) must be a finite number greater than 1, got " +
-                std::to_string(hp.rope_base));
+                short_number(hp.rope_base));
   const int64_t q_dim = static_cast<int64_t>(hp.n_heads) * hp.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim;
   check_shape(m, m.tok_embd, hp.vocab, hp.dim);
@@ -233,7 +235,7 @@ void validate_model_desc(const ModelDesc& m) {
                   " RoPE frequency factors, expected head dim / 2 = " + std::to_string(hp.head_dim / 2));
     for (float v : hp.rope_freq_factors)  // bounded: a tiny divisor would overflow the angles to inf
       if (!(v >= 1e-6f && v <= 1e6f))
-        throw Error(m.path + ": RoPE frequency factor " + std::to_string(v) + " is out of range (1e-6..1e6)");
+        throw Error(m.path + ": RoPE frequency factor " + short_number(v) + " is out of range (1e-6..1e6)");
   }
   if (!m.tokenizer.tokens.empty() && static_cast<int>(m.tokenizer.tokens.size()) > hp.vocab)
     throw Error(m.path + ": tokenizer has " + std::to_string(m.tokenizer.tokens.size()) +

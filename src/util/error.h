@@ -3,6 +3,7 @@
 // Messages often quote user input (keys, ids, paths), so control characters
 // are escaped here: a message is one line by construction.
 #pragma once
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -29,6 +30,14 @@ inline std::string one_line(const std::string& s) {
     }
   }
   return out;
+}
+
+// A number for a message: at most 6 significant digits ("1e+300", "0.25",
+// "inf"), never std::to_string's 300 digits or fixed six decimals.
+inline std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
 }
 
 class Error : public std::runtime_error {
