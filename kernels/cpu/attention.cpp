@@ -356,71 +356,50 @@ void write_kv_rows(void* base, DType type, int64_t first_row, const float* src, 
 }
 
 namespace {
-// Several sequences: token i's positions listed one by one (its committed ones,
-// then its ancestors), mapped to cache rows through its table, in double.
-void attention_reference_seqs(const AttentionArgs& a, int group, int64_t q_stride, int64_t kv_stride) {
-  const int hd = a.head_dim;
-  for (int i = 0; i < a.n; ++i) {
-    const int s = a.seq[i], past = a.seq_past[s];
-    const int32_t* table = a.table + static_cast<int64_t>(s) * a.table_stride;
-    std::vector<int64_t> rows;
-    for (int r = 0; r < past; ++r) rows.push_back(kv_row(table, a.block_rows, r));
-    for (int j = a.anc_off[i]; j < a.anc_off[i + 1]; ++j) rows.push_back(kv_row(table, a.block_rows, past + a.anc[j]));
-    for (int h = 0; h < a.n_heads; ++h) {
-      const int kh = h / group;
-      const float* q = a.q + i * q_stride + h * hd;
-      std::vector<double> sc;
-      for (int64_t row : rows) {
-        double d = 0;
-        for (int c = 0; c < hd; ++c)
-          d += static_cast<double>(q[c]) * kv_elem(a.k, a.kv_type, row * kv_stride + kh * hd + c);
-        sc.push_back(d * a.scale);
-      }
-      double mx = -INFINITY, sum = 0;
-      for (double v : sc) mx = std::max(mx, v);
-      for (double& v : sc) sum += (v = std::exp(v - mx));
-      for (int c = 0; c < hd; ++c) {
-        double o = 0;
-        for (size_t t = 0; t < sc.size(); ++t) o += sc[t] * kv_elem(a.v, a.kv_type, rows[t] * kv_stride + kh * hd + c);
-        a.out[i * q_stride + h * hd + c] = static_cast<float>(o / sum);
-      }
-    }
+// Token i, query head h over the cache rows it sees, in double: softmax of the
+// scaled dot products, then the weighted sum of those rows' values.
+void reference_head(const AttentionArgs& a, int i, int h, int group, int64_t q_stride, int64_t kv_stride,
+                    const std::vector<int64_t>& rows) {
+  const int hd = a.head_dim, kh = h / group;
+  const float* q = a.q + i * q_stride + h * hd;
+  std::vector<double> sc;
+  for (int64_t row : rows) {
+    double d = 0;
+    for (int c = 0; c < hd; ++c) d += static_cast<double>(q[c]) * kv_elem(a.k, a.kv_type, row * kv_stride + kh * hd + c);
+    sc.push_back(d * a.scale);
+  }
+  double mx = -INFINITY, sum = 0;
+  for (double v : sc) mx = std::max(mx, v);
+  for (double& v : sc) sum += (v = std::exp(v - mx));
+  for (int c = 0; c < hd; ++c) {
+    double o = 0;
+    for (size_t t = 0; t < sc.size(); ++t) o += sc[t] * kv_elem(a.v, a.kv_type, rows[t] * kv_stride + kh * hd + c);
+    a.out[i * q_stride + h * hd + c] = static_cast<float>(o / sum);
   }
 }
 }  // namespace
 
 void attention_reference(const AttentionArgs& a) {
-  const int hd = a.head_dim;
   const int group = a.n_heads / a.n_kv_heads;
-  const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
-  const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
-  if (a.seq) return attention_reference_seqs(a, group, q_stride, kv_stride);
-  // Dense mask from the parent array.
-  std::vector<char> mask(static_cast<size_t>(a.n) * a.n, 0);
-  for (int i = 0; i < a.n; ++i)
-    for (int j = i; j >= 0; j = a.parents[j]) mask[static_cast<size_t>(i) * a.n + j] = 1;
-  for (int i = 0; i < a.n; ++i)
-    for (int h = 0; h < a.n_heads; ++h) {
-      const int kh = h / group;
-      const float* q = a.q + i * q_stride + h * hd;
-      std::vector<double> s;
-      std::vector<int> idx;
-      for (int j = 0; j < a.n_past + a.n; ++j) {
-        if (j >= a.n_past && !mask[static_cast<size_t>(i) * a.n + (j - a.n_past)]) continue;
-        double d = 0;
-        for (int c = 0; c < hd; ++c) d += static_cast<double>(q[c]) * kv_elem(a.k, a.kv_type, j * kv_stride + kh * hd + c);
-        s.push_back(d * a.scale);
-        idx.push_back(j);
-      }
-      double mx = -INFINITY, sum = 0;
-      for (double v : s) mx = std::max(mx, v);
-      for (double& v : s) sum += (v = std::exp(v - mx));
-      for (int c = 0; c < hd; ++c) {
-        double o = 0;
-        for (size_t t = 0; t < s.size(); ++t) o += s[t] * kv_elem(a.v, a.kv_type, idx[t] * kv_stride + kh * hd + c);
-        a.out[i * q_stride + h * hd + c] = static_cast<float>(o / sum);
-      }
+  const int64_t q_stride = static_cast<int64_t>(a.n_heads) * a.head_dim;
+  const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
+  std::vector<int64_t> rows;
+  for (int i = 0; i < a.n; ++i) {
+    rows.clear();
+    if (a.seq) {  // several sequences: its committed positions, then its ancestors, through its table
+      const int s = a.seq[i], past = a.seq_past[s];
+      const int32_t* table = a.table + static_cast<int64_t>(s) * a.table_stride;
+      for (int r = 0; r < past; ++r) rows.push_back(kv_row(table, a.block_rows, r));
+      for (int j = a.anc_off[i]; j < a.anc_off[i + 1]; ++j)
+        rows.push_back(kv_row(table, a.block_rows, past + a.anc[j]));
+    } else {  // one cache: the committed rows, then the block rows on i's path (from the parent array)
+      std::vector<char> on_path(static_cast<size_t>(a.n), 0);
+      for (int j = i; j >= 0; j = a.parents[j]) on_path[static_cast<size_t>(j)] = 1;
+      for (int j = 0; j < a.n_past + a.n; ++j)
+        if (j < a.n_past || on_path[static_cast<size_t>(j - a.n_past)]) rows.push_back(j);
     }
+    for (int h = 0; h < a.n_heads; ++h) reference_head(a, i, h, group, q_stride, kv_stride, rows);
+  }
 }
 
 }  // namespace redwood::cpu

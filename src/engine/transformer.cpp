@@ -32,6 +32,12 @@ KvCache Transformer::make_cache(int capacity) const {
   return KvCache(be_, hp_.n_layers, hp_.n_kv_heads * hp_.head_dim, capacity, kv_type_);
 }
 
+void Transformer::ensure_meta_dev(size_t ints) {
+  if (meta_dev_.size() >= ints * sizeof(int32_t)) return;
+  drop_recordings();  // recorded passes point into the old buffer
+  meta_dev_ = BackendBuffer(be_, std::max(ints, static_cast<size_t>(4096)) * 2 * sizeof(int32_t));
+}
+
 void Transformer::ensure_scratch(int n) {
   if (n <= cap_n_) return;
   const size_t N = static_cast<size_t>(n) * sizeof(float);
@@ -102,10 +108,7 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   std::copy(block_parents_.begin(), block_parents_.end(), meta_.begin() + o_par);
   std::copy(anc_off_.begin(), anc_off_.end(), meta_.begin() + o_off);
   std::copy(anc_.begin(), anc_.end(), meta_.begin() + o_anc);
-  if (meta_dev_.size() < total * sizeof(int32_t)) {
-    drop_recordings();  // recorded passes point into the old buffer
-    meta_dev_ = BackendBuffer(be_, std::max(total, static_cast<size_t>(4096)) * 2 * sizeof(int32_t));
-  }
+  ensure_meta_dev(total);
   auto* dev = meta_dev_.as<int32_t>();
   be_.upload(dev, meta_.data(), used_head * sizeof(int32_t));
   be_.upload(dev + o_off, meta_.data() + o_off, (total - o_off) * sizeof(int32_t));

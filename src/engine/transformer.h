@@ -107,6 +107,8 @@ class Transformer {
   // pool?) -> a recording id, or seen once / not recordable.
   using RecordKey = std::tuple<int, int, uint64_t, bool>;
   void ensure_scratch(int n);
+  // meta_dev_ holds at least `ints` int32s (a new buffer drops the recordings).
+  void ensure_meta_dev(size_t ints);
   // Issues (or records, or replays) one pass's ops; m logits rows: the last m
   // tokens', or with p.out_ids those tokens'.
   void run_pass(const RecordKey& key, const PassPointers& p, int n, int m, PassKv kv, float* logits);

@@ -97,10 +97,7 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   }
   std::copy(anc_off_.begin(), anc_off_.end(), meta_.begin() + o_off);
   std::copy(anc_.begin(), anc_.end(), meta_.begin() + o_anc);
-  if (meta_dev_.size() < total * sizeof(int32_t)) {
-    drop_recordings();  // recorded passes point into the old buffer
-    meta_dev_ = BackendBuffer(be_, std::max(total, static_cast<size_t>(4096)) * 2 * sizeof(int32_t));
-  }
+  ensure_meta_dev(total);
   // Only the used parts are uploaded (three copies).
   auto* dev = meta_dev_.as<int32_t>();
   be_.upload(dev, meta_.data(), (o_past + n_seqs) * sizeof(int32_t));
