@@ -62,8 +62,8 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
   const int n = static_cast<int>(m.layers.size());
   if (static_cast<int>(plan.layer_tier.size()) != n) throw Error("memory plan does not match the model's layers");
   // Measurement knobs, like REDWOOD_ISA: read here (a bad value is an error before any weight loads).
-  if (const auto v = env_int("REDWOOD_DECODE_THREADS", 1, 64)) opts_.decode_threads = static_cast<int>(*v);
-  if (const auto v = env_int("REDWOOD_IO_PRIORITY", 0, 1)) raise_io_ = *v == 1;
+  if (const auto v = env_decode_threads()) opts_.decode_threads = static_cast<int>(*v);
+  if (const auto v = env_io_priority()) raise_io_ = *v == 1;
   resident_ = std::make_unique<ResidentWeights>(m, [&plan](int i) { return plan.layer_tier[i] == Tier::kDevice; });
   if (opts.backend && !opts.backend->host_memory()) {
     if (!opts_.link) {

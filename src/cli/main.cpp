@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "src/cli/commands.h"
 #include "src/app/inspect.h"
+#include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/util/env.h"
 #include "src/util/error.h"
 #include "src/util/temp_files.h"
 
@@ -75,6 +76,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
+    (void)redwood::env_decode_threads();  // checked in every run, streamed or not (src/util/env.h)
+    (void)redwood::env_io_priority();
     for (auto& [sub, run] : cmds)
       if (sub->parsed()) return finish_stdout(run());
   } catch (const redwood::Error& e) {

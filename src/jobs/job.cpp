@@ -1,5 +1,6 @@
 #include "src/jobs/job.h"
 
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 #include <unistd.h>
 
@@ -169,6 +170,16 @@ void apply_overrides(JobConfig& job, const JobOverrides& o) {
 
 namespace {
 
+// The "output" a batch summary at `path` names ("" when the file is not one).
+std::string summary_output(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > (1u << 20) || ec) return "";
+  std::ifstream f(path);
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("output") || !j["output"].is_string() || !j.contains("prompts")) return "";
+  return j["output"].get<std::string>();
+}
+
 // The folders of output.path and output.summary, with their keys (for messages).
 std::vector<std::pair<std::string, fs::path>> output_dirs(const JobConfig& job) {
   return {{"output.path", fs::path(job.output).parent_path()}, {"output.summary", fs::path(job.summary).parent_path()}};
@@ -233,6 +244,13 @@ void check_job(JobConfig& job) {
                 "' (output.path); the summary must differ from it");
   if (const std::string p = output_path_problem(job.summary, inputs); !p.empty())
     throw Error(job.where("output.summary") + ": " + p);
+  // Another job's summary is that job's record: not replaced (the job's own
+  // summary, or one under its default name, is rewritten as always).
+  if (const std::string other = summary_output(job.summary);
+      !other.empty() && other != job.output && !same_file(other, job.output) &&
+      !same_file(job.summary, job.output + ".summary.json"))
+    throw Error(job.where("output.summary") + ": '" + job.summary + "' is the summary of another job's results '" +
+                other + "'; refusing to replace it (choose another path, or move the file)");
   std::error_code ec;
   // The output folders are made when the job runs (create_output_dirs), so a
   // job that fails validation leaves nothing behind; here the nearest existing

@@ -216,10 +216,12 @@ OutputLock::OutputLock(const std::string& path) : path_(output_target(path).empt
     if (attempt == 100) throw Error(path + ": the file keeps being replaced while locking it");
   }
   if (created_) fsync_parent_dir(path_);  // make the new file's name durable too
+  note_own_lock(fd_, true);
 }
 
 OutputLock::~OutputLock() {
   if (fd_ < 0) return;
+  note_own_lock(fd_, false);
   struct stat sb {};
   if (created_ && ::fstat(fd_, &sb) == 0 && sb.st_size == 0 && names_fd(path_, fd_))
     (void)::unlink(path_.c_str());  // nothing was written (removed while still locked)

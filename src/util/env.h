@@ -24,4 +24,10 @@ inline std::optional<long long> env_int(const char* name, long long lo, long lon
   return v;
 }
 
+// The streaming knobs: the packed decode stage's threads (1..64) and the I/O
+// thread's raised priority (0 | 1). The streamer reads them; the CLI checks
+// them at start, so a bad value is an error in every run, streamed or not.
+inline std::optional<long long> env_decode_threads() { return env_int("REDWOOD_DECODE_THREADS", 1, 64); }
+inline std::optional<long long> env_io_priority() { return env_int("REDWOOD_IO_PRIORITY", 0, 1); }
+
 }  // namespace redwood

@@ -74,6 +74,11 @@ std::set<std::string>& claims() {
   static std::set<std::string> s;
   return s;
 }
+// (device, inode) of the files this process's OutputLocks hold, under claims_mu().
+std::set<std::pair<dev_t, ino_t>>& own_locks() {
+  static std::set<std::pair<dev_t, ino_t>> s;
+  return s;
+}
 
 }  // namespace
 
@@ -103,7 +108,45 @@ std::string output_target(const std::string& out) {
   return s;
 }
 
+namespace {
+// For OUT = X.summary.json: X when a run holds X's job lock (its summary will
+// be written there when it ends), else "".
+std::string running_job_of_summary(const std::string& out) {
+  constexpr std::string_view kSuffix = ".summary.json";
+  if (out.size() <= kSuffix.size() || out.compare(out.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+    return "";
+  const std::string job_output = out.substr(0, out.size() - kSuffix.size());
+  const int fd = ::open(job_output.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return "";
+  struct stat st {};
+  bool held = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (held) {
+    const std::lock_guard<std::mutex> g(claims_mu());
+    held = !own_locks().count({st.st_dev, st.st_ino});  // this run's own job
+  }
+  held = held && ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return held ? job_output : "";
+}
+std::string summary_name_problem(const std::string& out, const std::string& job_output) {
+  return "'" + out + "' is the summary name of '" + job_output +
+         "', which another redwood run is writing; refusing to take it";
+}
+}  // namespace
+
+void note_own_lock(int fd, bool held) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return;
+  const std::lock_guard<std::mutex> g(claims_mu());
+  if (held)
+    own_locks().insert({st.st_dev, st.st_ino});
+  else
+    own_locks().erase({st.st_dev, st.st_ino});
+}
+
 std::string output_owner_problem(const std::string& out) {
+  if (const std::string job_output = running_job_of_summary(out); !job_output.empty())
+    return summary_name_problem(out, job_output);
   const int fd = ::open(out.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return "";
   std::string p;
@@ -173,6 +216,10 @@ std::string output_path_problem(const std::string& out, const std::vector<std::s
     if (same_file(out, in)) return "'" + out + "' is the input '" + in + "'; refusing to overwrite an input";
   }
   if (!appends_results) return output_owner_problem(out);
+  // A job's own results file is its to append to (its lock decides), but not
+  // the summary name of another run's results.
+  if (const std::string job_output = running_job_of_summary(out); !job_output.empty())
+    return summary_name_problem(out, job_output);
   return "";
 }
 

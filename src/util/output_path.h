@@ -67,8 +67,13 @@ bool through_descriptor(const std::string& out);
 inline constexpr std::string_view kResultLineStart = "{\"id\":";
 
 // "" unless `out` is a regular file that another redwood run holds (its lock,
-// results.h) or that holds a batch job's results; else the problem, naming it.
+// results.h), the summary name (X.summary.json) of a file X another run holds,
+// or a file that holds a batch job's results; else the problem, naming it.
 std::string output_owner_problem(const std::string& out);
+
+// The job lock (results.h: OutputLock) this process holds on fd's file, taken
+// (held) or released: such a file and its summary name are this run's own.
+void note_own_lock(int fd, bool held);
 
 // "" when `out` may be written under the policy, else the problem, naming the
 // path ("'P' is the input 'Q' (...)", "'P' exists and is not a regular file ...").

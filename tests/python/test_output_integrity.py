@@ -16,6 +16,8 @@ Checks (src/util/output_path.h, the policy of every writer):
     kill   : a writer killed with SIGKILL mid-write (pack) leaves nothing beside its output.
     fifo   : generate --trace FIFO with no reader ends with a one-line error (it blocked forever).
     sighup : SIGHUP stops batch like SIGINT: exit 129, "interrupted by SIGHUP ... resume", resumable.
+    summaries: another job's summary, or the summary name of a running job's results -> refused.
+    knobs  : REDWOOD_DECODE_THREADS / REDWOOD_IO_PRIORITY with bad values -> one-line error in every run.
 """
 from __future__ import annotations
 
@@ -112,6 +114,32 @@ def main() -> int:
     check("owners: A's results intact after logits", read(a) == a_text, "replaced")
     p = run(["batch", job_a, "-q"])
     check("owners: A resumes (nothing to do)", p.returncode == 0 and read(a) == a_text, p.stderr[-400:])
+    # A's summary is A's record: B may not write its own summary over it.
+    a_summary = read(a + ".summary.json")
+    job_b = write(os.path.join(tmp, "b3.toml"),
+                  job_text(model, os.path.join(tmp, "b3.jsonl"), few, summary=a + ".summary.json"))
+    p = run(["batch", job_b, "-q"])
+    check("owners: job B's summary named A's summary: refused",
+          one_line_error(p, "is the summary of another job's results"), f"rc={p.returncode} {p.stderr[-400:]}")
+    check("owners: A's summary intact after B", read(a + ".summary.json") == a_summary, "replaced")
+    # A running job's summary name is taken by nobody else: a lock held on C's results (as a running job
+    # holds it) makes C.summary.json refused as another job's output.
+    import fcntl
+    c = write(os.path.join(tmp, "c.jsonl"), "")
+    with open(c, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        job_d = write(os.path.join(tmp, "d.toml"), job_text(model, c + ".summary.json", few))
+        p = run(["batch", job_d, "-q"])
+    check("owners: B's output named a running job's summary: refused",
+          one_line_error(p, "the summary name of") and not os.path.exists(c + ".summary.json"),
+          f"rc={p.returncode} {p.stderr[-400:]}")
+    # The streaming knobs are checked in every run, streamed or not.
+    for var, val in (("REDWOOD_DECODE_THREADS", "abc"), ("REDWOOD_DECODE_THREADS", "-1"),
+                     ("REDWOOD_IO_PRIORITY", "abc")):
+        env[var] = val
+        p = run(["generate", "-m", model, "--prompt", "Hi", "--max-tokens", "2"])
+        del env[var]
+        check(f"knobs: {var}={val} on a resident run: refused", one_line_error(p, var), f"rc={p.returncode} {p.stderr[-300:]}")
 
     # ---- owners: while job A runs (its lock) --------------------------------------------------
     r = os.path.join(tmp, "r.jsonl.summary.json")  # A's results are named like B's default summary
