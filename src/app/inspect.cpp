@@ -9,6 +9,7 @@
 #include "src/model/fingerprint.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
+#include "src/util/output_path.h"
 
 namespace redwood::app {
 
@@ -115,6 +116,22 @@ void tree_logits(LoadedModel& m, const std::vector<int32_t>& toks, std::vector<i
                    ("row " + std::to_string(a + r) + ": model").c_str());
     rows(logits);
   }
+}
+
+void write_logits(LoadedModel& m, const RunOptions& o, const std::vector<int32_t>& toks, std::vector<int32_t> parents,
+                  std::vector<int32_t> positions, const std::string& out) {
+  offload::RunShape shape;
+  shape.ctx = static_cast<int>(toks.size());
+  shape.max_tokens = std::min(shape.ctx, kLogitsChunk);
+  load_weights(m, o, shape);
+  if (const std::string p = output_path_problem(out, {}); !p.empty()) throw Error(p);
+  TempOutput file(out);  // removed unless committed
+  output_path_detail::write_all_fd(file.fd(), out, npy_header(toks.size(), m.desc.hp.vocab));
+  tree_logits(m, toks, std::move(parents), std::move(positions), kLogitsChunk, [&](std::span<const float> rows) {
+    output_path_detail::write_all_fd(file.fd(), out,
+                                     std::string(reinterpret_cast<const char*>(rows.data()), rows.size_bytes()));
+  });
+  file.commit();
 }
 
 std::string npy_header(size_t rows, size_t cols) {

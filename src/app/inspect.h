@@ -33,6 +33,14 @@ std::string tokenize_jsonl(const Tokenizer& tok, const std::string& path, bool r
 void tree_logits(runtime::LoadedModel& m, const std::vector<int32_t>& toks, std::vector<int32_t> parents,
                  std::vector<int32_t> positions, int chunk, const std::function<void(std::span<const float>)>& rows);
 
+// `redwood logits`: loads m's weights for passes of at most kLogitsChunk tokens
+// (o's budgets) and writes every row of tree_logits to `out` as a .npy of
+// float32 [tokens][vocab], rows streamed to the file (memory: one chunk's);
+// an error leaves no partial file.
+inline constexpr int kLogitsChunk = 256;
+void write_logits(runtime::LoadedModel& m, const runtime::RunOptions& o, const std::vector<int32_t>& toks,
+                  std::vector<int32_t> parents, std::vector<int32_t> positions, const std::string& out);
+
 // The header of a .npy (v1.0) of float32 [rows][cols]; the data follows it.
 std::string npy_header(size_t rows, size_t cols);
 

@@ -1,6 +1,8 @@
 #include "src/app/job_runner.h"
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -474,6 +476,25 @@ JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks) {
   json s = summarise(job, c, r, tally);
   write_output_file(job.summary, s.dump(2) + "\n");
   return {std::move(s), tally.interrupted};
+}
+
+JobEnd job_end(const jobs::JobConfig& job, const JobOutcome& out, int sig, const char* sig_name) {
+  const json& p = out.summary["prompts"];
+  const long long done = p["done"].get<long long>();
+  char buf[256];
+  if (out.interrupted) {
+    std::snprintf(buf, sizeof buf, "interrupted by %s: %lld of %lld prompts done in ", sig_name, done,
+                  p["total"].get<long long>());
+    return {buf + job.output + "; run the same command again to resume", 128 + (sig ? sig : SIGINT)};
+  }
+  if (const json& reasons = out.summary["finish_reasons"]; reasons.contains("error")) {
+    std::snprintf(buf, sizeof buf, "%lld of %lld prompts failed (finish_reason \"error\" in ",
+                  reasons["error"].get<long long>(), done);
+    return {buf + job.output + ": their lines say why); summary " + job.summary, 1};
+  }
+  std::snprintf(buf, sizeof buf, "%lld prompts done (%lld this run, %lld bad lines skipped) -> ", done,
+                p["done_this_run"].get<long long>(), p["bad_lines"].get<long long>());
+  return {buf + job.output + "; summary " + job.summary, 0};
 }
 
 }  // namespace redwood::app

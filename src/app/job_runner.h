@@ -23,6 +23,15 @@ struct JobOutcome {
   bool interrupted = false;
 };
 
+// What `redwood batch` says when the job ends (one line, no prefix) and its
+// exit code: interrupted by signal `sig` (128 + sig; SIGINT when 0), lines
+// that record an error (1), or done (0).
+struct JobEnd {
+  std::string message;
+  int exit_code = 0;
+};
+JobEnd job_end(const jobs::JobConfig& job, const JobOutcome& out, int sig, const char* sig_name);
+
 // job must have passed check_job. Throws redwood::Error on invalid input
 // (with file:line: key), before any model weights load.
 JobOutcome run_job(const jobs::JobConfig& job, const JobHooks& hooks);

@@ -1,18 +1,15 @@
 // redwood batch JOB.toml: config-driven generation over a JSONL prompt file,
 // resumable and crash-safe (see src/jobs/results.h); the job runs in
 // src/app/job_runner.h.
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
 
+#include "src/app/job_runner.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/app/job_runner.h"
 
 namespace redwood::cli {
-
-using nlohmann::json;
 
 namespace {
 
@@ -32,28 +29,9 @@ int run_batch(BatchOptions& o) {
   hooks.cancelled = [] { return stop_signal() != 0; };
   install_stop_signals();
   const app::JobOutcome out = app::run_job(job, hooks);
-  const json& p = out.summary["prompts"];
-  if (out.interrupted) {
-    const int sig = stop_signal();
-    std::fprintf(stderr,
-                 "redwood: interrupted by %s: %lld of %lld prompts done in %s; run the same command again to resume\n",
-                 stop_signal_name(), p["done"].get<long long>(), p["total"].get<long long>(),
-                 job.output.c_str());
-    return 128 + (sig ? sig : SIGINT);
-  }
-  const json& reasons = out.summary["finish_reasons"];
-  if (reasons.contains("error")) {  // each such line says why (and so did the log, when it was written)
-    std::fprintf(stderr,
-                 "redwood: %lld of %lld prompts failed (finish_reason \"error\" in %s: their lines say why); "
-                 "summary %s\n",
-                 reasons["error"].get<long long>(), p["done"].get<long long>(), job.output.c_str(),
-                 job.summary.c_str());
-    return 1;
-  }
-  std::fprintf(stderr, "redwood: %lld prompts done (%lld this run, %lld bad lines skipped) -> %s; summary %s\n",
-               p["done"].get<long long>(), p["done_this_run"].get<long long>(), p["bad_lines"].get<long long>(),
-               job.output.c_str(), job.summary.c_str());
-  return 0;
+  const app::JobEnd end = app::job_end(job, out, stop_signal(), stop_signal_name());
+  std::fprintf(stderr, "redwood: %s\n", end.message.c_str());
+  return end.exit_code;
 }
 
 }  // namespace

@@ -82,30 +82,12 @@ int run_logits(RunOptions& o, const std::string& tokens, const std::string& pare
   LoadedModel m = load_model(o.model, /*with_weights=*/false);
   const auto toks = parse_int_list(tokens, "--tokens");
   if (toks.empty()) throw Error("--tokens is empty");
-  // Passes of at most kLogitsChunk tokens, and rows streamed to the file: the
-  // memory is one chunk's activations and logits, not the whole input's.
-  constexpr int kLogitsChunk = 256;
-  offload::RunShape shape;
-  shape.ctx = static_cast<int>(toks.size());
-  shape.max_tokens = std::min(shape.ctx, kLogitsChunk);
-  load_weights(m, o, shape);
-  std::vector<int32_t> parents, positions;
-  if (!parents_s.empty()) {
-    parents = parse_int_list(parents_s, "--parents");
-    if (parents.size() != toks.size()) throw Error("--parents must have one entry per token");
-  }
-  if (!positions_s.empty()) {
-    positions = parse_int_list(positions_s, "--positions");
-    if (positions.size() != toks.size()) throw Error("--positions must have one entry per token");
-  }
-  if (const std::string p = output_path_problem(out, {}); !p.empty()) throw Error(p);
-  TempOutput file(out);  // removed unless committed: an error leaves no partial .npy
-  output_path_detail::write_all_fd(file.fd(), out, app::npy_header(toks.size(), m.desc.hp.vocab));
-  app::tree_logits(m, toks, parents, positions, kLogitsChunk, [&](std::span<const float> rows) {
-    output_path_detail::write_all_fd(file.fd(), out,
-                                     std::string(reinterpret_cast<const char*>(rows.data()), rows.size_bytes()));
-  });
-  file.commit();
+  auto per_token = [&](const std::string& list, const char* what) {  // empty, or one entry per token
+    std::vector<int32_t> v = list.empty() ? std::vector<int32_t>{} : parse_int_list(list, what);
+    if (!v.empty() && v.size() != toks.size()) throw Error(std::string(what) + " must have one entry per token");
+    return v;
+  };
+  app::write_logits(m, o, toks, per_token(parents_s, "--parents"), per_token(positions_s, "--positions"), out);
   finish_run(m, o);
   return 0;
 }

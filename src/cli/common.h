@@ -25,11 +25,9 @@ CLI::Validator kv_type_check();
 // Just --device-mem, --host-mem and --ring (add_run_options includes them).
 void add_budget_options(CLI::App* app, RunOptions& o);
 
-// Every option of app and its subcommands that takes a value refuses an
-// empty one ("--temperature ''" was read as 0, "--verify ''" as not given):
-// "--temperature: expected a value, got ''". Options named in allow_empty
-// (text where "" means empty text) are left as they are. Called once, after
-// every subcommand is added.
+// Every option of app and its subcommands that takes a value, but those in
+// allow_empty, refuses "" ("--temperature: expected a value, got ''"). Called
+// once, after every subcommand is added.
 void refuse_empty_values(CLI::App& app, const std::vector<std::string>& allow_empty);
 
 // Parses a whole option value as an integer in [lo, hi] / a finite number;

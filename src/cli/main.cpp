@@ -1,6 +1,5 @@
 // redwood: one binary, subcommands. Errors print one line and exit 1.
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
