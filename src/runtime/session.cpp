@@ -118,7 +118,8 @@ offload::RunShape Session::shape(int ctx, int batch_tokens) const {
   s.max_tokens = std::max(batch_tokens, draft_ ? tree_nodes() + 1 : 0);
   if (c_.sequences > 1) {
     s.sequences = c_.sequences;
-    s.max_tokens = std::max(s.max_tokens, c_.pass_tokens);
+    // Every decoding sequence has its token in each pass, whatever pass_tokens says.
+    s.max_tokens = std::max({s.max_tokens, c_.pass_tokens, c_.sequences});
   }
   return s;
 }
@@ -165,7 +166,7 @@ spec::BatchGenerator& Session::batcher() {
                                      c_.sequences * blocks_per_seq, s.kv_block_rows, ctx_,
                                      target_.transformer->kv_type());
     batcher_ = std::make_unique<spec::BatchGenerator>(*target_.transformer, *target_.tokenizer, *pool_,
-                                                      spec::BatchLimits{c_.sequences, c_.pass_tokens});
+                                                      spec::BatchLimits{c_.sequences, std::max(c_.pass_tokens, c_.sequences)});
   }
   return *batcher_;
 }

@@ -31,7 +31,7 @@ namespace redwood::spec {
 
 struct BatchLimits {
   int max_sequences = 16;  // sequences in flight (decoding or prefilling)
-  int pass_tokens = 64;    // tokens in one pass: decode tokens first, then prompt chunks
+  int pass_tokens = 64;    // prompt tokens fill a pass up to this; every decoding sequence has its token anyway
 };
 
 // What the passes so far did (for reports and the scheduler's choices).
