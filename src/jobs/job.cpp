@@ -239,6 +239,8 @@ void check_job(JobConfig& job) {
   if (job.tree.rfind("sequoia:", 0) == 0) inputs.push_back(job.tree.substr(8));
   if (const std::string p = output_path_problem(job.output, inputs, false, /*appends_results=*/true); !p.empty())
     throw Error(job.where("output.path") + ": " + p);
+  if (held_by_another_run(job.output))  // before its summary name, which that run holds too
+    throw Error(job.output + ": another redwood run is writing this file; wait for it, or choose another output path");
   if (same_file(job.summary, job.output))
     throw Error(job.where("output.summary") + ": '" + job.summary + "' is the results file '" + job.output +
                 "' (output.path); the summary must differ from it");

@@ -109,15 +109,24 @@ std::string output_target(const std::string& out) {
 }
 
 namespace {
-// For OUT = X.summary.json: X when a run holds X's job lock (its summary will
-// be written there when it ends), else "".
+// For OUT = X.summary.json: X when another run holds X's job lock (its
+// summary will be written there when it ends), else "".
 std::string running_job_of_summary(const std::string& out) {
   constexpr std::string_view kSuffix = ".summary.json";
   if (out.size() <= kSuffix.size() || out.compare(out.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
     return "";
   const std::string job_output = out.substr(0, out.size() - kSuffix.size());
-  const int fd = ::open(job_output.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return "";
+  return held_by_another_run(job_output) ? job_output : "";
+}
+std::string summary_name_problem(const std::string& out, const std::string& job_output) {
+  return "'" + out + "' is the summary name of '" + job_output +
+         "', which another redwood run is writing; refusing to take it";
+}
+}  // namespace
+
+bool held_by_another_run(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return false;
   struct stat st {};
   bool held = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   if (held) {
@@ -126,13 +135,8 @@ std::string running_job_of_summary(const std::string& out) {
   }
   held = held && ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   ::close(fd);
-  return held ? job_output : "";
+  return held;
 }
-std::string summary_name_problem(const std::string& out, const std::string& job_output) {
-  return "'" + out + "' is the summary name of '" + job_output +
-         "', which another redwood run is writing; refusing to take it";
-}
-}  // namespace
 
 void note_own_lock(int fd, bool held) {
   struct stat st {};

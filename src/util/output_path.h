@@ -71,6 +71,10 @@ inline constexpr std::string_view kResultLineStart = "{\"id\":";
 // or a file that holds a batch job's results; else the problem, naming it.
 std::string output_owner_problem(const std::string& out);
 
+// Whether another redwood run holds the job lock on `path` (this process's own
+// OutputLocks excepted).
+bool held_by_another_run(const std::string& path);
+
 // The job lock (results.h: OutputLock) this process holds on fd's file, taken
 // (held) or released: such a file and its summary name are this run's own.
 void note_own_lock(int fd, bool held);
