@@ -4,7 +4,10 @@
 // order; the pool ends empty; bad requests are refused at submit.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -183,6 +186,96 @@ TEST_P(BatchGeneration, RequestsThatCanNeverRunAreRefusedAtSubmit) {
   EXPECT_THROW(gen.submit(r), Error);
   EXPECT_TRUE(gen.idle());
   EXPECT_THROW(spec::BatchGenerator(*f.m->tf, *f.tok, pool, {0, 16}), Error);
+}
+
+// Trees in shared passes: at temperature 0 every request's output equals its
+// plain run alone, whether the draft agrees with the target (a self-draft:
+// long accepted paths, compacted per sequence in the pool) or not (another
+// model: root-only acceptances), with fixed trees, trees shrunk to fit the
+// pass, and the node budget rule choosing by a pass cost curve.
+TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
+  BatchInvariant inv;
+  Fixture f(GetParam());
+  testutil::TinyShape other;
+  other.type = GetParam();
+  other.seed = 7;
+  const std::string other_path = ::testing::TempDir() + "batchgen_tiny_other_" + std::string(dtype_name(GetParam())) + ".gguf";
+  testutil::write_tiny_llama(other_path, other);
+  testutil::TestModel other_model(other_path);
+  auto reqs = requests(f.m->V());
+  std::vector<spec::Generation> solo;
+  for (auto& q : reqs) {
+    q.r.sampling.temperature = 0;  // greedy: speculation must not change a token
+    q.r.prompt = q.prompt;
+    solo.push_back(spec::generate(*f.m->tf, *f.tok, q.r, nullptr));
+  }
+  spec::TreeOptions o;
+  o.tree = "sequoia";
+  o.budget = 6;
+  o.depth = 4;
+  for (const bool self : {true, false}) {
+    testutil::TestModel& dm = self ? *f.m : other_model;
+    spec::BatchDraft draft;
+    draft.draft = dm.tf.get();
+    draft.target_desc = &f.m->desc;
+    draft.draft_desc = &dm.desc;
+    draft.config = spec::make_spec_config(o, SamplingParams{});
+    draft.acceptance = spec::default_acceptance(16);
+    // A pass that costs what its bytes cost up to 8 tokens (trees come free), then per token.
+    const std::function<double(int)> curve = [](int n) { return 1.0 + 0.2 * std::max(0, n - 8); };
+    for (auto [seqs, pass, curved] :
+         {std::tuple{3, 18, false}, std::tuple{4, 6, false}, std::tuple{16, 64, true}, std::tuple{1, 6, false}}) {
+      draft.pass_seconds = curved ? curve : std::function<double(int)>{};
+      KvPool pool(*f.m->be, f.m->desc.hp.n_layers, f.m->desc.hp.n_kv_heads * f.m->desc.hp.head_dim, 60, 8, 256,
+                  f.m->tf->kv_type());
+      spec::BatchGenerator gen(*f.m->tf, *f.tok, pool, {seqs, pass}, &draft);
+      std::vector<std::string> streamed(reqs.size());
+      for (size_t i = 0; i < reqs.size(); ++i)
+        gen.submit(reqs[i].r, [&, i](std::string_view s) { streamed[i] += s; });
+      std::vector<std::optional<spec::Generation>> got(reqs.size());
+      int steps = 0;
+      while (!gen.idle()) {
+        ASSERT_LT(++steps, 10000);
+        for (auto& d : gen.step()) got[d.ticket - 1] = std::move(d.generation);
+      }
+      const std::string shape = std::string(self ? "self-draft" : "other draft") + ", sequences " +
+                                std::to_string(seqs) + ", pass " + std::to_string(pass) + (curved ? ", t(n)" : "");
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_TRUE(got[i].has_value()) << shape << ", request " << i;
+        expect_same(*got[i], solo[i], shape + ", request " + std::to_string(i));
+        EXPECT_EQ(streamed[i], got[i]->text) << shape;
+        ASSERT_TRUE(got[i]->spec.has_value()) << shape;
+      }
+      EXPECT_EQ(pool.live_sequences(), 0) << shape;
+      EXPECT_EQ(pool.free_blocks(), pool.n_blocks()) << shape;
+      const auto& st = gen.stats();
+      EXPECT_LE(st.pass_tokens, st.passes * pass) << shape << ": a pass exceeded the node budget";
+      EXPECT_GT(st.tree_steps, 0) << shape << ": no sequence ever had a tree";
+      if (self) {
+        // The self-draft is always right: trees cut the passes below one per token.
+        EXPECT_GT(st.emitted, st.decode_tokens) << shape;
+      }
+    }
+  }
+}
+
+// The node budget rule: a flat pass cost gives every sequence the largest
+// tree that fits; a cost per token beyond the first gives plain batching; no
+// cost curve splits the room evenly.
+TEST(SplitTreeNodes, FollowsThePassCost) {
+  const std::vector<double> f = {1.0, 1.8, 2.4, 2.8, 3.0};  // expected tokens of trees of 1..5 nodes
+  const auto flat = [](int) { return 1.0; };
+  EXPECT_EQ(spec::split_tree_nodes(3, 3, 100, f, flat), (std::vector<int>{5, 5, 5}));
+  EXPECT_EQ(spec::split_tree_nodes(3, 3, 4, f, flat), (std::vector<int>{3, 2, 2}));
+  const auto per_token = [](int n) { return 1.0 * n; };
+  EXPECT_EQ(spec::split_tree_nodes(2, 2, 100, f, per_token), (std::vector<int>{1, 1}));
+  EXPECT_EQ(spec::split_tree_nodes(2, 2, 5, f, {}), (std::vector<int>{4, 3}));
+  EXPECT_TRUE(spec::split_tree_nodes(0, 0, 5, f, flat).empty());
+  // A pass of 8 tokens costs 1, then 0.2 per token: one sequence gets a tree,
+  // sixteen share the pass plainly.
+  const auto knee = [](int n) { return 1.0 + 0.2 * std::max(0, n - 8); };
+  EXPECT_EQ(spec::split_tree_nodes(1, 1, 64, f, knee), (std::vector<int>{5}));
+  EXPECT_EQ(spec::split_tree_nodes(16, 16, 48, f, knee), std::vector<int>(16, 1));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, BatchGeneration, ::testing::Values(DType::F16, DType::Q4_1),

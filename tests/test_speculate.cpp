@@ -15,7 +15,10 @@
 #include "src/model/gguf_writer.h"
 #include "src/model/model_desc.h"
 #include "src/model/packed.h"
+#include "src/engine/kv_pool.h"
+#include "src/speculative/batch_generation.h"
 #include "src/speculative/speculate.h"
+#include "src/tokenizer/tokenizer.h"
 #include "src/util/error.h"
 #include "tests/util/test_model.h"
 
@@ -302,4 +305,50 @@ TEST_F(Spec, MismatchedVocabularyAndBadVerifierAreErrors) {
   auto ot = dynamic("opt-tree", 8, 4, 0.7f);
   ot.verifier = spec::Verifier::kSequoia;
   EXPECT_THROW(spec::SpecDecoder(*target_->tf, *draft_->tf, target_->desc, draft_->desc, ot, 64), Error);
+}
+
+// Trees in shared passes (BatchGenerator with a draft) on the real model: the
+// 6-block self-draft is often wrong, so accepted paths that are not the
+// pass's first rows (a later child accepted) are compacted per sequence in
+// the shared pool; every prompt's greedy tokens equal its plain run alone.
+TEST_F(Spec, TreesInSharedPassesMatchGreedyAlone) {
+  set_cpu_batch_invariant(true);
+  const int n = 24;
+  std::vector<std::vector<int32_t>> want;
+  const auto tok = Tokenizer::create(target_->desc.tokenizer);
+  for (const auto& p : kPrompts) {
+    want.push_back(greedy_reference(p, n));
+    auto& w = want.back();
+    w.erase(std::find(w.begin(), w.end(), tok->eos()), w.end());  // generation stops at end of text
+  }
+  spec::TreeOptions o;
+  o.tree = "sequoia";
+  o.budget = 8;
+  o.depth = 4;
+  spec::BatchDraft draft;
+  draft.draft = draft_->tf.get();
+  draft.target_desc = &target_->desc;
+  draft.draft_desc = &draft_->desc;
+  draft.config = spec::make_spec_config(o, SamplingParams{});
+  draft.acceptance = spec::default_acceptance(16);
+  const auto& hp = target_->desc.hp;
+  for (auto [seqs, pass] : {std::pair{3, 20}, std::pair{5, 40}}) {
+    KvPool pool(*target_->be, hp.n_layers, hp.n_kv_heads * hp.head_dim, 64, 16, 128, target_->tf->kv_type());
+    spec::BatchGenerator gen(*target_->tf, *tok, pool, {seqs, pass}, &draft);
+    for (const auto& p : kPrompts) {
+      spec::GenerationRequest r;
+      r.prompt = p;
+      r.max_tokens = n;
+      r.stop = {};
+      gen.submit(r);
+    }
+    std::vector<std::vector<int32_t>> got(kPrompts.size());
+    while (!gen.idle())
+      for (auto& d : gen.step()) got[d.ticket - 1] = d.generation.tokens;
+    for (size_t i = 0; i < kPrompts.size(); ++i)
+      EXPECT_EQ(got[i], want[i]) << "sequences " << seqs << ", pass " << pass << ", prompt " << i;
+    EXPECT_GT(gen.stats().tree_steps, 0);
+    EXPECT_EQ(pool.free_blocks(), pool.n_blocks());
+  }
+  set_cpu_batch_invariant(false);
 }

@@ -145,7 +145,8 @@ CheckedJob check_job_run(const jobs::JobConfig& job, const JobHooks& hooks) {
       c.pf.bad.push_back(err);
       continue;
     }
-    c.rows = std::max(c.rows, static_cast<int>(t.size()) + job.max_tokens + 1);
+    // The prompt, its tokens and one step's pending rows (a tree with a draft).
+    c.rows = std::max(c.rows, static_cast<int>(t.size()) + job.max_tokens + std::max(1, session.tree_nodes()));
     c.tokens.push_back(std::move(t));
     c.items.push_back(std::move(it));
   }
@@ -461,6 +462,13 @@ json summarise(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoin
                           {"decode_tokens_per_pass", b.passes ? static_cast<double>(b.decode_tokens) / b.passes : 0.0},
                           {"pass_seconds", b.pass_seconds},
                           {"max_in_flight", b.max_in_flight}};
+    if (c.session->spec_config()) {
+      // Trees in the shared passes: drafted nodes per tree step, tokens per decode slot.
+      s["shared_passes"]["tree_steps"] = b.tree_steps;
+      s["shared_passes"]["tree_nodes_per_step"] = b.tree_steps ? static_cast<double>(b.tree_nodes) / b.tree_steps : 0.0;
+      s["shared_passes"]["tokens_per_decode_slot"] =
+          b.decode_tokens ? static_cast<double>(b.emitted) / b.decode_tokens : 0.0;
+    }
   }
   return s;
 }

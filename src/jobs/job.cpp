@@ -105,10 +105,6 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   ba.only({"sequences", "pass_tokens"});
   ba.integer_or_word("sequences", job.sequences, 1, 256, "auto", job.sequences_auto);
   ba.integer("pass_tokens", job.pass_tokens, 1, 8192);
-  if (!job.draft.empty() && (job.sequences > 1 || job.sequences_auto))
-    throw Error(job.where("batch.sequences") +
-                ": several sequences per pass run without a draft (trees and shared passes are not combined yet); "
-                "use sequences = 1 with model.draft");
 
   const Section sa = section("sampling");
   sa.only({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop"});

@@ -15,7 +15,7 @@
 //                 prefill_chunk = 512
 //   [sampling]    temperature = 0.0  top_p = 1.0  top_k = 0  seed = 0
 //                 max_tokens = 128  stop = ["\n\n"]
-//   [batch]       sequences = 1 | N | "auto"   (prompts sharing each target pass, without a draft;
+//   [batch]       sequences = 1 | N | "auto"   (prompts sharing each target pass; with a draft, static trees;
 //                               "auto": as many as the prompts and the memory budget allow, up to 64)
 //                 pass_tokens = 64  (tokens in one shared pass: decode tokens, then prompt chunks)
 //   [input]       prompts = "prompts.jsonl"  chat = false  on_bad_line = "fail"

@@ -63,10 +63,10 @@ void Session::set_sequences(int sequences) {
   if (sequences < 1 || sequences > kMaxSequences)
     throw SetupError("batch", "sequences must be in [1, " + std::to_string(kMaxSequences) + "], got " +
                                   std::to_string(sequences));
-  if (sequences > 1 && !c_.draft.empty())
-    throw SetupError("batch",
-                     "several sequences per pass run without a draft (trees and shared passes are not combined "
-                     "yet): set sequences = 1 or remove the draft");
+  if (sequences > 1 && !c_.draft.empty() && c_.tree.tree != "auto" &&
+      spec::parse_tree_kind(c_.tree.tree) != spec::TreeKind::kStatic)
+    throw SetupError("batch", "several sequences per pass take static trees (sequoia, chain, kary) or tree \"auto\", not " +
+                                  c_.tree.tree + ": set sequences = 1 or choose a static tree");
   c_.sequences = sequences;
 }
 
@@ -146,6 +146,13 @@ void Session::load(int ctx, int batch_tokens, std::FILE* log) {
   if (auto_) {
     auto_result_ = choose_tree_auto(target_, *draft_, c_.run, c_.sampling, c_.tree.budget, c_.tree.depth, log,
                                     c_.tree.acceptance, c_.hardware_profile);
+    if (auto_result_->config && c_.sequences > 1 && auto_result_->config->tree.kind != spec::TreeKind::kStatic) {
+      // Shared passes take static trees: the dynamic choice gives way to plain batching.
+      if (log)
+        std::fprintf(log, "redwood: --tree auto chose %s; shared passes take Sequoia trees only, so they run plain\n",
+                     auto_result_->choice.c_str());
+      auto_result_->config.reset();
+    }
     if (auto_result_->config) {
       setup_->config = *auto_result_->config;
       setup_->config.prefill_chunk = c_.prefill_chunk;
@@ -165,8 +172,27 @@ spec::BatchGenerator& Session::batcher() {
     pool_ = std::make_unique<KvPool>(*target_.backend, hp.n_layers, hp.n_kv_heads * hp.head_dim,
                                      c_.sequences * blocks_per_seq, s.kv_block_rows, ctx_,
                                      target_.transformer->kv_type());
-    batcher_ = std::make_unique<spec::BatchGenerator>(*target_.transformer, *target_.tokenizer, *pool_,
-                                                      spec::BatchLimits{c_.sequences, std::max(c_.pass_tokens, c_.sequences)});
+    const spec::BatchLimits limits{c_.sequences, std::max(c_.pass_tokens, c_.sequences)};
+    if (!setup_) {
+      batcher_ = std::make_unique<spec::BatchGenerator>(*target_.transformer, *target_.tokenizer, *pool_, limits);
+    } else {
+      // Trees in the shared passes: the DP's smaller trees need its acceptance
+      // vector (a Sequoia tree); the node budget rule needs t(n) (tree "auto").
+      spec::BatchDraft d;
+      d.draft = setup_->draft;
+      d.target_desc = setup_->target_desc;
+      d.draft_desc = setup_->draft_desc;
+      d.config = setup_->config;
+      if (auto_result_) {
+        d.acceptance = auto_result_->acceptance;
+        const planner::CostCurve t = auto_result_->target_pass;
+        d.pass_seconds = [t](int n) { return t.at(n); };
+      } else if (c_.tree.tree == "sequoia") {
+        d.acceptance = c_.tree.acceptance.empty() ? spec::default_acceptance(16)
+                                                  : spec::read_acceptance_file(c_.tree.acceptance);
+      }
+      batcher_ = std::make_unique<spec::BatchGenerator>(*target_.transformer, *target_.tokenizer, *pool_, limits, &d);
+    }
   }
   return *batcher_;
 }

@@ -226,6 +226,7 @@ void adopt_sequoia(const SequoiaPick& sequoia, const SamplingParams& sampling, A
   options.verifier = spec::verifier_name(sequoia.verifier);
   res.config = spec::make_spec_config(options, sampling);  // the default acceptance vector's tree, replaced below
   res.config->shape = spec::sequoia_tree(sequoia.acceptance, res.best.budget, res.best.depth);
+  res.acceptance = sequoia.acceptance;
   char choice[96];
   std::snprintf(choice, sizeof choice, "sequoia budget %d depth %d", res.best.budget, res.best.depth);
   res.choice = choice;
@@ -263,6 +264,7 @@ AutoTreeResult choose_tree(const spec::AcceptanceProfile& acc, const planner::Me
   in.target_s = [&](int n) { return hw.target_pass.at(n); };
   in.draft_step_s = [&](int w) { return hw.draft_level.at(w); };
   AutoTreeResult res;
+  res.target_pass = hw.target_pass;
   res.autoregressive = planner::evaluate_tree(1, 1, 1.0, hw.target_pass.at(1), in.draft_step_s);
   res.best = res.autoregressive;
   const SequoiaPick sequoia = best_sequoia(in, verifier_schemes(acc, sampling, acc_name), res.autoregressive);

@@ -28,6 +28,8 @@ struct AutoTreeResult {
   planner::TreeChoice best, autoregressive;
   // "autoregressive", "sequoia budget N depth D" or planner::describe_tree()
   std::string choice = "autoregressive";
+  std::vector<double> acceptance;  // a Sequoia choice: its DP's acceptance vector (else empty)
+  planner::CostCurve target_pass;  // the hardware profile's t(n) the choice was made with
 };
 
 // The draft's measured acceptance of its first child for verifier v (a bare

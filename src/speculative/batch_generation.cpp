@@ -23,12 +23,16 @@ struct BatchGenerator::Seq {
   int prefilled = 0;        // prompt tokens in the pool
   bool has_logits = false;  // logits hold the row for the next token
   bool cancelled = false;
+  bool ended = false;       // a stop, the length, or an error: leaves after this step
+  std::unique_ptr<SpecDecoder> dec;  // trees (BatchDraft): the prompt's last token is the first root
+  int tree_size = 0;                 // nodes of the shape dec has now
   std::string error;  // non-finite logits ended it
   std::vector<float> logits;
   double admitted_at = 0, decode_from = 0;
 };
 
-BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool& pool, BatchLimits limits)
+BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool& pool, BatchLimits limits,
+                               const BatchDraft* draft)
     : target_(target), tok_(tok), pool_(pool), limits_(limits) {
   if (limits.max_sequences < 1 || limits.pass_tokens < 1)
     throw Error("batched generation: max_sequences and pass_tokens must be >= 1");
@@ -36,21 +40,88 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
   const auto& hp = target.hparams();
   if (pool.n_layers() != hp.n_layers || pool.kv_dim() != hp.n_kv_heads * hp.head_dim)
     throw Error("batched generation: the KV pool's shape is not the model's");
+  if (draft) {
+    if (!draft->draft || !draft->target_desc || !draft->draft_desc)
+      throw Error("batched generation: the draft's model and descriptions are required");
+    if (draft->config.tree.kind != TreeKind::kStatic)
+      throw Error(std::string("trees in shared passes are static (sequoia, chain, kary), not ") +
+                  tree_kind_name(draft->config.tree.kind));
+    check_verifier(draft->config);
+    draft_ = std::make_unique<BatchDraft>(*draft);
+    const StaticTree& full = draft->config.shape;
+    const int n = full.size();
+    for (int k = 1; k < n; ++k) {
+      // Smaller trees need the DP's acceptance vector; without one the shape is all there is.
+      if (draft->acceptance.empty()) break;
+      StaticTree t = sequoia_tree(draft->acceptance, k, full.max_depth());
+      t.expected_tokens = expected_tokens(t, draft->acceptance);
+      shapes_.push_back(std::move(t));
+    }
+    shapes_.push_back(full);
+    for (StaticTree& t : shapes_) {
+      if (!draft->acceptance.empty()) t.expected_tokens = expected_tokens(t, draft->acceptance);
+      tree_value_.push_back(t.expected_tokens);
+    }
+    min_tree_ = shapes_.size() == 1 ? n : 1;
+    if (limits.pass_tokens < limits.max_sequences * min_tree_)
+      throw Error("batched generation: a pass of " + std::to_string(limits.pass_tokens) + " tokens cannot hold " +
+                  std::to_string(limits.max_sequences) + " trees of " + std::to_string(n) +
+                  " nodes (a fixed tree without an acceptance vector is not shrunk)");
+  }
+}
+
+std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<double>& f,
+                                  const std::function<double(int)>& t) {
+  if (d <= 0) return {};
+  const int kmax = static_cast<int>(f.size());
+  const int max_extra = std::min(std::max(room, 0), d * (kmax - 1));
+  auto split = [&](int extra) {
+    std::vector<int> k(static_cast<size_t>(d), 1 + extra / d);
+    for (int i = 0; i < extra % d; ++i) ++k[static_cast<size_t>(i)];
+    return k;
+  };
+  if (!t) return split(max_extra);
+  int best = 0;
+  double best_rate = -1;
+  for (int extra = 0; extra <= max_extra; ++extra) {
+    double tokens = 0;
+    for (const int k : split(extra)) tokens += f[static_cast<size_t>(k - 1)];
+    const double rate = tokens / std::max(t(base + extra), 1e-12);
+    if (rate > best_rate * (1 + 1e-9)) best_rate = rate, best = extra;  // ties: the smaller pass
+  }
+  return split(best);
 }
 
 BatchGenerator::~BatchGenerator() {
   for (auto& s : live_) pool_.free_sequence(s->id);
 }
 
+int BatchGenerator::rows_for(const Seq& s) const {
+  // The prompt, every token, and the last step's pending rows (a tree).
+  return static_cast<int>(s.prompt.size()) + s.max_tokens + (draft_ ? draft_->config.shape.size() : 1);
+}
+
 int BatchGenerator::blocks_for(const Seq& s) const {
-  const int rows = static_cast<int>(s.prompt.size()) + s.max_tokens + 1;
-  return (rows + pool_.block_rows() - 1) / pool_.block_rows();
+  return (rows_for(s) + pool_.block_rows() - 1) / pool_.block_rows();
+}
+
+void BatchGenerator::start(Seq& s) {
+  SpecConfig cfg = draft_->config;
+  cfg.sampling = s.sampler.params();
+  s.dec = std::make_unique<SpecDecoder>(target_, *draft_->draft, *draft_->target_desc, *draft_->draft_desc, cfg,
+                                        rows_for(s), SpecDecoder::TargetCache::kCaller);
+  s.dec->start(s.prompt);  // the draft's prefill; the target's rides in the passes
+}
+
+bool BatchGenerator::decoding(const Seq& s) const {
+  const int target_prompt = static_cast<int>(s.prompt.size()) - (s.dec ? 1 : 0);
+  return s.prefilled == target_prompt && (s.dec || s.has_logits);
 }
 
 uint64_t BatchGenerator::submit(const GenerationRequest& req, std::function<void(std::string_view)> on_text) {
   check_request(req);
   auto s = std::make_unique<Seq>(tok_, req, std::move(on_text));
-  const int rows = static_cast<int>(s->prompt.size()) + s->max_tokens + 1;
+  const int rows = rows_for(*s);
   if (rows > pool_.max_rows() || blocks_for(*s) > pool_.n_blocks())
     throw Error("the prompt (" + std::to_string(s->prompt.size()) + " tokens) and max_tokens " +
                 std::to_string(s->max_tokens) + " need " + std::to_string(rows) +
@@ -78,6 +149,7 @@ void BatchGenerator::admit() {
     if (!seq->cancelled) {
       seq->id = pool_.add_sequence();
       promised_blocks_ += blocks_for(*seq);
+      if (draft_) start(*seq);
     }
     live_.push_back(std::move(seq));
   }
@@ -94,6 +166,7 @@ void BatchGenerator::finish(Seq& s, std::vector<Done>& done) {
     g.text.clear();
   }
   if (s.decode_from > 0) g.decode_seconds = now_seconds() - s.decode_from;
+  if (s.dec) g.spec = s.dec->stats();
   if (s.id >= 0) {
     pool_.free_sequence(s.id);
     promised_blocks_ -= blocks_for(s);
@@ -105,34 +178,46 @@ void BatchGenerator::finish(Seq& s, std::vector<Done>& done) {
 std::vector<BatchGenerator::Done> BatchGenerator::step() {
   std::vector<Done> done;
   admit();
-  // The pass: one next token per decoding sequence (sampled from its last
-  // row, exactly as generate() does), then prompt chunks in admission order.
+  // The pass: one next token per plain decoding sequence (sampled from its
+  // last row, exactly as generate() does) and the root slot of each tree
+  // sequence, then prompt chunks in admission order, then the trees.
   std::vector<int32_t> seqs, tokens, positions, parents, logit_rows;
-  std::vector<Seq*> row_owner;  // whose logits each logits row is
-  std::vector<std::pair<Seq*, int>> in_pass;  // sequence, tokens it has in the pass
+  std::vector<Seq*> row_owner;                // whose logits each logits row is (plain and prompt rows)
+  std::vector<std::pair<Seq*, int>> in_pass;  // sequence, tokens it has in the pass (chains)
+  std::vector<Seq*> trees;                    // tree sequences decoding this pass
   for (auto& p : live_) {
     Seq& s = *p;
-    if (s.cancelled || !s.has_logits) continue;
+    if (s.cancelled || s.ended || !decoding(s)) continue;
+    if (s.dec) {
+      trees.push_back(&s);
+      continue;
+    }
     s.has_logits = false;
     int32_t t = 0;
     try {
       t = s.sampler.sample(s.logits);
     } catch (const NonFiniteLogits& e) {
       s.error = e.what();
-      continue;  // ended: finished below
+      s.ended = true;
+      continue;
     }
-    if (!s.out.emit(t)) continue;  // ended: finished below
+    ++stats_.emitted;
+    if (!s.out.emit(t)) {
+      s.ended = true;
+      continue;
+    }
     const int pos = pool_.committed(s.id);
     logit_rows.push_back(static_cast<int32_t>(tokens.size()));
     row_owner.push_back(&s);
     seqs.push_back(s.id), tokens.push_back(t), positions.push_back(pos), parents.push_back(-1);
     in_pass.emplace_back(&s, 1);
   }
-  const int decode_tokens = static_cast<int>(tokens.size());
+  const int decode_tokens = static_cast<int>(tokens.size() + trees.size());
   for (auto& p : live_) {
     Seq& s = *p;
-    const int left = static_cast<int>(s.prompt.size()) - s.prefilled;
-    const int room = limits_.pass_tokens - static_cast<int>(tokens.size());
+    const int target_prompt = static_cast<int>(s.prompt.size()) - (s.dec ? 1 : 0);
+    const int left = target_prompt - s.prefilled;
+    const int room = limits_.pass_tokens - static_cast<int>(tokens.size() + trees.size() * min_tree_);
     if (s.cancelled || left == 0) continue;
     if (room <= 0) break;
     const int take = std::min(left, room);
@@ -144,11 +229,35 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
       parents.push_back(i == 0 ? -1 : i - 1);
     }
     s.prefilled += take;
-    if (s.prefilled == static_cast<int>(s.prompt.size())) {
+    if (s.prefilled == target_prompt && !s.dec) {
       logit_rows.push_back(static_cast<int32_t>(base + take - 1));
       row_owner.push_back(&s);
     }
     in_pass.emplace_back(&s, take);
+  }
+  // The trees: the nodes left under the pass budget, split by the node budget rule.
+  std::vector<std::pair<Seq*, int>> tree_rows;  // sequence, its first logits row
+  if (!trees.empty()) {
+    const int base = static_cast<int>(tokens.size() + trees.size());
+    const std::vector<int> k = split_tree_nodes(static_cast<int>(trees.size()), base,
+                                                limits_.pass_tokens - base, tree_value_, draft_->pass_seconds);
+    for (size_t i = 0; i < trees.size(); ++i) {
+      Seq& s = *trees[i];
+      if (s.tree_size != k[i]) s.dec->set_shape(shapes_[static_cast<size_t>(k[i] - 1)]), s.tree_size = k[i];
+      const TreePass& tp = s.dec->draft_tree(pool_.committed(s.id));
+      tree_rows.emplace_back(&s, static_cast<int>(logit_rows.size()));
+      for (int j = 0; j < tp.size(); ++j) {
+        logit_rows.push_back(static_cast<int32_t>(tokens.size()));
+        seqs.push_back(s.id), tokens.push_back(tp.tokens[j]);
+        positions.push_back(tp.positions[j]), parents.push_back(tp.parents[j]);
+      }
+      stats_.tree_nodes += tp.size() - 1;
+      stats_.tree_steps += tp.size() > 1 ? 1 : 0;
+      if (s.decode_from == 0) {  // the first tree: decoding starts
+        s.out.generation().prefill_seconds = now_seconds() - s.admitted_at;
+        s.decode_from = now_seconds();
+      }
+    }
   }
   if (!tokens.empty()) {
     const size_t vocab = static_cast<size_t>(target_.hparams().vocab);
@@ -166,18 +275,41 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
       }
       s.has_logits = true;
     }
+    for (size_t i = 0; i < tree_rows.size(); ++i) {
+      auto [sp, first] = tree_rows[i];
+      Seq& s = *sp;
+      const int last = i + 1 < tree_rows.size() ? tree_rows[i + 1].second : static_cast<int>(logit_rows.size());
+      const std::span<const float> rows(logits_.data() + static_cast<size_t>(first) * vocab,
+                                        static_cast<size_t>(last - first) * vocab);
+      std::vector<int32_t> keep;
+      std::vector<int32_t> out;
+      try {
+        out = s.dec->accept(rows, keep);
+      } catch (const NonFiniteLogits& e) {
+        s.error = e.what();
+        s.ended = true;
+        pool_.discard(s.id);
+        continue;
+      }
+      pool_.commit_path(s.id, keep);
+      for (const int32_t t : out) {
+        ++stats_.emitted;
+        if (!s.out.emit(t)) {
+          s.ended = true;
+          break;
+        }
+      }
+    }
     ++stats_.passes;
     stats_.pass_tokens += static_cast<int64_t>(tokens.size());
     stats_.decode_tokens += decode_tokens;
     stats_.pass_seconds += st.seconds;
   }
-  // Sequences that ended (a stop, the length, cancelled) leave now.
+  // Sequences that ended (a stop, the length, an error, cancelled) leave now.
   std::vector<std::unique_ptr<Seq>> kept;
   for (auto& p : live_) {
     Seq& s = *p;
-    const bool ended = s.cancelled || (!s.has_logits && s.prefilled == static_cast<int>(s.prompt.size()) &&
-                                       s.decode_from > 0);
-    if (ended)
+    if (s.cancelled || s.ended)
       finish(s, done);
     else
       kept.push_back(std::move(p));

@@ -1,8 +1,15 @@
 // Many prompts -> texts through shared passes (continuous batching): every
 // pass carries one next token of each decoding sequence and, in the room left
 // under the pass's token budget, chunks of waiting prompts; a sequence that
-// finishes leaves at once and a queued request takes its place. Autoregressive
-// decoding only (a draft's trees are generate()'s, one sequence at a time).
+// finishes leaves at once and a queued request takes its place.
+//
+// With a resident draft (BatchDraft) each decoding sequence may also get a
+// speculative tree in the pass: one node budget per pass (pass_tokens) holds
+// every decoding sequence's next-token slot and the prompt chunks, and the
+// nodes left go to trees, as many per sequence as the node budget rule says
+// (BatchDraft: fixed, or chosen from the pass's measured cost t(n) and the
+// trees' expected accepted tokens). One sequence alone is speculative
+// decoding; many with no room left are plain batching.
 //
 // Each request's output is what generate() gives it alone: its own sampler
 // (its seed), the same stop rules (OutputStream), and logits that do not depend
@@ -25,6 +32,7 @@
 #include "src/engine/sampler.h"
 #include "src/engine/transformer.h"
 #include "src/speculative/generation.h"
+#include "src/speculative/speculate.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace redwood::spec {
@@ -34,6 +42,33 @@ struct BatchLimits {
   int pass_tokens = 64;    // prompt tokens fill a pass up to this; every decoding sequence has its token anyway
 };
 
+// Trees in shared passes. The tree is a static Sequoia tree: config.shape is
+// the largest a sequence gets (its verifier and sampling mode are the run's;
+// each request brings its own seed); smaller ones are the Sequoia DP's best
+// trees of k nodes under `acceptance` and config.shape's depth.
+struct BatchDraft {
+  Transformer* draft = nullptr;
+  const ModelDesc* target_desc = nullptr;
+  const ModelDesc* draft_desc = nullptr;
+  SpecConfig config;                // static tree
+  std::vector<double> acceptance;   // the DP's acceptance vector (p_1 >= p_2 >= ...)
+  // The target pass's cost in seconds for n tokens (the hardware profile's
+  // t(n)). Empty: fixed trees (every decoding sequence gets config.shape, the
+  // DP's smaller trees split evenly when the pass has no room for them all).
+  // Set: per pass, the split of the room that maximises expected emitted
+  // tokens / t(pass tokens), root-only trees (plain batching) included.
+  std::function<double(int)> pass_seconds;
+};
+
+// How a pass's spare nodes are split into trees: with d decoding sequences,
+// `base` tokens already in the pass and `room` nodes left, the number of nodes
+// (root included, 1..f.size()) each sequence's tree gets, given f[k-1] = the
+// expected emitted tokens of a tree of k nodes. Even splits only (f concave):
+// t empty gives every sequence the largest tree that fits; else the split
+// maximising sum f / t(base + extra nodes).
+std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<double>& f,
+                                  const std::function<double(int)>& t);
+
 // What the passes so far did (for reports and the scheduler's choices).
 struct BatchStats {
   int64_t passes = 0;
@@ -41,14 +76,19 @@ struct BatchStats {
   int64_t decode_tokens = 0;  // of which next-token slots of decoding sequences
   double pass_seconds = 0;    // inside Transformer::forward
   int max_in_flight = 0;
+  int64_t tree_nodes = 0;     // drafted nodes verified (roots excluded)
+  int64_t tree_steps = 0;     // sequence steps that had a tree of more than the root
+  int64_t emitted = 0;        // tokens the decode slots and trees emitted
 };
 
 class BatchGenerator {
  public:
   // REQUIRES: pool was made for target (its layers, kv_dim, element type) and
   // holds no sequence; target, tok and pool outlive the generator;
-  // limits positive (else throws redwood::Error).
-  BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool& pool, BatchLimits limits);
+  // limits positive (else throws redwood::Error). draft: trees in the passes
+  // (a static tree; checked as SpecDecoder checks it); null: plain decoding.
+  BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool& pool, BatchLimits limits,
+                 const BatchDraft* draft = nullptr);
   ~BatchGenerator();
   BatchGenerator(const BatchGenerator&) = delete;
   BatchGenerator& operator=(const BatchGenerator&) = delete;
@@ -86,13 +126,20 @@ class BatchGenerator {
  private:
   struct Seq;
   int blocks_for(const Seq& s) const;
+  int rows_for(const Seq& s) const;
   void admit();
+  void start(Seq& s);
+  bool decoding(const Seq& s) const;
   void finish(Seq& s, std::vector<Done>& done);
 
   Transformer& target_;
   const Tokenizer& tok_;
   KvPool& pool_;
   BatchLimits limits_;
+  std::unique_ptr<BatchDraft> draft_;  // null: plain decoding
+  std::vector<StaticTree> shapes_;     // [k - 1]: the tree of k nodes
+  std::vector<double> tree_value_;     // [k - 1]: its expected emitted tokens
+  int min_tree_ = 1;                   // nodes a tree sequence takes at least (a fixed shape: all of it)
   uint64_t next_ticket_ = 1;
   std::deque<std::unique_ptr<Seq>> queue_;
   std::vector<std::unique_ptr<Seq>> live_;  // in admission order

@@ -149,13 +149,13 @@ std::unique_ptr<TreePolicy> checked_policy(const SpecConfig& c) {
 }  // namespace
 
 SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDesc& td, const ModelDesc& dd,
-                         SpecConfig cfg, int capacity)
+                         SpecConfig cfg, int capacity, TargetCache where)
     : target_(target),
       draft_(draft),
       cfg_(std::move(cfg)),
       vocab_(td.hp.vocab),
       policy_(checked_policy(cfg_)),
-      tkv_(target.make_cache(capacity)),
+      tkv_(where == TargetCache::kOwn ? std::optional<KvCache>(target.make_cache(capacity)) : std::nullopt),
       // The draft's pending block holds every node run through the draft,
       // pruned ones included; callers size `capacity` for the verified tree.
       dkv_(draft.make_cache(capacity + std::max(0, policy_->max_draft_rows() - policy_->max_nodes()))),
@@ -163,6 +163,21 @@ SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDes
   if (td.hp.vocab != dd.hp.vocab || td.tokenizer.tokens != dd.tokenizer.tokens)
     throw Error("the draft model's vocabulary differs from the target's (" + dd.path + " vs " + td.path + ")");
   stats_.accepted_by_depth.assign(static_cast<size_t>(policy_->max_levels()) + 1, 0);
+}
+
+SpecDecoder::~SpecDecoder() = default;
+
+KvCache& SpecDecoder::target_cache() {
+  if (!tkv_) throw Error("SpecDecoder: the target's KV rows are the caller's");
+  return *tkv_;
+}
+
+void SpecDecoder::set_shape(const StaticTree& shape) {
+  if (cfg_.tree.kind != TreeKind::kStatic) throw Error("SpecDecoder::set_shape: the tree is not a static shape");
+  if (shape.size() < 1 || shape.size() > cfg_.shape.size())
+    throw Error("SpecDecoder::set_shape: " + std::to_string(shape.size()) + " nodes, the decoder holds at most " +
+                std::to_string(cfg_.shape.size()));
+  policy_ = make_policy(cfg_.tree, shape, cfg_.verifier);
 }
 
 void SpecDecoder::target_probs(std::span<const float> logits, std::vector<float>& out) const {
@@ -184,7 +199,7 @@ void SpecDecoder::start(std::span<const int32_t> prompt) {
   if (prompt.size() > 1) {
     const auto head = prompt.first(prompt.size() - 1);
     std::vector<float> lg(vocab_);
-    prefill(target_, tkv_, head, cfg_.prefill_chunk, lg);
+    if (tkv_) prefill(target_, *tkv_, head, cfg_.prefill_chunk, lg);
     prefill(draft_, dkv_, head, cfg_.prefill_chunk, lg);
   }
   root_ = prompt.back();
@@ -263,60 +278,98 @@ std::vector<int32_t> depth_first_order(const KeptTree& k) {
 
 }  // namespace
 
-std::vector<int32_t> SpecDecoder::step() {
-  const int L = tkv_.committed();  // root position
-  const double t0 = now_seconds();
+struct SpecDecoder::Step {
+  KeptTree kept;
+  std::vector<int32_t> keep, pos_in;
+  int m = 0;            // draft tokens processed by the first draft pass (0: the draft did not run)
+  double t0 = 0, t1 = 0;
+  TreePass pass;
+};
 
-  // ---- draft: first pass = the draft's unprocessed tokens, ending at the root ----
-  const int m = static_cast<int>(draft_todo_.size());
-  std::vector<float> dlog(vocab_);  // kLast: the root's row only
-  {
-    ChainBatch b(draft_todo_, dkv_.committed());
-    draft_.forward(b.view(), dkv_, dlog, LogitsRows::kLast);
-    stats_.draft_passes++;
-  }
+std::vector<int32_t> SpecDecoder::step() {
+  KvCache& kv = target_cache();
+  const TreePass& p = draft_tree(kv.committed());
+  std::vector<float> tlog(static_cast<size_t>(p.size()) * vocab_);
+  target_.forward(Batch{p.tokens, p.positions, p.parents}, kv, tlog, LogitsRows::kAll);
+  std::vector<int32_t> rows;
+  std::vector<int32_t> out = accept(tlog, rows);
+  kv.commit_path(rows);
+  return out;
+}
+
+const TreePass& SpecDecoder::draft_tree(int root_pos) {
+  const int L = root_pos;
+  if (!step_) step_ = std::make_unique<Step>();
+  Step& S = *step_;
+  S.t0 = now_seconds();
   // The verifier reads draft distributions of accepted nodes after the tree is
   // built (greedy and target-sample never do).
   const bool verifier_reads_q = cfg_.verifier != Verifier::kGreedy && cfg_.verifier != Verifier::kTargetSample;
   DraftTree& T = tree_;
   T.reset(root_, verifier_reads_q || policy_->needs_old_dists());
-  T.begin_batch();
-  draft_probs(dlog, T.set_dist(0));
-  std::vector<int32_t> draft_row = {m - 1};  // draft block row per node (-1: not run)
-  int block_rows = m;
-  std::vector<float> lg;
-  // One batched draft pass over the nodes the policy asks for; their parents
-  // ran in an earlier pass (or are the root), so they index the draft block.
-  const auto to_dist = [this](std::span<const float> row, std::vector<float>& out) { draft_probs(row, out); };
-  auto forward = [&](std::span<const int32_t> nodes) {
-    draft_level_pass(draft_, dkv_, T, nodes, L, vocab_, draft_row, block_rows, lg, to_dist);
-    stats_.draft_passes++;
-    stats_.draft_tokens += static_cast<int64_t>(nodes.size());
-  };
-  const std::vector<int32_t> keep = grow_tree(*policy_, T, forward, rng_);
+  std::vector<int32_t> draft_row = {-1};  // draft block row per node (-1: not run)
+  if (policy_->max_nodes() <= 1) {
+    // A root-only tree: nothing to draft, the draft does not run this step.
+    S.m = 0;
+    S.keep = {0};
+  } else {
+    // ---- draft: first pass = the draft's unprocessed tokens, ending at the root ----
+    S.m = static_cast<int>(draft_todo_.size());
+    std::vector<float> dlog(vocab_);  // kLast: the root's row only
+    {
+      ChainBatch b(draft_todo_, dkv_.committed());
+      draft_.forward(b.view(), dkv_, dlog, LogitsRows::kLast);
+      stats_.draft_passes++;
+    }
+    T.begin_batch();
+    draft_probs(dlog, T.set_dist(0));
+    draft_row = {S.m - 1};
+    int block_rows = S.m;
+    std::vector<float> lg;
+    // One batched draft pass over the nodes the policy asks for; their parents
+    // ran in an earlier pass (or are the root), so they index the draft block.
+    const auto to_dist = [this](std::span<const float> row, std::vector<float>& out) { draft_probs(row, out); };
+    auto forward = [&](std::span<const int32_t> nodes) {
+      draft_level_pass(draft_, dkv_, T, nodes, L, vocab_, draft_row, block_rows, lg, to_dist);
+      stats_.draft_passes++;
+      stats_.draft_tokens += static_cast<int64_t>(nodes.size());
+    };
+    S.keep = grow_tree(*policy_, T, forward, rng_);
+  }
   draft_row.resize(T.size(), -1);
-  const double t1 = now_seconds();
+  S.t1 = now_seconds();
 
   // ---- the verified tree: the kept nodes, renumbered in id order ----
-  const KeptTree kept = renumber_kept(T, keep, draft_row);
+  S.kept = renumber_kept(T, S.keep, draft_row);
+  const KeptTree& kept = S.kept;
   const int n = kept.size();
-  const std::vector<int32_t>& tok = kept.token;
-  const std::vector<int32_t>& par = kept.parent;
   stats_.tree_nodes.push_back(n);
 
-  // ---- target: ONE pass over [root + tree] in depth-first order ----
+  // ---- the target's pass over [root + tree] in depth-first order ----
   const std::vector<int32_t> order = depth_first_order(kept);
-  std::vector<int32_t> pos_in(n);  // kept node -> its row in the target's pass
-  for (int i = 0; i < n; ++i) pos_in[order[i]] = i;
-  std::vector<int32_t> pass_tokens(n), pass_positions(n), pass_parents(n);
+  S.pos_in.assign(static_cast<size_t>(n), 0);  // kept node -> its row in the target's pass
+  for (int i = 0; i < n; ++i) S.pos_in[order[i]] = i;
+  TreePass& P = S.pass;
+  P.tokens.resize(n), P.positions.resize(n), P.parents.resize(n);
   for (int i = 0; i < n; ++i) {
     const int v = order[i];
-    pass_tokens[i] = tok[v];
-    pass_positions[i] = L + kept.depth[v];
-    pass_parents[i] = par[v] < 0 ? -1 : pos_in[par[v]];
+    P.tokens[i] = kept.token[v];
+    P.positions[i] = L + kept.depth[v];
+    P.parents[i] = kept.parent[v] < 0 ? -1 : S.pos_in[kept.parent[v]];
   }
-  std::vector<float> tlog(static_cast<size_t>(n) * vocab_);
-  target_.forward(Batch{pass_tokens, pass_positions, pass_parents}, tkv_, tlog, LogitsRows::kAll);
+  return P;
+}
+
+std::vector<int32_t> SpecDecoder::accept(std::span<const float> tlog, std::vector<int32_t>& trows) {
+  if (!step_ || step_->pass.tokens.empty()) throw Error("SpecDecoder::accept without draft_tree");
+  Step& S = *step_;
+  const KeptTree& kept = S.kept;
+  const int n = kept.size();
+  if (tlog.size() != static_cast<size_t>(n) * vocab_)
+    throw Error("SpecDecoder::accept: " + std::to_string(tlog.size()) + " logits for a pass of " + std::to_string(n) +
+                " rows");
+  const std::vector<int32_t>& tok = kept.token;
+  const std::vector<int32_t>& par = kept.parent;
   stats_.target_passes++;
 
   // ---- verify: verifier ids = runtime nodes 1..n-1 shifted to 0..n-2 ----
@@ -329,42 +382,49 @@ std::vector<int32_t> SpecDecoder::step() {
   DistFn target_dist = [&](int32_t u) -> std::span<const float> {
     const int v = u + 1;
     if (pcache[v].empty())
-      target_probs(std::span<const float>(tlog).subspan(static_cast<size_t>(pos_in[v]) * vocab_, vocab_), pcache[v]);
+      target_probs(tlog.subspan(static_cast<size_t>(S.pos_in[v]) * vocab_, vocab_), pcache[v]);
     return pcache[v];
   };
-  DistFn draft_dist = [&](int32_t u) -> std::span<const float> { return T.dist(keep[u + 1]); };
+  const DraftTree& T = tree_;
+  DistFn draft_dist = [&](int32_t u) -> std::span<const float> { return T.dist(S.keep[u + 1]); };
   VerifyResult vr =
       verify_tree(cfg_.verifier, TreeView{verify_parents, verify_tokens}, target_dist, draft_dist, rng_,
                   cfg_.verify_options);
 
   // ---- keep the accepted path in both caches ----
   std::vector<int32_t> out;
-  std::vector<int32_t> trows = {pos_in[0]};
+  trows = {S.pos_in[0]};
   std::vector<int32_t> drows;
-  for (int i = 0; i < m; ++i) drows.push_back(i);
+  for (int i = 0; i < S.m; ++i) drows.push_back(i);
   std::vector<int32_t> todo;
   for (int32_t a : vr.accepted) {
     const int v = a + 1;
     out.push_back(tok[v]);
-    trows.push_back(pos_in[v]);
+    trows.push_back(S.pos_in[v]);
     if (kept.draft_row[v] >= 0 && todo.empty())
       drows.push_back(kept.draft_row[v]);
     else
       todo.push_back(tok[v]);
   }
-  tkv_.commit_path(trows);
-  dkv_.commit_path(drows);
   out.push_back(vr.bonus);
-  todo.push_back(vr.bonus);
-  draft_todo_ = std::move(todo);
+  if (S.m == 0) {
+    // The draft did not run: it still has its old tokens to process.
+    draft_todo_.insert(draft_todo_.end(), todo.begin(), todo.end());
+    draft_todo_.push_back(vr.bonus);
+  } else {
+    dkv_.commit_path(drows);
+    todo.push_back(vr.bonus);
+    draft_todo_ = std::move(todo);
+  }
   root_ = vr.bonus;
+  S.pass.tokens.clear();
 
   const size_t k = vr.accepted.size();
   if (k >= stats_.accepted_by_depth.size()) stats_.accepted_by_depth.resize(k + 1, 0);
   stats_.accepted_by_depth[k]++;
   stats_.emitted += static_cast<int64_t>(out.size());
-  stats_.draft_seconds += t1 - t0;
-  stats_.verify_seconds += now_seconds() - t1;
+  stats_.draft_seconds += S.t1 - S.t0;
+  stats_.verify_seconds += now_seconds() - S.t1;
   return out;
 }
 

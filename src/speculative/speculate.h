@@ -93,21 +93,54 @@ struct SpecStats {
   int64_t draft_tokens = 0;                // tree nodes run through the draft (pruned ones too)
 };
 
+// One step's target pass over [root + tree] (SpecDecoder::draft_tree): pass
+// order (depth-first), absolute positions, parents as pass rows (-1: the
+// committed prefix), so it is also the step's block of pending KV rows.
+struct TreePass {
+  std::vector<int32_t> tokens, positions, parents;
+  int size() const { return static_cast<int>(tokens.size()); }
+};
+
 class SpecDecoder {
  public:
+  // Where the target's KV rows live: the decoder's own cache (step() does the
+  // whole step), or the caller's (a shared KvPool: the caller prefills the
+  // prompt's head, runs draft_tree()'s pass in its own pass and commits
+  // accept()'s rows).
+  enum class TargetCache { kOwn, kCaller };
   // Checks vocabularies match and the verifier suits the sampling parameters
   // and the tree. capacity: the target cache (committed tokens + one tree);
   // the draft cache adds the policy's extra draft rows (pruned nodes).
   SpecDecoder(Transformer& target, Transformer& draft, const ModelDesc& target_desc, const ModelDesc& draft_desc,
-              SpecConfig cfg, int capacity);
+              SpecConfig cfg, int capacity, TargetCache where = TargetCache::kOwn);
+  ~SpecDecoder();
+  SpecDecoder(const SpecDecoder&) = delete;
+  SpecDecoder& operator=(const SpecDecoder&) = delete;
 
-  // Processes the prompt (all but its last token are prefilled into both caches).
+  // Processes the prompt (all but its last token are prefilled into the draft
+  // cache, and into the target cache when the decoder owns it).
   void start(std::span<const int32_t> prompt);
   // One speculative step: returns the emitted tokens (accepted path + bonus).
+  // REQUIRES: TargetCache::kOwn.
   std::vector<int32_t> step();
 
+  // step() in two halves around the target's pass.
+  // The draft builds this step's tree; the target pass over [root + tree] with
+  // the root at position root_pos (the target's committed rows). A root-only
+  // tree (set_shape of one node) runs no draft pass: the draft catches up on
+  // the tokens it skipped at its next tree.
+  const TreePass& draft_tree(int root_pos);
+  // logits: the pass's rows in pass order (size x vocab). Verifies, keeps the
+  // accepted path in the draft cache and returns the emitted tokens;
+  // target_rows: the pass rows to keep (root first, then the accepted path),
+  // for the target's commit_path. REQUIRES: draft_tree() before, once.
+  std::vector<int32_t> accept(std::span<const float> logits, std::vector<int32_t>& target_rows);
+  // The static tree for the next steps (the node budget's choice per pass).
+  // REQUIRES: a static tree config; shape.size() <= the config's shape size.
+  void set_shape(const StaticTree& shape);
+
   const SpecStats& stats() const { return stats_; }
-  KvCache& target_cache() { return tkv_; }
+  KvCache& target_cache();  // REQUIRES: TargetCache::kOwn
   KvCache& draft_cache() { return dkv_; }
   int32_t root() const { return root_; }
   // Tokens the draft has not processed yet (ends with root()).
@@ -119,16 +152,20 @@ class SpecDecoder {
   // The draft's: the same, except greedy runs (the draft's T = 1 softmax).
   void draft_probs(std::span<const float> logits, std::vector<float>& out) const;
 
+  struct Step;  // between draft_tree() and accept()
+
   Transformer& target_;
   Transformer& draft_;
   SpecConfig cfg_;
   int vocab_;
   std::unique_ptr<TreePolicy> policy_;  // before the caches: it sizes the draft's
-  KvCache tkv_, dkv_;
+  std::optional<KvCache> tkv_;          // TargetCache::kOwn only
+  KvCache dkv_;
   Rng rng_;
   int32_t root_ = -1;                // newest token, not yet processed by the target
   std::vector<int32_t> draft_todo_;  // tokens the draft has not processed (ends with root_)
   DraftTree tree_;
+  std::unique_ptr<Step> step_;
   SpecStats stats_;
 };
 

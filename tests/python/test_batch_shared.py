@@ -10,7 +10,9 @@ Checks:
                   the control: another job seed changes the sampled lines.
     kill/resume : a job killed (SIGKILL) with prompts in flight resumes to the same lines.
     bad lines   : a prompt too long for memory.ctx is a skipped line (on_bad_line = "skip"), the rest run.
-    refused     : sequences > 1 with a draft, sequences = 0, a bad word -> exit 1, one line naming the key.
+    trees       : with a draft (Sequoia trees in the shared passes: fixed, and shrunk to fit a small pass), greedy
+                  lines equal the plain lines; the summary shows tree steps.
+    refused     : sequences > 1 with a dynamic tree, sequences = 0, a bad word -> exit 1, one line naming the key.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
@@ -122,9 +124,27 @@ def main() -> int:
           p.returncode == 0 and len(lines_of(out)) == 3 and "too-long" not in open(out).read()
           and "skipped" in p.stderr, p.stderr[-300:])
 
-    # Refused settings: one line naming the key, exit 1, no output.
+    # Trees in shared passes (a draft): greedy lines equal the plain ones.
     draft = os.path.join(ROOT, "models", "smollm2-draft-10L.gguf")
-    for what, batch, extra in (("with a draft", "sequences = 2", f'draft = "{draft}"\n'),
+    ref = by_id(ref_path)
+    for batch in ("sequences = 4\npass_tokens = 64", "sequences = 4\npass_tokens = 12"):
+        name = "trees-" + batch.splitlines()[1].split("=")[1].strip()
+        out = os.path.join(tmp, name + ".jsonl")
+        spec = '[speculation]\ntree = "sequoia"\nbudget = 12\ndepth = 5\n'
+        p = run(rw, write(os.path.join(tmp, name + ".toml"),
+                          job_text(model, out, batch, 0.0, 7, prompts, extra=f'draft = "{draft}"\n' + spec)))
+        check(f"trees, {batch.splitlines()[1]}: exit 0", p.returncode == 0, p.stderr[-400:])
+        if p.returncode == 0:
+            check(f"trees, {batch.splitlines()[1]}: every line equals the plain greedy line", by_id(out) == ref,
+                  str(sorted(k for k, v in by_id(out).items() if ref.get(k) != v)))
+            shared = json.load(open(out + ".summary.json")).get("shared_passes", {})
+            check(f"trees, {batch.splitlines()[1]}: trees were verified in shared passes",
+                  shared.get("tree_steps", 0) > 0 and shared.get("max_in_flight", 0) > 1
+                  and shared.get("tokens_per_decode_slot", 0) > 1, json.dumps(shared))
+
+    # Refused settings: one line naming the key, exit 1, no output.
+    for what, batch, extra in (("with a dynamic tree", "sequences = 2",
+                                f'draft = "{draft}"\n[speculation]\ntree = "dyspec"\n'),
                                ("sequences = 0", "sequences = 0", ""),
                                ("a word other than auto", 'sequences = "many"', "")):
         out = os.path.join(tmp, "refused.jsonl")
