@@ -12,6 +12,7 @@
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
+#include "src/jobs/shard.h"
 #include "src/jobs/summary.h"
 #include "src/model/fingerprint.h"
 #include "src/runtime/session.h"
@@ -66,6 +67,9 @@ nlohmann::json output_settings(const jobs::JobConfig& job, const ModelDesc& targ
   // resume an F32 run's, nor the other way round. F32 is not written, so
   // outputs of redwood before --kv-type resume as before.
   if (job.kv_type != "f32") s["kv_type"] = job.kv_type;
+  // A shard's lines are its own (src/jobs/shard.h): no other shard, nor the
+  // whole job, resumes into its output. Not written unsharded, as before.
+  if (job.shard.active()) s["shard"] = job.shard.str();
   return s;
 }
 
@@ -115,6 +119,7 @@ void choose_sequences(const jobs::JobConfig& job, CheckedJob& c) {
 CheckedJob check_job_run(const jobs::JobConfig& job, const JobHooks& hooks) {
   CheckedJob c;
   c.pf = jobs::read_prompts(job.prompts, job.skip_bad_lines);
+  jobs::keep_shard(c.pf.items, job.shard);  // a shard's prompts only (by id: src/jobs/shard.h)
   reset_peak_rss();
   try {
     c.session.emplace(session_config(job));
@@ -452,6 +457,7 @@ json summarise(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoin
               {"kv_type", job.kv_type},
               {"sequences", c.session->config().sequences},
               {"pass_tokens", job.pass_tokens}};
+  if (job.shard.active()) f.config["shard"] = job.shard.str();
   json s = jobs::summary_json(jobs::total_results(job.output, wanted), f);
   if (c.session->target().streamed) s["offload"] = offload_stats(c.session->target());
   if (tally.shared) {
