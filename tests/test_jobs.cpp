@@ -610,6 +610,13 @@ TEST(Progress, TextShowsCountsRateAcceptanceAndEta) {
   s.accepted_per_pass = 0;
   s.seconds = 3725;
   EXPECT_EQ(progress_text(s, false), "40/40 prompts | 0.1 tok/s | done in 1h02m");
+  // Shared passes: prompts in flight, and their tokens counted before their lines end.
+  s.done = 12;
+  s.seconds = 10;
+  s.in_flight = 8;
+  s.tokens_in_flight = 48;
+  s.accepted_per_pass = 7.5;
+  EXPECT_EQ(progress_text(s, false), "12/40 prompts | 8 in flight | 40.0 tok/s | 7.50 tok/pass | ETA 28s");
 }
 
 TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
@@ -860,8 +867,8 @@ TEST(Shards, ParseTakesKOfNAndRefusesTheRestInOneLine) {
     EXPECT_EQ(s.index, k) << text;
     EXPECT_EQ(s.count, n) << text;
   }
-  for (const std::string bad : {"3/2", "0/0", "a/b", "0/3", "1/0", "1/", "/2", "2", "", "-1/2", "+1/2", " 1/2",
-                                "1/2 ", "1/2/3", "1.0/2", "1/1048577", "99999999/99999999"}) {
+  for (const std::string bad : {"3/2", "0/0", "a/b", "0/3", "1/0", "1/", "/2", "2", "", "-1/2", "+1/2", " 1/2", "1/2 ",
+                                "1/2/3", "1.0/2", "1/1048577", "99999999/99999999"}) {
     const std::string e = error_of([&] { (void)parse_shard(bad); });
     EXPECT_EQ(e, "expected a shard K/N with 1 <= K <= N <= 1048576 (e.g. 2/8), got '" + bad + "'") << bad;
   }
@@ -949,8 +956,9 @@ TEST_F(JobFiles, AShardIsAJobKeyOrAnOverrideAndNamesItsOutputs) {
   EXPECT_EQ(o.summary, path("sum.shard-3-of-4.json"));
   EXPECT_EQ(error_of([&] { (void)parse_job_text("[model]\ntarget = \"m\"\n[batch]\nshard = \"3/2\"\n", "job.toml"); }),
             "job.toml:4: batch.shard: expected a shard K/N with 1 <= K <= N <= 1048576 (e.g. 2/8), got '3/2'");
-  EXPECT_EQ(error_of([&] { (void)parse_job_text("[model]\ntarget = \"m\"\n[batch]\nshard = 2\n", "job.toml"); })
-                .rfind("job.toml:4: batch.shard: expected a string", 0),
+  EXPECT_EQ(error_of([&] {
+              (void)parse_job_text("[model]\ntarget = \"m\"\n[batch]\nshard = 2\n", "job.toml");
+            }).rfind("job.toml:4: batch.shard: expected a string", 0),
             0u);
   over.shard = "0/0";
   EXPECT_EQ(error_of([&] { apply_overrides(o, over); }),
@@ -961,7 +969,8 @@ TEST_F(JobFiles, AShardIsAJobKeyOrAnOverrideAndNamesItsOutputs) {
 // or mixing answers is named by its first line.
 TEST_F(JobFiles, CheckShardsFindsEveryPromptAnsweredOnce) {
   std::string ptext;
-  for (int i = 1; i <= 12; ++i) ptext += "{\"id\": " + std::to_string(i) + ", \"prompt\": \"p" + std::to_string(i) + "\"}\n";
+  for (int i = 1; i <= 12; ++i)
+    ptext += "{\"id\": " + std::to_string(i) + ", \"prompt\": \"p" + std::to_string(i) + "\"}\n";
   const std::string prompts = write("p.jsonl", ptext);
   JobConfig job = parse_job_text("[model]\ntarget = \"m\"\n[input]\nprompts = \"" + prompts +
                                      "\"\n[output]\npath = \"" + path("out.jsonl") + "\"\n",
@@ -969,8 +978,8 @@ TEST_F(JobFiles, CheckShardsFindsEveryPromptAnsweredOnce) {
   const PromptFile pf = read_prompts(prompts, false);
   const nlohmann::json settings = {{"target", "m.gguf"}, {"target_fingerprint", "abc"}, {"max_tokens", 8}};
   auto line = [&](const PromptItem& it, int k, const nlohmann::json& s = nullptr) {
-    nlohmann::ordered_json j = {{"id", it.id}, {"text", "t"}, {"finish_reason", "length"},
-                                {"prompt_hash", prompt_hash(it, false)}};
+    nlohmann::ordered_json j = {
+        {"id", it.id}, {"text", "t"}, {"finish_reason", "length"}, {"prompt_hash", prompt_hash(it, false)}};
     j["settings"] = s.is_null() ? settings : s;
     j["settings"]["shard"] = std::to_string(k) + "/3";
     return j.dump() + "\n";

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <unordered_set>
+#include <vector>
 
 #include "src/engine/sampler.h"
 #include "src/jobs/progress.h"
@@ -374,6 +375,7 @@ void run_shared(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r,
   const size_t keep_queued = static_cast<size_t>(session.config().sequences);
   const spec::BatchStats& st = gen.stats();
   int64_t passes_seen = 0, tokens_seen = 0;
+  int64_t ended_slots = 0;  // decode slots of the prompts ended (a prompt's first token is its prefill's)
   while (next < r.todo.size() || !gen.idle()) {
     if (sink.cancelled()) {
       tally.interrupted = true;
@@ -385,7 +387,12 @@ void run_shared(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r,
       req.sampling.seed = prompt_seed(job.sampling.seed, c.items[i].key);
       item_of[gen.submit(req)] = i;
     }
-    for (auto& d : gen.step()) {
+    std::vector<spec::BatchGenerator::Done> ended = gen.step();
+    tally.ps.in_flight = static_cast<int64_t>(gen.in_flight());  // the progress line's, with their tokens so far
+    for (const auto& d : ended)
+      ended_slots += std::max<int64_t>(0, static_cast<int64_t>(d.generation.tokens.size()) - 1);
+    tally.ps.tokens_in_flight = std::max<int64_t>(0, st.decode_tokens - ended_slots);
+    for (auto& d : ended) {
       const size_t i = item_of.at(d.ticket);
       item_of.erase(d.ticket);
       const spec::Generation& g = d.generation;
@@ -401,6 +408,7 @@ void run_shared(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r,
     passes_seen = st.passes, tokens_seen = st.decode_tokens;
     sink.refresh(false);
   }
+  tally.ps.in_flight = tally.ps.tokens_in_flight = 0;  // abandoned (a stop) or none left
   tally.shared = st;
 }
 

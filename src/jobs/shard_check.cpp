@@ -20,15 +20,19 @@ struct Answer {
   std::string where;  // PATH:LINE
 };
 
-ShardCheck fail(std::string message) { return {false, std::move(message)}; }
+ShardCheck fail(std::string message) {
+  return {false, std::move(message)};
+}
 
 }  // namespace
 
 ShardCheck check_shards(const JobConfig& job, int count) {
   if (count < 1 || count > kMaxShards)
-    throw Error("--check-shards: expected 1 to " + std::to_string(kMaxShards) + " shards, got " + std::to_string(count));
+    throw Error("--check-shards: expected 1 to " + std::to_string(kMaxShards) + " shards, got " +
+                std::to_string(count));
   if (job.prompts.empty())
-    throw Error(job.file + ": input.prompts: missing (a JSONL file of {\"id\", \"prompt\"|\"messages\"}; or --prompts)");
+    throw Error(job.file +
+                ": input.prompts: missing (a JSONL file of {\"id\", \"prompt\"|\"messages\"}; or --prompts)");
   if (job.output.empty()) throw Error(job.file + ": output.path: missing (where results go; or --output)");
   const PromptFile pf = read_prompts(job.prompts, job.skip_bad_lines);
   std::unordered_map<std::string, size_t> item_of;  // id -> index in pf.items

@@ -14,6 +14,7 @@ Checks:
                   max_tokens -> exit 1, one line naming the missing id / the line / the setting.
     refused     : resuming shard 2 into shard 1's output; --shard 3/2, 0/0, a/b; --shard with --check-shards
                   -> exit 1, one line, nothing written.
+    progress    : a shared-pass run's progress line shows the prompts in flight.
     resume      : a shard killed (SIGKILL) mid-run fails the check, and resumed, passes it with the same lines.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
@@ -172,6 +173,18 @@ def main() -> int:
     p = batch(rw, few, "--check-shards", "3")
     check("empty shards: the check passes", p.returncode == 0 and "3 prompts answered once by 3 shards" in p.stderr,
           p.stderr)
+
+    # Shared passes ([batch] sequences = 4) as shard 1 of 1: the same lines; the progress line counts the
+    # prompts in flight and their tokens.
+    shared_out = os.path.join(tmp, "shared.jsonl")
+    text = job_text(model, shared_out, prompts).replace("fsync_every = 1\n", "fsync_every = 1\nprogress_every = 0.01\n")
+    p = batch(rw, write(os.path.join(tmp, "shared.toml"), "[batch]\nsequences = 4\n" + text), "--shard", "1/1")
+    shared_file = os.path.join(tmp, "shared.shard-1-of-1.jsonl")
+    check("shared passes, shard 1/1: the same lines", p.returncode == 0 and by_id([shared_file]) == by_id([ref]),
+          p.stderr[-300:])
+    check("shared passes: the progress line shows prompts in flight",
+          any(" in flight | " in l and " tok/s" in l for l in p.stderr.splitlines() if l.startswith("batch: ")),
+          p.stderr[-600:])
 
     # A shard killed mid-run: the check fails, a resume completes it with the same lines.
     big = max((1, 2, 3), key=lambda k: sizes[k - 1])
