@@ -8,14 +8,18 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "src/jobs/job.h"
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
+#include "src/jobs/shard.h"
+#include "src/jobs/shard_check.h"
 #include "src/jobs/suite_config.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
@@ -606,6 +610,13 @@ TEST(Progress, TextShowsCountsRateAcceptanceAndEta) {
   s.accepted_per_pass = 0;
   s.seconds = 3725;
   EXPECT_EQ(progress_text(s, false), "40/40 prompts | 0.1 tok/s | done in 1h02m");
+  // Shared passes: prompts in flight, and their tokens counted before their lines end.
+  s.done = 12;
+  s.seconds = 10;
+  s.in_flight = 8;
+  s.tokens_in_flight = 48;
+  s.accepted_per_pass = 7.5;
+  EXPECT_EQ(progress_text(s, false), "12/40 prompts | 8 in flight | 40.0 tok/s | 7.50 tok/pass | ETA 28s");
 }
 
 TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
@@ -846,6 +857,208 @@ TEST(JobParsers, FuzzCorpusReplays) {
     ++n;
   }
   EXPECT_GE(n, 6);
+}
+
+// Issue 44 item 5: a job split into shards by id (src/jobs/shard.h).
+TEST(Shards, ParseTakesKOfNAndRefusesTheRestInOneLine) {
+  for (const auto& [text, k, n] : std::vector<std::tuple<std::string, int, int>>{
+           {"1/1", 1, 1}, {"2/8", 2, 8}, {"8/8", 8, 8}, {"07/10", 7, 10}, {"1/1048576", 1, 1048576}}) {
+    const Shard s = parse_shard(text);
+    EXPECT_EQ(s.index, k) << text;
+    EXPECT_EQ(s.count, n) << text;
+  }
+  for (const std::string bad : {"3/2", "0/0", "a/b", "0/3", "1/0", "1/", "/2", "2", "", "-1/2", "+1/2", " 1/2", "1/2 ",
+                                "1/2/3", "1.0/2", "1/1048577", "99999999/99999999"}) {
+    const std::string e = error_of([&] { (void)parse_shard(bad); });
+    EXPECT_EQ(e, "expected a shard K/N with 1 <= K <= N <= 1048576 (e.g. 2/8), got '" + bad + "'") << bad;
+  }
+  EXPECT_EQ(Shard({2, 8}).str(), "2/8");
+  EXPECT_FALSE(Shard().active());
+}
+
+TEST(Shards, EveryPromptIsInExactlyOneShardWhateverIsAppended) {
+  std::vector<PromptItem> items;
+  auto add = [&](const nlohmann::json& id) {
+    PromptItem it;
+    it.id = id;
+    it.key = id.dump();
+    it.prompt = "p";
+    items.push_back(it);
+  };
+  for (int i = 0; i < 600; ++i) add(i % 2 ? nlohmann::json(i) : nlohmann::json("q-" + std::to_string(i)));
+  for (const int n : {1, 2, 3, 7, 16}) {
+    std::map<std::string, int> owner;
+    for (int k = 1; k <= n; ++k) {
+      std::vector<PromptItem> mine = items;
+      keep_shard(mine, {k, n});
+      // Even enough: no shard has fewer than half its share of 600 ids.
+      EXPECT_GE(static_cast<int>(mine.size()), 600 / n / 2) << k << "/" << n;
+      for (const PromptItem& it : mine) {
+        EXPECT_TRUE(owner.emplace(it.key, k).second) << it.key << " in two shards of " << n;
+        EXPECT_EQ(shard_of(it.key, n), k);
+      }
+    }
+    EXPECT_EQ(owner.size(), items.size()) << n;  // none left out
+    // Appending (and reordering, and removing) prompts moves none of the others.
+    std::vector<PromptItem> more(items.rbegin(), items.rend() - 100);
+    for (int i = 0; i < 300; ++i) {
+      PromptItem it;
+      it.key = "\"new-" + std::to_string(i) + "\"";
+      more.push_back(it);
+    }
+    for (int k = 1; k <= n; ++k) {
+      std::vector<PromptItem> mine = more;
+      keep_shard(mine, {k, n});
+      for (const PromptItem& it : mine)
+        if (owner.count(it.key)) {
+          EXPECT_EQ(owner.at(it.key), k) << it.key;
+        }
+    }
+  }
+  // The hash is part of the output format (a resumed shard finds its ids
+  // where they were): these values must not change.
+  EXPECT_EQ(shard_of("1", 8), 2);  // as Python computes FNV-1a + splitmix64 (README)
+  EXPECT_EQ(shard_of("\"1\"", 8), 6);
+  EXPECT_EQ(shard_of("\"a\"", 3), 3);
+  std::vector<PromptItem> all = items;
+  keep_shard(all, Shard());
+  EXPECT_EQ(all.size(), items.size());
+}
+
+TEST(Shards, OutputNamesCarryTheShard) {
+  EXPECT_EQ(shard_output_path("out.jsonl", {2, 8}), "out.shard-2-of-8.jsonl");
+  EXPECT_EQ(shard_output_path("a.b/out", {1, 3}), "a.b/out.shard-1-of-3");
+  EXPECT_EQ(shard_output_path("d/r.summary.json", {3, 3}), "d/r.summary.shard-3-of-3.json");
+  EXPECT_EQ(shard_output_path("d/.hidden", {1, 2}), "d/.hidden.shard-1-of-2");
+  EXPECT_EQ(shard_output_path("out.jsonl", Shard()), "out.jsonl");
+  EXPECT_EQ(shard_output_path("", {1, 2}), "");
+}
+
+TEST_F(JobFiles, AShardIsAJobKeyOrAnOverrideAndNamesItsOutputs) {
+  const std::string model = write("m.gguf", "x");
+  const std::string prompts = write("p.jsonl", "{\"id\": 1, \"prompt\": \"hi\"}\n");
+  const std::string text = "[model]\ntarget = \"" + model + "\"\n[batch]\nshard = \"2/3\"\n[input]\nprompts = \"" +
+                           prompts + "\"\n[output]\npath = \"" + path("out.jsonl") + "\"\n";
+  JobConfig j = parse_job_text(text, "job.toml");
+  EXPECT_EQ(j.shard.str(), "2/3");
+  JobConfig o = j;
+  check_job(j);
+  EXPECT_EQ(j.output, path("out.shard-2-of-3.jsonl"));
+  EXPECT_EQ(j.summary, path("out.shard-2-of-3.jsonl.summary.json"));
+  check_job(j);  // once only
+  EXPECT_EQ(j.output, path("out.shard-2-of-3.jsonl"));
+  JobOverrides over;
+  over.shard = "3/4";  // the command line wins
+  apply_overrides(o, over);
+  o.summary = path("sum.json");  // as output.summary = "..." in the job
+  check_job(o);
+  EXPECT_EQ(o.output, path("out.shard-3-of-4.jsonl"));
+  EXPECT_EQ(o.summary, path("sum.shard-3-of-4.json"));
+  EXPECT_EQ(error_of([&] { (void)parse_job_text("[model]\ntarget = \"m\"\n[batch]\nshard = \"3/2\"\n", "job.toml"); }),
+            "job.toml:4: batch.shard: expected a shard K/N with 1 <= K <= N <= 1048576 (e.g. 2/8), got '3/2'");
+  EXPECT_EQ(error_of([&] {
+              (void)parse_job_text("[model]\ntarget = \"m\"\n[batch]\nshard = 2\n", "job.toml");
+            }).rfind("job.toml:4: batch.shard: expected a string", 0),
+            0u);
+  over.shard = "0/0";
+  EXPECT_EQ(error_of([&] { apply_overrides(o, over); }),
+            "--shard: expected a shard K/N with 1 <= K <= N <= 1048576 (e.g. 2/8), got '0/0'");
+}
+
+// check_shards over hand-written shard outputs: each way of missing, repeating
+// or mixing answers is named by its first line.
+TEST_F(JobFiles, CheckShardsFindsEveryPromptAnsweredOnce) {
+  std::string ptext;
+  for (int i = 1; i <= 12; ++i)
+    ptext += "{\"id\": " + std::to_string(i) + ", \"prompt\": \"p" + std::to_string(i) + "\"}\n";
+  const std::string prompts = write("p.jsonl", ptext);
+  JobConfig job = parse_job_text("[model]\ntarget = \"m\"\n[input]\nprompts = \"" + prompts +
+                                     "\"\n[output]\npath = \"" + path("out.jsonl") + "\"\n",
+                                 "job.toml");
+  const PromptFile pf = read_prompts(prompts, false);
+  const nlohmann::json settings = {{"target", "m.gguf"}, {"target_fingerprint", "abc"}, {"max_tokens", 8}};
+  auto line = [&](const PromptItem& it, int k, const nlohmann::json& s = nullptr) {
+    nlohmann::ordered_json j = {
+        {"id", it.id}, {"text", "t"}, {"finish_reason", "length"}, {"prompt_hash", prompt_hash(it, false)}};
+    j["settings"] = s.is_null() ? settings : s;
+    j["settings"]["shard"] = std::to_string(k) + "/3";
+    return j.dump() + "\n";
+  };
+  std::map<int, std::string> files;  // shard -> its lines
+  auto write_all = [&] {
+    for (int k = 1; k <= 3; ++k) fs::remove(shard_output_path(path("out.jsonl"), {k, 3}));
+    for (const auto& [k, text] : files) write("out.shard-" + std::to_string(k) + "-of-3.jsonl", text);
+  };
+  std::map<int, std::vector<const PromptItem*>> of;
+  for (const PromptItem& it : pf.items) {
+    files[shard_of(it.key, 3)] += line(it, shard_of(it.key, 3));
+    of[shard_of(it.key, 3)].push_back(&it);
+  }
+  ASSERT_EQ(of.size(), 3u);  // every shard has prompts here
+  write_all();
+  ShardCheck r = check_shards(job, 3);
+  EXPECT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, "12 prompts answered once by 3 shards");
+  const std::string out2 = path("out.shard-2-of-3.jsonl");
+  const PromptItem& first2 = *of[2].front();
+
+  auto expect_fail = [&](const std::string& message) {
+    write_all();
+    const ShardCheck c = check_shards(job, 3);
+    EXPECT_FALSE(c.ok);
+    EXPECT_EQ(c.message, message);
+    EXPECT_EQ(c.message.find('\n'), std::string::npos);
+  };
+  const std::map<int, std::string> good = files;
+  // A deleted line.
+  files[2] = files[2].substr(files[2].find('\n') + 1);
+  expect_fail("id " + first2.key + " (" + prompts + ":" + std::to_string(first2.line) +
+              ") is answered by no shard: shard 2/3 ('" + out2 +
+              "') has no line for it (not run, interrupted, or the prompt was skipped)");
+  // A shard's output copied over another's.
+  files = good;
+  files[2] = files[1];
+  expect_fail(out2 + ":1: written by shard 1/3, in shard 2/3's output");
+  // An id answered twice in one shard.
+  files = good;
+  files[2] += line(first2, 2);
+  expect_fail(out2 + ":" + std::to_string(of[2].size() + 1) + ": id " + first2.key + " is answered twice (also at " +
+              out2 + ":1)");
+  // A shard run with another setting.
+  files = good;
+  nlohmann::json other = settings;
+  other["max_tokens"] = 9;
+  files[2] = line(first2, 2, other) + files[2].substr(files[2].find('\n') + 1);
+  expect_fail(out2 + ":1: shard 2/3 ran with other settings than " + path("out.shard-1-of-3.jsonl") +
+              ":1 (max_tokens 8 -> 9)");
+  // A line in the wrong shard's file (its tag changed by hand).
+  files = good;
+  files[2] += line(*of[1].front(), 2);
+  expect_fail(out2 + ":" + std::to_string(of[2].size() + 1) + ": id " + of[1].front()->key +
+              " belongs to shard 1/3, not 2/3");
+  // An interrupted shard.
+  files = good;
+  files[2] += "{\"id\": 9";
+  expect_fail(out2 + ":" + std::to_string(of[2].size() + 1) +
+              ": a torn last line (shard 2/3 was interrupted): run it again to resume");
+  // A missing shard; an unsharded output; an id not among the prompts.
+  files = good;
+  files.erase(3);
+  write_all();
+  EXPECT_NE(check_shards(job, 3).message.find("shard 3/3 ('" + path("out.shard-3-of-3.jsonl") + "') has no line"),
+            std::string::npos);
+  files = good;
+  PromptItem stray;
+  stray.id = 99;
+  stray.key = "99";
+  files[2] += line(stray, 2);
+  expect_fail(out2 + ":" + std::to_string(of[2].size() + 1) + ": id 99 is not a prompt of " + prompts);
+  // The check reads only.
+  files = good;
+  write_all();
+  EXPECT_TRUE(check_shards(job, 3).ok);
+  EXPECT_EQ(slurp(out2), good.at(2));
+  EXPECT_EQ(error_of([&] { (void)check_shards(job, 0); }), "--check-shards: expected 1 to 1048576 shards, got 0");
 }
 
 }  // namespace

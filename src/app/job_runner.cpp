@@ -7,11 +7,13 @@
 #include <map>
 #include <optional>
 #include <unordered_set>
+#include <vector>
 
 #include "src/engine/sampler.h"
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
+#include "src/jobs/shard.h"
 #include "src/jobs/summary.h"
 #include "src/model/fingerprint.h"
 #include "src/runtime/session.h"
@@ -66,6 +68,9 @@ nlohmann::json output_settings(const jobs::JobConfig& job, const ModelDesc& targ
   // resume an F32 run's, nor the other way round. F32 is not written, so
   // outputs of redwood before --kv-type resume as before.
   if (job.kv_type != "f32") s["kv_type"] = job.kv_type;
+  // A shard's lines are its own (src/jobs/shard.h): no other shard, nor the
+  // whole job, resumes into its output. Not written unsharded, as before.
+  if (job.shard.active()) s["shard"] = job.shard.str();
   return s;
 }
 
@@ -115,6 +120,7 @@ void choose_sequences(const jobs::JobConfig& job, CheckedJob& c) {
 CheckedJob check_job_run(const jobs::JobConfig& job, const JobHooks& hooks) {
   CheckedJob c;
   c.pf = jobs::read_prompts(job.prompts, job.skip_bad_lines);
+  jobs::keep_shard(c.pf.items, job.shard);  // a shard's prompts only (by id: src/jobs/shard.h)
   reset_peak_rss();
   try {
     c.session.emplace(session_config(job));
@@ -370,6 +376,7 @@ void run_shared(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r,
   const size_t keep_queued = static_cast<size_t>(session.config().sequences);
   const spec::BatchStats& st = gen.stats();
   int64_t passes_seen = 0, tokens_seen = 0;
+  int64_t ended_slots = 0;  // decode slots of the prompts ended (a prompt's first token is its prefill's)
   while (next < r.todo.size() || !gen.idle()) {
     if (sink.cancelled()) {
       tally.interrupted = true;
@@ -381,7 +388,12 @@ void run_shared(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r,
       req.sampling.seed = prompt_seed(job.sampling.seed, c.items[i].key);
       item_of[gen.submit(req)] = i;
     }
-    for (auto& d : gen.step()) {
+    std::vector<spec::BatchGenerator::Done> ended = gen.step();
+    tally.ps.in_flight = static_cast<int64_t>(gen.in_flight());  // the progress line's, with their tokens so far
+    for (const auto& d : ended)
+      ended_slots += std::max<int64_t>(0, static_cast<int64_t>(d.generation.tokens.size()) - 1);
+    tally.ps.tokens_in_flight = std::max<int64_t>(0, st.decode_tokens - ended_slots);
+    for (auto& d : ended) {
       const size_t i = item_of.at(d.ticket);
       item_of.erase(d.ticket);
       const spec::Generation& g = d.generation;
@@ -397,6 +409,7 @@ void run_shared(const jobs::JobConfig& job, CheckedJob& c, const ResumePoint& r,
     passes_seen = st.passes, tokens_seen = st.decode_tokens;
     sink.refresh(false);
   }
+  tally.ps.in_flight = tally.ps.tokens_in_flight = 0;  // abandoned (a stop) or none left
   tally.shared = st;
 }
 
@@ -453,6 +466,7 @@ json summarise(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoin
               {"kv_type", job.kv_type},
               {"sequences", c.session->config().sequences},
               {"pass_tokens", job.pass_tokens}};
+  if (job.shard.active()) f.config["shard"] = job.shard.str();
   json s = jobs::summary_json(jobs::total_results(job.output, wanted), f);
   if (c.session->target().streamed) s["offload"] = offload_stats(c.session->target());
   if (tally.shared) {

@@ -44,6 +44,7 @@ std::string JobConfig::where(const std::string& key) const {
   if (it != lines.end() && it->second < 0) {  // a command-line override
     if (key == "input.prompts") return "--prompts";
     if (key == "output.path") return "--output";
+    if (key == "batch.shard") return "--shard";
   }
   std::string out = file;
   if (it != lines.end()) out.append(":").append(std::to_string(it->second));
@@ -102,9 +103,17 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   if (job.tree.empty()) throw Error(job.where("speculation.tree") + ": must not be empty");
 
   const Section ba = section("batch");
-  ba.only({"sequences", "pass_tokens"});
+  ba.only({"sequences", "pass_tokens", "shard"});
   ba.integer_or_word("sequences", job.sequences, 1, 256, "auto", job.sequences_auto);
   ba.integer("pass_tokens", job.pass_tokens, 1, 8192);
+  if (std::string shard; ba.has("shard")) {
+    ba.str("shard", shard);
+    try {
+      job.shard = parse_shard(shard);
+    } catch (const Error& e) {
+      throw Error(job.where("batch.shard") + ": " + e.what());
+    }
+  }
 
   const Section sa = section("sampling");
   sa.only({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop"});
@@ -162,6 +171,14 @@ void apply_overrides(JobConfig& job, const JobOverrides& o) {
     if (!job.lines.count("output.summary")) job.summary.clear();  // follows the new output
   }
   if (o.threads >= 0) job.threads = o.threads;
+  if (!o.shard.empty()) {
+    job.lines["batch.shard"] = -1;  // where() says --shard
+    try {
+      job.shard = parse_shard(o.shard);
+    } catch (const Error& e) {
+      throw Error(job.where("batch.shard") + ": " + e.what());
+    }
+  }
 }
 
 namespace {
@@ -222,6 +239,11 @@ void check_job(JobConfig& job) {
                 ": input.prompts: missing (a JSONL file of {\"id\", \"prompt\"|\"messages\"}; or --prompts)");
   readable("input.prompts", job.prompts, "the prompt file");
   if (job.output.empty()) throw Error(job.file + ": output.path: missing (where results go; or --output)");
+  if (job.shard.active() && !job.outputs_sharded) {  // each shard its own results and summary
+    job.output = shard_output_path(job.output, job.shard);
+    job.summary = shard_output_path(job.summary, job.shard);  // "" stays "": the default follows the output
+    job.outputs_sharded = true;
+  }
   if (job.summary.empty()) {  // beside the file a link at output.path leads to (output_path.h), not in /dev
     const std::string t = output_target(job.output);
     job.summary = (t.empty() ? job.output : t) + ".summary.json";

@@ -18,6 +18,7 @@
 //   [batch]       sequences = 1 | N | "auto"   (prompts sharing each target pass; with a draft, static trees;
 //                               "auto": as many as the prompts and the memory budget allow, up to 64)
 //                 pass_tokens = 64  (tokens in one shared pass: decode tokens, then prompt chunks)
+//                 shard = "K/N"  (run shard K of N of the prompts, src/jobs/shard.h; batch --shard wins)
 //   [input]       prompts = "prompts.jsonl"  chat = false  on_bad_line = "fail"
 //   [output]      path = "out.jsonl"  summary = "out.summary.json"
 //                 fsync_every = 16  progress_every = 10.0
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "src/engine/sampler.h"
+#include "src/jobs/shard.h"
 
 namespace redwood::jobs {
 
@@ -58,6 +60,8 @@ struct JobConfig {
   int sequences = 1;
   bool sequences_auto = false;  // sequences = "auto": the runner chooses (at most kAutoSequences)
   int pass_tokens = 64;
+  Shard shard;  // batch.shard or --shard (shard.h); check_job puts it into the output names
+  bool outputs_sharded = false;  // check_job did
   // [sampling]
   SamplingParams sampling;
   int max_tokens = 128;
@@ -99,12 +103,14 @@ std::string model_file_name(const std::string& path);
 struct JobOverrides {
   std::string prompts, output;
   int threads = -1;  // < 0: keep the job's
+  std::string shard;  // "K/N" (--shard), replacing batch.shard
 };
 void apply_overrides(JobConfig& job, const JobOverrides& o);
 
 // The checks that need the file system: required keys present, model, draft,
 // acceptance and prompt files readable, the output not the prompt file, and
-// the output's directory creatable. Fills in the summary path default
+// the output's directory creatable. A shard's outputs get their shard's
+// names (shard_output_path) first. Fills in the summary path default
 // (<output>.summary.json). Throws redwood::Error with file:line: key.
 void check_job(JobConfig& job);
 

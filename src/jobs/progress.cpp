@@ -31,9 +31,14 @@ std::string progress_text(const ProgressState& s, bool bar) {
     out.append("[").append(static_cast<size_t>(fill), '#').append(static_cast<size_t>(kWidth - fill), '-').append("] ");
   }
   char b[256];
-  const double tps = s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0;
-  std::snprintf(b, sizeof b, "%lld/%lld prompts | %.1f tok/s", static_cast<long long>(s.done),
-                static_cast<long long>(s.total), tps);
+  const double tps = s.seconds > 0 ? static_cast<double>(s.tokens + s.tokens_in_flight) / s.seconds : 0.0;
+  std::snprintf(b, sizeof b, "%lld/%lld prompts", static_cast<long long>(s.done), static_cast<long long>(s.total));
+  out += b;
+  if (s.in_flight > 0) {
+    std::snprintf(b, sizeof b, " | %lld in flight", static_cast<long long>(s.in_flight));
+    out += b;
+  }
+  std::snprintf(b, sizeof b, " | %.1f tok/s", tps);
   out += b;
   if (s.accepted_per_pass > 0) {
     std::snprintf(b, sizeof b, " | %.2f tok/pass", s.accepted_per_pass);

@@ -13,10 +13,14 @@ struct ProgressState {
   int64_t tokens = 0;           // generated this run
   double seconds = 0;           // this run's wall time so far
   double accepted_per_pass = 0; // 0: autoregressive
+  // Shared passes ([batch] sequences > 1): prompts in flight now, and the
+  // tokens they have generated so far (counted in tok/s before their lines end).
+  int64_t in_flight = 0, tokens_in_flight = 0;
 };
 
 // The text of one progress report (no newline), e.g.
-// "[########----------] 12/40 prompts | 35.2 tok/s | 2.31 tok/pass | ETA 1m12s".
+// "[########----------] 12/40 prompts | 35.2 tok/s | 2.31 tok/pass | ETA 1m12s"; with prompts in flight
+// "12/40 prompts | 8 in flight | 35.2 tok/s | ...".
 std::string progress_text(const ProgressState& s, bool bar);
 
 class Progress {

@@ -34,9 +34,6 @@ bool is_result_line(const json& j) {
          j.contains("finish_reason") && j["finish_reason"].is_string();
 }
 
-namespace {
-
-// "key a → b, ..." for the settings that differ between a line and this run.
 std::string settings_diff(const json& was, const json& now) {
   std::string d;
   auto add = [&](const std::string& k, const json& a, const json& b) {
@@ -53,8 +50,6 @@ std::string settings_diff(const json& was, const json& now) {
     if (!now.contains(k)) add(k, v, json());
   return d;
 }
-
-}  // namespace
 
 ResumeState prepare_output(const std::string& path, const json& settings, const std::vector<std::string>& added_keys,
                            const PromptHashes* prompts) {

@@ -72,6 +72,9 @@ class OutputLock {
   bool created_ = false;
 };
 
+// "key a -> b, ..." for the settings that differ between a line (`was`) and a run (`now`).
+std::string settings_diff(const nlohmann::json& was, const nlohmann::json& now);
+
 // A result line must be an object with "id" and "finish_reason".
 bool is_result_line(const nlohmann::json& j);
 
