@@ -6,6 +6,8 @@
 #   plain    one prompt at a time, plain streaming        ([batch] sequences = 1)
 #   sequoia  one prompt at a time, speculative (Q3_K draft, Sequoia tree of BUDGET nodes)
 #   shared   continuous batching, sequences = "auto"      (as many as the budget holds)
+#   trees    continuous batching with the draft: sequences = "auto", a Sequoia tree of up to
+#            BUDGET nodes per prompt, split evenly in passes of PASS tokens (default 64)
 # then the ratios shared / plain and shared / sequoia from this one run.
 #
 #   bench/shared_passes.sh                 N=16 M=16 MEM=820MiB BUDGET=16 KV=f16 T=0
@@ -19,7 +21,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-N="${N:-16}" M="${M:-16}" MEM="${MEM:-820MiB}" BUDGET="${BUDGET:-16}" KV="${KV:-f16}" T="${T:-0}"
+N="${N:-16}" M="${M:-16}" MEM="${MEM:-820MiB}" BUDGET="${BUDGET:-16}" KV="${KV:-f16}" T="${T:-0}" PASS="${PASS:-64}"
 RW=./build/redwood
 SRC=models/SmolLM2-135M-Instruct.Q4_1.gguf
 DATA="${REDWOOD_DATA:-../shared/data}"
@@ -95,12 +97,24 @@ acceptance = \"$ACC\""
 job shared "$MEMORY
 [batch]
 sequences = \"auto\""
+job trees "draft = \"models/regime-draft-Q3_K.gguf\"
+[memory]
+device = \"$MEM+draft\"
+kv_type = \"$KV\"
+ctx = 1024
+[speculation]
+tree = \"sequoia\"
+budget = $BUDGET
+acceptance = \"$ACC\"
+[batch]
+sequences = \"auto\"
+pass_tokens = $PASS"
 
 python3 - "$OUT" "$N" "$M" "$MEM" "$KV" "$T" <<'PY' | tee "$OUT/report.md"
 import json, sys
 out, n, m, mem, kv, t = sys.argv[1:]
 rows = {}
-for name in ("plain", "sequoia", "shared"):
+for name in ("plain", "sequoia", "shared", "trees"):
     s = json.load(open(f"{out}/{name}.jsonl.summary.json"))
     run = s.get("run", s)
     def find(d, key):
@@ -118,9 +132,14 @@ for name, (tok, wall, tps, seqs, sp) in rows.items():
     print(f"| {name} | {tok} | {wall:.1f} | {tps:.3f} | {seqs} |")
 sp = rows["shared"][4]
 print()
-print(f"shared / plain = {rows['shared'][2] / rows['plain'][2]:.2f}x, shared / sequoia = {rows['shared'][2] / rows['sequoia'][2]:.2f}x")
-if sp:
-    print(f"shared passes: {sp.get('passes')} passes, {sp.get('tokens_per_pass', 0):.1f} tokens per pass "
+print(f"shared / plain = {rows['shared'][2] / rows['plain'][2]:.2f}x, shared / sequoia = {rows['shared'][2] / rows['sequoia'][2]:.2f}x, "
+      f"trees / plain = {rows['trees'][2] / rows['plain'][2]:.2f}x, trees / sequoia = {rows['trees'][2] / rows['sequoia'][2]:.2f}x, "
+      f"trees / shared = {rows['trees'][2] / rows['shared'][2]:.2f}x")
+for arm in ("shared", "trees"):
+  sp = rows[arm][4]
+  if sp:
+    print(f"{arm}: {sp.get('passes')} passes, {sp.get('tokens_per_pass', 0):.1f} tokens per pass "
           f"({sp.get('decode_tokens_per_pass', 0):.1f} decode), {sp.get('pass_seconds', 0):.1f} s in passes, "
-          f"at most {sp.get('max_in_flight')} in flight")
+          f"at most {sp.get('max_in_flight')} in flight"
+          + (f", {sp.get('tokens_per_decode_slot', 0):.2f} tokens per decode slot" if 'tokens_per_decode_slot' in sp else ""))
 PY

@@ -259,6 +259,15 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
   }
 }
 
+// A tree's draft time: one pass per level with children, of that level's width.
+TEST(SplitTreeNodes, TreeDraftSecondsCountsLevelsWithChildren) {
+  spec::StaticTree t;  // root, two children, one grandchild
+  t.parent = {-1, 0, 1, 0};
+  t.depth = {0, 1, 2, 1};
+  t.rank = {0, 0, 0, 1};
+  EXPECT_DOUBLE_EQ(spec::tree_draft_seconds(t, [](int w) { return 1.0 + w; }), 2.0 + 3.0);
+}
+
 // The node budget rule: a flat pass cost gives every sequence the largest
 // tree that fits; a cost per token beyond the first gives plain batching; no
 // cost curve splits the room evenly.
@@ -271,6 +280,11 @@ TEST(SplitTreeNodes, FollowsThePassCost) {
   EXPECT_EQ(spec::split_tree_nodes(2, 2, 100, f, per_token), (std::vector<int>{1, 1}));
   EXPECT_EQ(spec::split_tree_nodes(2, 2, 5, f, {}), (std::vector<int>{4, 3}));
   EXPECT_TRUE(spec::split_tree_nodes(0, 0, 5, f, flat).empty());
+  // The draft's time counts: trees that cost more to draft than they save stay small.
+  const std::vector<double> draft = {0.0, 0.1, 0.2, 0.3, 0.4};
+  EXPECT_EQ(spec::split_tree_nodes(1, 1, 100, f, flat, draft), (std::vector<int>{4}));  // 2.8 / 1.3 beats 3.0 / 1.4
+  const std::vector<double> dear = {0.0, 5, 5, 5, 5};
+  EXPECT_EQ(spec::split_tree_nodes(2, 2, 100, f, flat, dear), (std::vector<int>{1, 1}));
   // A pass of 8 tokens costs 1, then 0.2 per token: one sequence gets a tree,
   // sixteen share the pass plainly.
   const auto knee = [](int n) { return 1.0 + 0.2 * std::max(0, n - 8); };

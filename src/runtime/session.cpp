@@ -187,6 +187,8 @@ spec::BatchGenerator& Session::batcher() {
         d.acceptance = auto_result_->acceptance;
         const planner::CostCurve t = auto_result_->target_pass;
         d.pass_seconds = [t](int n) { return t.at(n); };
+        const planner::CostCurve c = auto_result_->draft_level;
+        d.draft_level_seconds = [c](int w) { return c.at(w); };
       } else if (c_.tree.tree == "sequoia") {
         d.acceptance = c_.tree.acceptance.empty() ? spec::default_acceptance(16)
                                                   : spec::read_acceptance_file(c_.tree.acceptance);

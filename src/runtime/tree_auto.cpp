@@ -265,6 +265,7 @@ AutoTreeResult choose_tree(const spec::AcceptanceProfile& acc, const planner::Me
   in.draft_step_s = [&](int w) { return hw.draft_level.at(w); };
   AutoTreeResult res;
   res.target_pass = hw.target_pass;
+  res.draft_level = hw.draft_level;
   res.autoregressive = planner::evaluate_tree(1, 1, 1.0, hw.target_pass.at(1), in.draft_step_s);
   res.best = res.autoregressive;
   const SequoiaPick sequoia = best_sequoia(in, verifier_schemes(acc, sampling, acc_name), res.autoregressive);

@@ -30,6 +30,7 @@ struct AutoTreeResult {
   std::string choice = "autoregressive";
   std::vector<double> acceptance;  // a Sequoia choice: its DP's acceptance vector (else empty)
   planner::CostCurve target_pass;  // the hardware profile's t(n) the choice was made with
+  planner::CostCurve draft_level;  // and its c(w)
 };
 
 // The draft's measured acceptance of its first child for verifier v (a bare

@@ -61,6 +61,7 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
     for (StaticTree& t : shapes_) {
       if (!draft->acceptance.empty()) t.expected_tokens = expected_tokens(t, draft->acceptance);
       tree_value_.push_back(t.expected_tokens);
+      if (draft->draft_level_seconds) tree_draft_s_.push_back(tree_draft_seconds(t, draft->draft_level_seconds));
     }
     min_tree_ = shapes_.size() == 1 ? n : 1;
     if (limits.pass_tokens < limits.max_sequences * min_tree_)
@@ -70,8 +71,19 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
   }
 }
 
+double tree_draft_seconds(const StaticTree& shape, const std::function<double(int)>& c) {
+  std::vector<int> width;
+  for (const int32_t v : shape.depth) {
+    if (static_cast<size_t>(v) >= width.size()) width.resize(static_cast<size_t>(v) + 1, 0);
+    ++width[static_cast<size_t>(v)];
+  }
+  double s = 0;
+  for (size_t l = 0; l + 1 < width.size(); ++l) s += c(width[l]);  // the deepest level has no children
+  return s;
+}
+
 std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<double>& f,
-                                  const std::function<double(int)>& t) {
+                                  const std::function<double(int)>& t, const std::vector<double>& draft) {
   if (d <= 0) return {};
   const int kmax = static_cast<int>(f.size());
   const int max_extra = std::min(std::max(room, 0), d * (kmax - 1));
@@ -84,9 +96,12 @@ std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<d
   int best = 0;
   double best_rate = -1;
   for (int extra = 0; extra <= max_extra; ++extra) {
-    double tokens = 0;
-    for (const int k : split(extra)) tokens += f[static_cast<size_t>(k - 1)];
-    const double rate = tokens / std::max(t(base + extra), 1e-12);
+    double tokens = 0, seconds = t(base + extra);
+    for (const int k : split(extra)) {
+      tokens += f[static_cast<size_t>(k - 1)];
+      if (!draft.empty()) seconds += draft[static_cast<size_t>(k - 1)];
+    }
+    const double rate = tokens / std::max(seconds, 1e-12);
     if (rate > best_rate * (1 + 1e-9)) best_rate = rate, best = extra;  // ties: the smaller pass
   }
   return split(best);
@@ -240,7 +255,8 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
   if (!trees.empty()) {
     const int base = static_cast<int>(tokens.size() + trees.size());
     const std::vector<int> k = split_tree_nodes(static_cast<int>(trees.size()), base,
-                                                limits_.pass_tokens - base, tree_value_, draft_->pass_seconds);
+                                                limits_.pass_tokens - base, tree_value_, draft_->pass_seconds,
+                                                tree_draft_s_);
     for (size_t i = 0; i < trees.size(); ++i) {
       Seq& s = *trees[i];
       if (s.tree_size != k[i]) s.dec->set_shape(shapes_[static_cast<size_t>(k[i] - 1)]), s.tree_size = k[i];

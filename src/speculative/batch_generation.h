@@ -56,18 +56,27 @@ struct BatchDraft {
   // t(n)). Empty: fixed trees (every decoding sequence gets config.shape, the
   // DP's smaller trees split evenly when the pass has no room for them all).
   // Set: per pass, the split of the room that maximises expected emitted
-  // tokens / t(pass tokens), root-only trees (plain batching) included.
+  // tokens / (t(pass tokens) + the trees' draft time), root-only trees (plain
+  // batching) included.
   std::function<double(int)> pass_seconds;
+  // One draft pass over w tokens (the hardware profile's c(w)); a tree's draft
+  // time is one pass per level that has children (the draft runs each
+  // sequence's tree on its own). Empty: the draft's time is not counted.
+  std::function<double(int)> draft_level_seconds;
 };
 
 // How a pass's spare nodes are split into trees: with d decoding sequences,
 // `base` tokens already in the pass and `room` nodes left, the number of nodes
 // (root included, 1..f.size()) each sequence's tree gets, given f[k-1] = the
-// expected emitted tokens of a tree of k nodes. Even splits only (f concave):
-// t empty gives every sequence the largest tree that fits; else the split
-// maximising sum f / t(base + extra nodes).
+// expected emitted tokens of a tree of k nodes and draft[k-1] (empty: 0) the
+// draft's seconds to build it. Even splits only (f concave): t empty gives
+// every sequence the largest tree that fits; else the split maximising
+// sum f / (t(base + extra nodes) + sum draft).
 std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<double>& f,
-                                  const std::function<double(int)>& t);
+                                  const std::function<double(int)>& t, const std::vector<double>& draft = {});
+// The draft's seconds to build a static tree: one pass per level with
+// children, of that level's width, under c(w).
+double tree_draft_seconds(const StaticTree& shape, const std::function<double(int)>& c);
 
 // What the passes so far did (for reports and the scheduler's choices).
 struct BatchStats {
@@ -139,6 +148,7 @@ class BatchGenerator {
   std::unique_ptr<BatchDraft> draft_;  // null: plain decoding
   std::vector<StaticTree> shapes_;     // [k - 1]: the tree of k nodes
   std::vector<double> tree_value_;     // [k - 1]: its expected emitted tokens
+  std::vector<double> tree_draft_s_;   // [k - 1]: the draft's seconds to build it (empty: not counted)
   int min_tree_ = 1;                   // nodes a tree sequence takes at least (a fixed shape: all of it)
   uint64_t next_ticket_ = 1;
   std::deque<std::unique_ptr<Seq>> queue_;
