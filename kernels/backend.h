@@ -93,7 +93,8 @@ class Backend {
   virtual void matmul(const WeightView& w, const float* x, int n, float* y) = 0;
   // out[t] = row ids[t] of E (dequantized).
   virtual void embed(const WeightView& e, const int32_t* ids, int n, float* out) = 0;
-  // out[t] = x[t] / rms(x[t]) * w, w a float vector of length dim.
+  // out[t] = x[t] / rms(x[t]) * w, w a float vector of length dim. out may be
+  // x (in place; per-head norms run it on [n * heads] rows of head_dim).
   virtual void rmsnorm(const float* x, const float* w, int n, int dim, float eps, float* out) = 0;
   // The residual add fused with the next RMSNorm: x[t] += y[t], then
   // out[t] = x[t] / rms(x[t]) * w. out may be y.
@@ -119,6 +120,8 @@ class Backend {
   virtual void swiglu(float* gate, const float* up, size_t count) = 0;
   // x[i] += y[i]
   virtual void add(float* x, const float* y, size_t count) = 0;
+  // x[t][c] += b[c] for t < n, c < width: a bias row added to every token's row.
+  virtual void add_bias(float* x, const float* b, int n, int width) = 0;
 
   // ---- recorded passes (CUDA graphs) ----
   // A backend that can record may capture the ops issued between

@@ -39,13 +39,14 @@ uint64_t layer_matrix_bytes(const LayerDesc& L) {
   return b;
 }
 
-// Per-layer norm vectors, always resident (they are not in the slots): as ResidentWeights
-// holds them, the stored vectors in 64-byte aligned pieces plus their float copies.
+// Per-layer vectors (norms, and the family's biases and q/k norms), always resident
+// (they are not in the slots): as ResidentWeights holds them, the stored vectors in
+// 64-byte aligned pieces plus their float copies.
 uint64_t layer_norm_bytes(const ModelDesc& m) {
   uint64_t b = 0;
   for (const LayerDesc& L : m.layers)
-    b += resident_tensor_bytes(L.attn_norm.bytes) + resident_tensor_bytes(L.ffn_norm.bytes) +
-         2 * static_cast<uint64_t>(m.hp.dim) * kF32;
+    for (const TensorExtent* t : L.vectors())
+      b += resident_tensor_bytes(t->bytes) + static_cast<uint64_t>(t->cols) * kF32;
   return b;
 }
 

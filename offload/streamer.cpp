@@ -73,7 +73,7 @@ StreamedWeights::StreamedWeights(const ModelDesc& m, const MemoryPlan& plan, con
       throw Error("offload: a backend with its own memory needs its slot link");
 #endif
     }
-    dev_ = std::make_unique<BackendCopies>(*opts.backend, static_cast<int>(m.hp.dim));
+    dev_ = std::make_unique<BackendCopies>(*opts.backend, m.hp);
     dev_globals_ = dev_->globals(resident_->globals(), m.hp.tied_lm_head);
     for (int i = 0; i < n; ++i) dev_layers_.push_back(dev_->layer(resident_->acquire(i)));
     opts.backend->synchronize();
@@ -556,12 +556,11 @@ const LayerWeights& StreamedWeights::acquire(int layer) {
   cur_.host_bytes += s.host;
   cur_.io_seconds += s.seconds;
   cur_.decode_seconds += s.decode_seconds;
-  const LayerWeights& r = resident_layer(layer);  // norms
+  const LayerWeights& r = resident_layer(layer);  // the vectors (norms, biases), always resident
   const LayerLayout& lay = layout_[layer];
   const auto mats = layer_matrices(layers_[layer]);
   LayerWeights& w = bound_[si];
-  w.attn_norm = r.attn_norm;
-  w.ffn_norm = r.ffn_norm;
+  w = r;
   WeightView* views[7] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
   for (size_t i = 0; i < 7; ++i)
     *views[i] = WeightView{mats[i]->type, mats[i]->rows, mats[i]->cols,

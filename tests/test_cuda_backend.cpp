@@ -232,6 +232,12 @@ TEST_F(Cuda, RowAndElementOpsMatchCpu) {
     cpu->add(g.data(), u.data(), count);
     gpu->add(dg.as<float>(), du.as<float>(), count);
     EXPECT_LT(rel_err(down<float>(dg, count), g), 1e-6);
+    // the bias row added to each of n rows of 1001 (Qwen2's q/k/v biases)
+    const auto bias = randn(1001, 10);
+    auto db = up(bias);
+    cpu->add_bias(g.data(), bias.data(), n, 1001);
+    gpu->add_bias(dg.as<float>(), db.as<float>(), n, 1001);
+    EXPECT_EQ(down<float>(dg, count), g) << "add_bias n=" << n;
   }
 }
 

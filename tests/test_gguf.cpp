@@ -263,3 +263,52 @@ TEST(Gguf, ASlidingWindowShorterThanTheContextIsAnError) {
             path + ": metadata key 'llama.attention.sliding_window' = 1024: sliding-window attention is not supported "
                    "(only a window >= context_length 2048)");
 }
+
+// The families as data: qwen2's biases and qwen3's per-head q/k norms are
+// read into the description (NEOX RoPE, key_length as the head size), and
+// check_tensors_used / validate_model_desc name what a model lacks or has extra.
+TEST(Gguf, QwenFamiliesLoadTheirExtraTensors) {
+  const std::string path = ::testing::TempDir() + "gguf_qwen.gguf";
+  testutil::TinyShape s;
+  s.arch = "qwen2";
+  testutil::write_tiny_llama(path, s);
+  ModelDesc m = load_model_desc(path);
+  EXPECT_EQ(m.hp.arch, "qwen2");
+  EXPECT_TRUE(m.hp.qkv_bias);
+  EXPECT_FALSE(m.hp.qk_norm);
+  EXPECT_EQ(m.hp.rope_mode, RopeMode::kHalf);
+  EXPECT_EQ(m.layers[1].bk.cols, 2 * 16);
+  EXPECT_EQ(m.layers[1].tensors().size(), 12u);
+  EXPECT_EQ(m.layers[1].vectors().size(), 5u);
+  s.arch = "qwen3";
+  s.head_dim = 32;  // 4 heads of 32 on a 64-wide stream, as Qwen3's head_dim 128
+  testutil::write_tiny_llama(path, s);
+  m = load_model_desc(path);
+  EXPECT_TRUE(m.hp.qk_norm);
+  EXPECT_FALSE(m.hp.qkv_bias);
+  EXPECT_EQ(m.hp.head_dim, 32);
+  EXPECT_EQ(m.layers[0].wq.rows, 4 * 32);
+  EXPECT_EQ(m.layers[0].wo.cols, 4 * 32);
+  EXPECT_EQ(m.layers[0].q_norm.cols, 32);
+  EXPECT_EQ(m.layers[1].tensors().size(), 11u);
+}
+
+TEST(Gguf, UnknownArchitecturesAndMissingFeaturesAreOneLineErrors) {
+  const std::string path = ::testing::TempDir() + "gguf_arch.gguf";
+  testutil::TinyShape s;
+  s.layers = 1;
+  s.arch = "gptneox";
+  testutil::write_tiny_llama(path, s);
+  EXPECT_EQ(testutil::error_of([&] { load_model_desc(path); }),
+            path + ": unsupported architecture 'gptneox' (supported: llama, qwen2, qwen3)");
+  s.arch = "qwen2moe";
+  testutil::write_tiny_llama(path, s);
+  EXPECT_EQ(testutil::error_of([&] { load_model_desc(path); }),
+            path + ": architecture 'qwen2moe' needs mixture-of-experts feed-forward layers, which Redwood does not "
+                   "implement");
+  s.arch = "llama";  // Mixtral converts as llama with experts
+  s.expert_count = 8;
+  testutil::write_tiny_llama(path, s);
+  EXPECT_EQ(testutil::error_of([&] { load_model_desc(path); }),
+            path + ": architecture 'llama' with 8 experts: mixture-of-experts feed-forward layers are not supported");
+}

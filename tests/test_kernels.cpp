@@ -746,6 +746,26 @@ TEST(Kernels, AddRmsnormIsAddThenRmsnorm) {
   EXPECT_EQ(yb, want);
 }
 
+// The bias add (Qwen2's q/k/v biases) adds the one row to every token's row,
+// and RMSNorm in place over [n * heads] rows of head_dim (Qwen3's per-head
+// q/k norms) equals the out-of-place norm.
+TEST(Kernels, AddBiasAndPerHeadNormInPlace) {
+  auto be = make_cpu_backend();
+  const int n = 3, width = 40, hd = 8;
+  std::vector<float> x(n * width), b(width);
+  for (int i = 0; i < n * width; ++i) x[i] = std::sin(0.29f * i);
+  for (int c = 0; c < width; ++c) b[c] = 0.25f * c - 3.0f;
+  std::vector<float> got = x;
+  be->add_bias(got.data(), b.data(), n, width);
+  for (int t = 0; t < n; ++t)
+    for (int c = 0; c < width; ++c) EXPECT_EQ(got[t * width + c], x[t * width + c] + b[c]) << t << " " << c;
+  std::vector<float> w(hd), want(n * width);
+  for (int i = 0; i < hd; ++i) w[i] = 0.75f + 0.1f * i;
+  be->rmsnorm(got.data(), w.data(), n * width / hd, hd, 1e-6f, want.data());
+  be->rmsnorm(got.data(), w.data(), n * width / hd, hd, 1e-6f, got.data());
+  EXPECT_EQ(got, want);
+}
+
 #ifdef REDWOOD_HAVE_CUDA
 #include "kernels/cuda/device.h"
 TEST(CudaBackend, DescribeDevices) {

@@ -10,6 +10,13 @@ Examples:
   make-synthetic-gguf.py --preset tiny --out /tmp/tiny.gguf
   make-synthetic-gguf.py --preset llama2-70b --layers 1 --type Q4_0 --out /tmp/70b-1l.gguf
   make-synthetic-gguf.py --out m.gguf --layers 4 --dim 256 --heads 8 --kv-heads 2 --ffn 704 --vocab 1000 --tied
+  make-synthetic-gguf.py --out q3.gguf --arch qwen3 --layers 2 --dim 256 --heads 8 --kv-heads 2 --head-dim 64 ...
+
+Families (--arch), as llama.cpp's converter writes them: llama (Q/K rows in
+GGUF's interleaved RoPE order; random weights, so only the reading matters);
+qwen2 (attn_q/k/v.bias F32 vectors, N(0, 0.5^2); NEOX RoPE); qwen3
+(attn_q_norm/attn_k_norm.weight F32 vectors of head_dim, N(1, 0.2^2); NEOX RoPE).
+--head-dim other than dim / heads writes attention.key_length/value_length.
 
 Weights: 2-D matrices ~ N(0, 1/fan_in) (fan_in = input dim = GGUF ne0), token
 embedding / output ~ N(0, 16/dim) so logits have a std of a few units, norm weights
@@ -396,6 +403,9 @@ def main(argv=None) -> int:
                          "convert_hf_to_gguf.py writes it (Llama 3.1: 8,1,4,8192)")
     ap.add_argument("--rope-linear", type=float, metavar="FACTOR",
                     help="rope.scaling.type linear with this rope.scaling.factor")
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3"], default="llama",
+                    help="general.architecture and its extra tensors (biases, q/k norms)")
+    ap.add_argument("--head-dim", type=int, help="attention head size (default: dim / heads)")
     ap.add_argument("--mode", choices=["auto", "exact", "pool"], default="auto")
     ap.add_argument("--name", default=None)
     a = ap.parse_args(argv)
@@ -409,9 +419,9 @@ def main(argv=None) -> int:
     if missing:
         raise SystemExit(f"missing shape arguments (or use --preset): {', '.join('--' + m.replace('_', '-') for m in missing)}")
     L, E, H, K, F, V = (int(cfg[k]) for k in ("layers", "dim", "heads", "kv_heads", "ffn", "vocab"))
-    if E % H or H % K:
-        raise SystemExit("--dim must be a multiple of --heads and --heads a multiple of --kv-heads")
-    D = E // H
+    if (E % H and not a.head_dim) or H % K:
+        raise SystemExit("--dim must be a multiple of --heads (or give --head-dim) and --heads a multiple of --kv-heads")
+    D = a.head_dim or E // H
     if D % 2:
         raise SystemExit("head dim must be even for RoPE")
     wtype = TYPES[a.type]
@@ -438,6 +448,13 @@ def main(argv=None) -> int:
             (p + "ffn_up.weight", "mat", F, E, wtype, 1 / np.sqrt(E)),
             (p + "ffn_down.weight", "mat", E, F, wtype, 1 / np.sqrt(F)),
         ]
+        if a.arch == "qwen2":
+            tensors += [(p + "attn_q.bias", "bias", 1, H * D, QT.F32, 0.5),
+                        (p + "attn_k.bias", "bias", 1, K * D, QT.F32, 0.5),
+                        (p + "attn_v.bias", "bias", 1, K * D, QT.F32, 0.5)]
+        if a.arch == "qwen3":
+            tensors += [(p + "attn_q_norm.weight", "qknorm", 1, D, QT.F32, 0.2),
+                        (p + "attn_k_norm.weight", "qknorm", 1, D, QT.F32, 0.2)]
     tensors.append(("output_norm.weight", "norm", 1, E, QT.F32, 0))
     rope_freqs = None
     if a.rope_llama3:
@@ -450,8 +467,8 @@ def main(argv=None) -> int:
     if not a.tied:
         tensors.append(("output.weight", "mat", V, E, otype, emb_std))
 
-    w = GGUFWriter(a.out, "llama")
-    name = a.name or f"redwood-synthetic-{a.preset or 'custom'}-L{L}-{a.type}"
+    w = GGUFWriter(a.out, a.arch)
+    name = a.name or f"redwood-synthetic-{a.preset or 'custom'}-L{L}-{a.type}" + ("" if a.arch == "llama" else "-" + a.arch)
     w.add_name(name)
     w.add_file_type(FILE_TYPE[a.type])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -462,6 +479,9 @@ def main(argv=None) -> int:
     w.add_head_count(H)
     w.add_head_count_kv(K)
     w.add_rope_dimension_count(D)
+    if D != E // H or E % H:
+        w.add_key_length(D)
+        w.add_value_length(D)
     w.add_rope_freq_base(float(cfg["rope_base"]))
     w.add_layer_norm_rms_eps(float(cfg["eps"]))
     if a.rope_linear:
@@ -482,7 +502,7 @@ def main(argv=None) -> int:
     w.add_add_space_prefix(True)
 
     for tname, kind, nr, nc, qt, _ in tensors:
-        if kind in ("norm", "freqs"):
+        if kind in ("norm", "freqs", "bias", "qknorm"):
             w.add_tensor_info(tname, (nc,), np.dtype(np.float32), nc * 4)
         else:
             block, tsize = gguf.GGML_QUANT_SIZES[qt]
@@ -501,6 +521,10 @@ def main(argv=None) -> int:
     for tname, kind, nr, nc, qt, std in tensors:
         if kind == "freqs":
             data = rope_freqs
+        elif kind == "bias":
+            data = (std * src.rng.standard_normal(nc)).astype(np.float32)
+        elif kind == "qknorm":
+            data = (1.0 + std * src.rng.standard_normal(nc)).astype(np.float32)
         else:
             data = src.norm(nc) if kind == "norm" else src.matrix(qt, nr, nc, std)
         w.write_tensor_data(data)

@@ -107,6 +107,13 @@ class CpuBackend final : public Backend {
   void add(float* x, const float* y, size_t count) override {
     for (size_t i = 0; i < count; ++i) x[i] += y[i];
   }
+
+  void add_bias(float* x, const float* b, int n, int width) override {
+    for (int t = 0; t < n; ++t) {
+      float* xi = x + static_cast<int64_t>(t) * width;
+      for (int c = 0; c < width; ++c) xi[c] += b[c];
+    }
+  }
 };
 
 }  // namespace

@@ -169,6 +169,12 @@ __global__ void add_kernel(float* x, const float* y, size_t count) {
   if (i < count) x[i] += y[i];
 }
 
+// x[t][c] += b[c]: one thread per element.
+__global__ void add_bias_kernel(float* x, const float* b, size_t count, int width) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) x[i] += b[i % width];
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -308,6 +314,12 @@ class CudaBackend final : public Backend {
     if (count == 0) return;
     add_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(x, y, count);
     RD_CUDA_LAUNCHED("add_kernel");
+  }
+  void add_bias(float* x, const float* b, int n, int width) override {
+    const size_t count = static_cast<size_t>(n) * static_cast<size_t>(width);
+    if (count == 0) return;
+    add_bias_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(x, b, count, width);
+    RD_CUDA_LAUNCHED("add_bias_kernel");
   }
 
   // CUDA graphs: stream capture (thread-local mode: other threads' CUDA calls,

@@ -44,7 +44,9 @@ nlohmann::json model_info(const ModelDesc& m) {
   j["path"] = m.path;
   j["format"] = m.format == ModelFormat::kGguf ? "gguf" : m.format == ModelFormat::kPacked ? "packed" : "safetensors";
   j["name"] = m.name;
-  j["architecture"] = "llama";
+  j["architecture"] = hp.arch;
+  j["qkv_bias"] = hp.qkv_bias;
+  j["qk_norm"] = hp.qk_norm;
   j["layers"] = hp.n_layers;
   j["dim"] = hp.dim;
   j["heads"] = hp.n_heads;

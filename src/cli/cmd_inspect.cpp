@@ -32,13 +32,15 @@ int run_info(const std::string& path, bool json) {
     std::puts(j.dump(2).c_str());
     return 0;
   }
-  const auto& hp = m.hp;
   const uint64_t max_layer = j["max_layer_bytes"].get<uint64_t>();
+  const auto& hp = m.hp;
   std::printf("%s\n", m.path.c_str());
   std::printf("  name          %s\n", m.name.c_str());
-  std::printf("  format        %s, architecture llama\n", m.format == ModelFormat::kGguf     ? "GGUF"
-                                                    : m.format == ModelFormat::kPacked ? "packed (redwood pack)"
-                                                                                       : "safetensors");
+  std::printf("  format        %s, architecture %s\n",
+              m.format == ModelFormat::kGguf     ? "GGUF"
+              : m.format == ModelFormat::kPacked ? "packed (redwood pack)"
+                                                 : "safetensors",
+              hp.arch.c_str());
   std::printf("  layers        %d\n  dim           %d\n  heads         %d (kv %d, head dim %d)\n", hp.n_layers, hp.dim,
               hp.n_heads, hp.n_kv_heads, hp.head_dim);
   std::printf("  ffn           %d\n  vocab         %d\n  context       %d\n", hp.ffn_dim, hp.vocab, hp.ctx_len);
@@ -51,6 +53,9 @@ int run_info(const std::string& path, bool json) {
   }
   std::printf("  rope          base %g, %s layout%s\n  rms eps       %g\n", hp.rope_base,
               hp.rope_mode == RopeMode::kInterleaved ? "interleaved" : "half", scaling.c_str(), hp.rms_eps);
+  if (hp.qkv_bias || hp.qk_norm)
+    std::printf("  attention     %s%s%s\n", hp.qkv_bias ? "q/k/v biases" : "", hp.qkv_bias && hp.qk_norm ? ", " : "",
+                hp.qk_norm ? "per-head q/k RMSNorm" : "");
   std::printf("  lm head       %s\n", hp.tied_lm_head ? "tied to token embedding" : "separate");
   std::printf("  tokenizer     %s, %zu tokens\n",
               m.tokenizer.kind == TokenizerKind::kByteLevelBpe ? "byte-level BPE" : "SentencePiece BPE",

@@ -206,6 +206,15 @@ void Transformer::issue_ops(const PassPointers& p, int n, int m, PassKv kv, floa
     be_.matmul(L.wq, xn, n, q);
     be_.matmul(L.wk, xn, n, k);
     be_.matmul(L.wv, xn, n, v);
+    if (L.bq) {  // the family's data (LlamaHParams::qkv_bias, qk_norm): null pointers skip
+      be_.add_bias(q, L.bq, n, hp_.n_heads * hd);
+      be_.add_bias(k, L.bk, n, kv_dim);
+      be_.add_bias(v, L.bv, n, kv_dim);
+    }
+    if (L.q_norm) {  // per head: [n * heads] rows of head_dim, in place
+      be_.rmsnorm(q, L.q_norm, n * hp_.n_heads, hd, hp_.rms_eps, q);
+      be_.rmsnorm(k, L.k_norm, n * hp_.n_kv_heads, hd, hp_.rms_eps, k);
+    }
     be_.rope(q, n, hp_.n_heads, hd, p.positions, rope_inv_freq_.as<const double>(), hp_.rope_mode);
     be_.rope(k, n, hp_.n_kv_heads, hd, p.positions, rope_inv_freq_.as<const double>(), hp_.rope_mode);
     void* kl = kv.cache ? kv.cache->k(l) : kv.pool->k(l);

@@ -68,6 +68,17 @@ void norm_to_f32(DType t, const void* src, int64_t n, float* dst) {
   }
 }
 
+const float*& layer_vector(LayerWeights& w, const LayerDesc& L, const TensorExtent* t) {
+  if (t == &L.attn_norm) return w.attn_norm;
+  if (t == &L.ffn_norm) return w.ffn_norm;
+  if (t == &L.bq) return w.bq;
+  if (t == &L.bk) return w.bk;
+  if (t == &L.bv) return w.bv;
+  if (t == &L.q_norm) return w.q_norm;
+  if (t == &L.k_norm) return w.k_norm;
+  throw Error("layer_vector: '" + t->name + "' is not one of the layer's vectors");
+}
+
 namespace {
 
 struct Files {
@@ -109,7 +120,6 @@ ResidentWeights::ResidentWeights(const ModelDesc& m, const std::function<bool(in
     norm_to_f32(t.type, p, t.cols, norms_.back().data());
     return norms_.back().data();
   };
-  norms_.reserve(2 * m.layers.size() + 1);
 
   std::vector<const TensorExtent*> g = {&m.tok_embd, &m.output_norm};
   if (!m.hp.tied_lm_head) g.push_back(&m.lm_head);
@@ -123,12 +133,14 @@ ResidentWeights::ResidentWeights(const ModelDesc& m, const std::function<bool(in
     const auto& L = m.layers[i];
     auto& W = layers_[i];
     if (keep && !keep(static_cast<int>(i))) {
-      auto p = load_group({&L.attn_norm, &L.ffn_norm});
-      W.attn_norm = norm(L.attn_norm, p[0]);
-      W.ffn_norm = norm(L.ffn_norm, p[1]);
+      const auto vs = L.vectors();
+      auto p = load_group(vs);
+      for (size_t j = 0; j < vs.size(); ++j) layer_vector(W, L, vs[j]) = norm(*vs[j], p[j]);
       continue;
     }
-    auto p = load_group(L.tensors());  // order: attn_norm wq wk wv wo ffn_norm gate up down
+    // order: attn_norm wq wk wv wo ffn_norm gate up down, then the optional vectors
+    const auto ts = L.tensors();
+    auto p = load_group(ts);
     W.attn_norm = norm(L.attn_norm, p[0]);
     W.wq = view(L.wq, p[1]);
     W.wk = view(L.wk, p[2]);
@@ -138,6 +150,7 @@ ResidentWeights::ResidentWeights(const ModelDesc& m, const std::function<bool(in
     W.w_gate = view(L.w_gate, p[6]);
     W.w_up = view(L.w_up, p[7]);
     W.w_down = view(L.w_down, p[8]);
+    for (size_t j = 9; j < ts.size(); ++j) layer_vector(W, L, ts[j]) = norm(*ts[j], p[j]);
   }
 }
 
@@ -152,9 +165,9 @@ WeightView BackendCopies::matrix(const WeightView& host) {
   return v;
 }
 
-const float* BackendCopies::norm(const float* host) {
+const float* BackendCopies::norm(const float* host, int64_t n) {
   if (!host) return nullptr;
-  const size_t bytes = sizeof(float) * static_cast<size_t>(dim_);
+  const size_t bytes = sizeof(float) * static_cast<size_t>(n);
   buffers_.emplace_back(be_, bytes);
   be_.upload(buffers_.back().as(), host, bytes);
   bytes_ += bytes;
@@ -162,13 +175,21 @@ const float* BackendCopies::norm(const float* host) {
 }
 
 namespace {
-// A layer's nine tensors mapped one by one: Src is LayerWeights (host views)
-// or the model's per-layer extents; both name their fields alike.
+// A layer's tensors mapped one by one: Src is LayerWeights (host views) or the
+// model's per-layer extents; both name their fields alike. norm(field, floats)
+// maps a vector (an absent one, a null pointer or an unnamed extent, to null).
 template <class Src, class Matrix, class Norm>
-LayerWeights map_layer(const Src& s, Matrix&& matrix, Norm&& norm) {
+LayerWeights map_layer(const Src& s, const LlamaHParams& hp, Matrix&& matrix, Norm&& norm) {
+  const int64_t q_dim = static_cast<int64_t>(hp.n_heads) * hp.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim;
   LayerWeights d;
-  d.attn_norm = norm(s.attn_norm);
-  d.ffn_norm = norm(s.ffn_norm);
+  d.attn_norm = norm(s.attn_norm, hp.dim);
+  d.ffn_norm = norm(s.ffn_norm, hp.dim);
+  d.bq = norm(s.bq, q_dim);
+  d.bk = norm(s.bk, kv_dim);
+  d.bv = norm(s.bv, kv_dim);
+  d.q_norm = norm(s.q_norm, hp.head_dim);
+  d.k_norm = norm(s.k_norm, hp.head_dim);
   d.wq = matrix(s.wq);
   d.wk = matrix(s.wk);
   d.wv = matrix(s.wv);
@@ -182,18 +203,19 @@ LayerWeights map_layer(const Src& s, Matrix&& matrix, Norm&& norm) {
 
 LayerWeights BackendCopies::layer(const LayerWeights& h) {
   return map_layer(
-      h, [&](const WeightView& v) { return matrix(v); }, [&](const float* n) { return norm(n); });
+      h, hp_, [&](const WeightView& v) { return matrix(v); },
+      [&](const float* v, int64_t n) { return norm(v, n); });
 }
 
 GlobalWeights BackendCopies::globals(const GlobalWeights& h, bool tied_lm_head) {
   GlobalWeights d;
   d.tok_embd = matrix(h.tok_embd);
-  d.output_norm = norm(h.output_norm);
+  d.output_norm = norm(h.output_norm, hp_.dim);
   d.lm_head = tied_lm_head ? d.tok_embd : matrix(h.lm_head);
   return d;
 }
 
-DeviceWeights::DeviceWeights(const ModelDesc& m, Backend& be) : copies_(be, static_cast<int>(m.hp.dim)) {
+DeviceWeights::DeviceWeights(const ModelDesc& m, Backend& be) : copies_(be, m.hp) {
   Files files;
   for (const auto& f : m.files) {
     const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
@@ -209,17 +231,18 @@ DeviceWeights::DeviceWeights(const ModelDesc& m, Backend& be) : copies_(be, stat
     read_tensor(files.fds.at(t.file), m.files[t.file], t, tmp.data());
     return copies_.matrix(WeightView{t.type, t.rows, t.cols, tmp.data()});
   };
-  auto upload_norm = [&](const TensorExtent& t) {
+  auto upload_norm = [&](const TensorExtent& t, int64_t n) -> const float* {
+    if (t.name.empty()) return nullptr;  // an optional vector this model lacks
     if (tmp.size() < t.bytes) tmp = AlignedBuffer(t.bytes);
     read_tensor(files.fds.at(t.file), m.files[t.file], t, tmp.data());
     normv.resize(static_cast<size_t>(t.cols));
     norm_to_f32(t.type, tmp.data(), t.cols, normv.data());
-    return copies_.norm(normv.data());
+    return copies_.norm(normv.data(), n);
   };
   globals_.tok_embd = upload_view(m.tok_embd);
-  globals_.output_norm = upload_norm(m.output_norm);
+  globals_.output_norm = upload_norm(m.output_norm, m.hp.dim);
   globals_.lm_head = m.hp.tied_lm_head ? globals_.tok_embd : upload_view(m.lm_head);
-  for (const auto& L : m.layers) layers_.push_back(map_layer(L, upload_view, upload_norm));
+  for (const auto& L : m.layers) layers_.push_back(map_layer(L, m.hp, upload_view, upload_norm));
   be.synchronize();
 }
 

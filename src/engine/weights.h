@@ -19,7 +19,18 @@ struct LayerWeights {
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;
   WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+  // The family's optional vectors as floats (null when the model has none):
+  // q/k/v biases, per-head q/k norm weights (LayerDesc's of the same names).
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
 };
+
+// The field of `w` that holds the vector `t` of layer `L` (one of
+// L.vectors()), for loaders that fill a layer from its extents.
+const float*& layer_vector(LayerWeights& w, const LayerDesc& L, const TensorExtent* t);
 
 struct GlobalWeights {
   WeightView tok_embd, lm_head;
@@ -67,8 +78,8 @@ inline constexpr uint64_t resident_tensor_bytes(uint64_t bytes) {
 void norm_to_f32(DType t, const void* src, int64_t n, float* dst);
 
 // Every weight loaded into host memory: one contiguous buffer per layer
-// (its nine tensors at 64-byte aligned offsets) plus one for the globals.
-// With a keep predicate, layers it rejects get only their norms loaded (their
+// (its tensors at 64-byte aligned offsets) plus one for the globals.
+// With a keep predicate, layers it rejects get only their vectors loaded (their
 // matrix views stay empty): the offload streamer fills those in.
 class ResidentWeights final : public WeightSource {
  public:
@@ -91,19 +102,20 @@ class ResidentWeights final : public WeightSource {
 // parts it keeps resident (globals, resident layers, every layer's norms).
 class BackendCopies {
  public:
-  BackendCopies(Backend& be, int dim) : be_(be), dim_(dim) {}
+  BackendCopies(Backend& be, const LlamaHParams& hp) : be_(be), hp_(hp) {}
   // Matrices (views with data) and norms of a host layer; empty views stay empty.
   LayerWeights layer(const LayerWeights& host);
   GlobalWeights globals(const GlobalWeights& host, bool tied_lm_head);
   uint64_t bytes() const { return bytes_; }
 
-  // One tensor: a matrix (empty view -> empty view) or a norm vector of dim floats.
+  // One tensor: a matrix (empty view -> empty view) or a vector of n floats
+  // (null -> null).
   WeightView matrix(const WeightView& host);
-  const float* norm(const float* host);
+  const float* norm(const float* host, int64_t n);
 
  private:
   Backend& be_;
-  int dim_;
+  LlamaHParams hp_;
   std::vector<BackendBuffer> buffers_;
   uint64_t bytes_ = 0;
 };

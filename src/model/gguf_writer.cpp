@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "src/model/model_desc.h"
 #include "src/util/error.h"
 #include "src/util/output_path.h"
 #include "src/util/io.h"
@@ -158,9 +159,8 @@ void write_gguf_subset(const GgufFile& src, const std::string& out_path,
 
 void make_self_draft(const std::string& from, const std::vector<int>& blocks, const std::string& out_path) {
   GgufFile f = GgufFile::open(from);
-  const std::string arch = f.get_string("general.architecture").value_or("");
-  if (arch != "llama") throw Error(from + ": make-draft supports llama GGUF models, not '" + arch + "'");
-  const uint64_t n = f.get_uint("llama.block_count").value_or(0);
+  const std::string arch = model_desc_from_gguf(f, from).hp.arch;  // a model Redwood runs, any family
+  const uint64_t n = f.get_uint(arch + ".block_count").value_or(0);
   if (blocks.empty()) throw Error("make-draft: no blocks to keep");
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (blocks[i] < 0 || static_cast<uint64_t>(blocks[i]) >= n)
@@ -188,7 +188,7 @@ void make_self_draft(const std::string& from, const std::vector<int>& blocks, co
   GgufValue bc;
   bc.type = GgufType::U32;
   bc.u = static_cast<uint64_t>(blocks.size());
-  ov["llama.block_count"] = bc;
+  ov[arch + ".block_count"] = bc;
   std::string kept;
   for (size_t i = 0; i < blocks.size();) {  // "0-7,24-29"
     size_t j = i;

@@ -24,7 +24,21 @@ uint64_t LayerDesc::bytes() const {
 }
 
 std::vector<const TensorExtent*> LayerDesc::tensors() const {
-  return {&attn_norm, &wq, &wk, &wv, &wo, &ffn_norm, &w_gate, &w_up, &w_down};
+  std::vector<const TensorExtent*> v = {&attn_norm, &wq, &wk, &wv, &wo, &ffn_norm, &w_gate, &w_up, &w_down};
+  for (const TensorExtent* t : {&bq, &bk, &bv, &q_norm, &k_norm})
+    if (!t->name.empty()) v.push_back(t);
+  return v;
+}
+
+std::vector<const TensorExtent*> LayerDesc::vectors() const {
+  std::vector<const TensorExtent*> v = {&attn_norm, &ffn_norm};
+  for (const TensorExtent* t : {&bq, &bk, &bv, &q_norm, &k_norm})
+    if (!t->name.empty()) v.push_back(t);
+  return v;
+}
+
+std::vector<TensorExtent*> LayerDesc::optional_vectors() {
+  return {&bq, &bk, &bv, &q_norm, &k_norm};
 }
 
 std::vector<double> rope_inv_freqs(const LlamaHParams& hp) {
@@ -53,7 +67,17 @@ void check_shape(const ModelDesc& m, const TensorExtent& t, int64_t rows, int64_
 void check_vector(const ModelDesc& m, const TensorExtent& t, int64_t n) {
   check_shape(m, t, 1, n);
   if (t.type != DType::F32 && t.type != DType::F16 && t.type != DType::BF16)
-    throw Error(m.path + ": norm tensor '" + t.name + "' must be F32/F16/BF16, not " + std::string(dtype_name(t.type)));
+    throw Error(m.path + ": vector tensor '" + t.name + "' must be F32/F16/BF16, not " + std::string(dtype_name(t.type)));
+}
+
+// An optional vector: present exactly when `wanted` (the family's flag).
+void check_optional(const ModelDesc& m, const TensorExtent& t, bool wanted, int64_t n, const char* what) {
+  if (!wanted) {
+    if (!t.name.empty()) throw Error(m.path + ": tensor '" + t.name + "' (" + what + ") is not used by this model");
+    return;
+  }
+  if (t.name.empty()) throw Error(m.path + ": a layer lacks its " + std::string(what));
+  check_vector(m, t, n);
 }
 
 TensorExtent extent_from_gguf(const GgufFile& f, const std::string& name) {
@@ -126,6 +150,32 @@ std::vector<float> gguf_rope_factors(const GgufFile& f, const std::string& p, in
 
 }  // namespace
 
+ArchTraits arch_traits(const std::string& arch, const std::string& path) {
+  if (arch == "llama") return {RopeMode::kInterleaved, false};  // the converter permutes Wq/Wk
+  if (arch == "qwen2") return {RopeMode::kHalf, false};
+  if (arch == "qwen3") return {RopeMode::kHalf, true};
+  // Known families with a feature Redwood does not implement: say which.
+  static const std::pair<const char*, const char*> kMissing[] = {
+      {"qwen2moe", "mixture-of-experts feed-forward layers"},
+      {"qwen3moe", "mixture-of-experts feed-forward layers"},
+      {"qwen35moe", "mixture-of-experts feed-forward layers"},
+      {"llama4", "mixture-of-experts feed-forward layers and chunked attention"},
+      {"mixtral", "mixture-of-experts feed-forward layers"},
+      {"qwen2vl", "multimodal rotary embeddings (M-RoPE)"},
+      {"qwen3vl", "multimodal rotary embeddings (M-RoPE)"},
+      {"qwen3next", "linear-attention (gated delta net) layers"},
+      {"qwen35", "linear-attention (gated delta net) layers"},
+      {"gemma", "Gemma's scaled embeddings and GELU feed-forward"},
+      {"gemma2", "Gemma's logit soft-capping and sliding-window layers"},
+      {"gemma3", "Gemma's sliding-window layers and GELU feed-forward"},
+      {"phi3", "fused QKV and gate-up projections"},
+  };
+  for (const auto& [name, missing] : kMissing)
+    if (arch == name)
+      throw Error(path + ": architecture '" + arch + "' needs " + missing + ", which Redwood does not implement");
+  throw Error(path + ": unsupported architecture '" + arch + "' (supported: llama, qwen2, qwen3)");
+}
+
 ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const GgufTensorReader& read) {
   ModelDesc m;
   m.path = path;
@@ -133,10 +183,15 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
   m.files = {path};
   const std::string arch = f.get_string("general.architecture").value_or("");
   if (arch.empty()) throw Error(path + ": missing metadata key 'general.architecture'");
-  if (arch != "llama") throw Error(path + ": unsupported architecture '" + arch + "' (supported: llama)");
+  const ArchTraits traits = arch_traits(arch, path);
   m.name = f.get_string("general.name").value_or("");
   const std::string p = arch + ".";
   auto& hp = m.hp;
+  hp.arch = arch;
+  hp.qk_norm = traits.qk_norm;
+  if (auto ne = f.get_uint(p + "expert_count"); ne && *ne > 0)
+    throw Error(path + ": architecture '" + arch + "' with " + std::to_string(*ne) +
+                " experts: mixture-of-experts feed-forward layers are not supported");
   hp.n_layers = positive_int(f, p + "block_count", f.get_uint(p + "block_count"), 4096);
   hp.dim = positive_int(f, p + "embedding_length", f.get_uint(p + "embedding_length"), 1 << 17);
   hp.n_heads = positive_int(f, p + "attention.head_count", f.get_uint(p + "attention.head_count"), 4096);
@@ -148,8 +203,17 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
   hp.rms_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   if (!(hp.rope_base > 1.0f) || !(hp.rms_eps > 0.0f) || !(hp.rms_eps < 1.0f))
     throw Error(path + ": invalid rope.freq_base or layer_norm_rms_epsilon");
-  if (hp.dim % hp.n_heads != 0) throw Error(path + ": embedding_length is not a multiple of head_count");
-  hp.head_dim = hp.dim / hp.n_heads;
+  // The head size: attention.key_length when written (Qwen3: q heads * head
+  // size need not be the embedding length), else embedding_length / head_count.
+  if (auto kl = f.get_uint(p + "attention.key_length")) {
+    hp.head_dim = positive_int(f, p + "attention.key_length", kl, 1 << 16);
+  } else {
+    if (hp.dim % hp.n_heads != 0) throw Error(path + ": embedding_length is not a multiple of head_count");
+    hp.head_dim = hp.dim / hp.n_heads;
+  }
+  if (auto vl = f.get_uint(p + "attention.value_length"); vl && *vl != static_cast<uint64_t>(hp.head_dim))
+    throw Error(path + ": attention.value_length " + std::to_string(*vl) + " != key_length " +
+                std::to_string(hp.head_dim) + " is not supported");
   if (auto rd = f.get_uint(p + "rope.dimension_count"); rd && *rd != static_cast<uint64_t>(hp.head_dim))
     throw Error(path + ": partial RoPE (rope.dimension_count != head dim) is not supported");
   if (hp.n_heads % hp.n_kv_heads != 0) throw Error(path + ": head_count is not a multiple of head_count_kv");
@@ -160,7 +224,7 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
     throw Error(path + ": metadata key '" + p + "attention.sliding_window' = " + std::to_string(*sw) +
                 ": sliding-window attention is not supported (only a window >= context_length " +
                 std::to_string(hp.ctx_len) + ")");
-  hp.rope_mode = RopeMode::kInterleaved;
+  hp.rope_mode = traits.rope_mode;
   hp.rope_freq_factors = gguf_rope_factors(f, p, hp.head_dim, read);
 
   m.tok_embd = extent_from_gguf(f, "token_embd.weight");
@@ -188,6 +252,18 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
     L.w_gate = extent_from_gguf(f, b + "ffn_gate.weight");
     L.w_up = extent_from_gguf(f, b + "ffn_up.weight");
     L.w_down = extent_from_gguf(f, b + "ffn_down.weight");
+    // Biases: data, in any family (llama.cpp reads them where present); all
+    // layers or none (validate_model_desc).
+    if (f.find_tensor(b + "attn_q.bias") || f.find_tensor(b + "attn_k.bias") || f.find_tensor(b + "attn_v.bias")) {
+      L.bq = extent_from_gguf(f, b + "attn_q.bias");
+      L.bk = extent_from_gguf(f, b + "attn_k.bias");
+      L.bv = extent_from_gguf(f, b + "attn_v.bias");
+      if (i == 0) hp.qkv_bias = true;
+    }
+    if (hp.qk_norm) {
+      L.q_norm = extent_from_gguf(f, b + "attn_q_norm.weight");
+      L.k_norm = extent_from_gguf(f, b + "attn_k_norm.weight");
+    }
   }
   std::vector<std::string> names;
   for (const GgufTensorInfo& t : f.tensors())
@@ -219,6 +295,12 @@ void validate_model_desc(const ModelDesc& m) {
   check_vector(m, m.output_norm, hp.dim);
   check_shape(m, m.lm_head, hp.vocab, hp.dim);
   for (const auto& L : m.layers) {
+    // The attention widths follow the head size (key_length / head_dim), say so.
+    using Width = std::pair<const TensorExtent*, int>;
+    for (const auto& [t, heads] : {Width{&L.wq, hp.n_heads}, Width{&L.wk, hp.n_kv_heads}, Width{&L.wv, hp.n_kv_heads}})
+      if (t->rows != static_cast<int64_t>(heads) * hp.head_dim)
+        throw Error(m.path + ": tensor '" + t->name + "' has " + std::to_string(t->rows) + " rows, expected " +
+                    std::to_string(heads) + " heads x head_dim " + std::to_string(hp.head_dim));
     check_vector(m, L.attn_norm, hp.dim);
     check_vector(m, L.ffn_norm, hp.dim);
     check_shape(m, L.wq, q_dim, hp.dim);
@@ -228,6 +310,11 @@ void validate_model_desc(const ModelDesc& m) {
     check_shape(m, L.w_gate, hp.ffn_dim, hp.dim);
     check_shape(m, L.w_up, hp.ffn_dim, hp.dim);
     check_shape(m, L.w_down, hp.dim, hp.ffn_dim);
+    check_optional(m, L.bq, hp.qkv_bias, q_dim, "q bias");
+    check_optional(m, L.bk, hp.qkv_bias, kv_dim, "k bias");
+    check_optional(m, L.bv, hp.qkv_bias, kv_dim, "v bias");
+    check_optional(m, L.q_norm, hp.qk_norm, hp.head_dim, "q norm");
+    check_optional(m, L.k_norm, hp.qk_norm, hp.head_dim, "k norm");
   }
   if (!hp.rope_freq_factors.empty()) {
     if (hp.rope_freq_factors.size() != static_cast<size_t>(hp.head_dim / 2))
@@ -248,8 +335,8 @@ void check_tensors_used(const ModelDesc& m, const std::vector<std::string>& name
     for (const TensorExtent* t : L.tensors()) used.insert(t->name);
   for (const std::string& n : names)
     if (!used.count(n))
-      throw Error(m.path + ": tensor '" + n + "' is not used by a " + std::to_string(m.hp.n_layers) +
-                  "-block llama model");
+      throw Error(m.path + ": tensor '" + n + "' is not used by a " + std::to_string(m.hp.n_layers) + "-block " +
+                  m.hp.arch + " model");
 }
 
 ModelDesc load_model_desc(const std::string& path) {

@@ -13,7 +13,11 @@
 
 namespace redwood {
 
+// The families differ only in data here (no per-family branches in the pass):
+// llama (Llama 2/3.x, Mistral converted as llama), qwen2 (q/k/v biases), qwen3
+// (per-head RMSNorm of q and k before RoPE; head_dim may differ from dim / heads).
 struct LlamaHParams {
+  std::string arch = "llama";  // GGUF general.architecture / config.json model_type
   int n_layers = 0;
   int dim = 0;
   int n_heads = 0;
@@ -30,6 +34,11 @@ struct LlamaHParams {
   // tensor, or computed from config.json's rope_scaling).
   std::vector<float> rope_freq_factors;
   bool tied_lm_head = false;
+  // q, k and v projections add a bias vector (Qwen2; LayerDesc::bq/bk/bv).
+  bool qkv_bias = false;
+  // q and k are RMS-normed per head (weights of head_dim, eps rms_eps) before
+  // RoPE (Qwen3; LayerDesc::q_norm/k_norm).
+  bool qk_norm = false;
 };
 
 // The per-pair RoPE inverse frequencies the backends rotate by
@@ -56,9 +65,20 @@ struct TensorExtent {
 
 struct LayerDesc {
   TensorExtent attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  // Vectors some families have (an empty name when absent): the q/k/v biases
+  // (LlamaHParams::qkv_bias) and the per-head q/k norm weights (qk_norm).
+  TensorExtent bq, bk, bv, q_norm, k_norm;
   uint64_t bytes() const;
-  // The nine extents in a fixed order (for loaders and streamers).
+  // The nine extents in a fixed order (attn_norm wq wk wv wo ffn_norm gate up
+  // down), then the optional vectors present, in the order bq bk bv q_norm
+  // k_norm (for loaders and streamers).
   std::vector<const TensorExtent*> tensors() const;
+  // The layer's vectors (attn_norm, ffn_norm, then the optional ones present):
+  // always held resident as floats, never streamed with the matrices.
+  std::vector<const TensorExtent*> vectors() const;
+  // The optional vectors, present or not, in the order above (for code that
+  // rewrites every extent).
+  std::vector<TensorExtent*> optional_vectors();
 };
 
 enum class ModelFormat { kGguf, kSafetensors, kPacked };
@@ -81,6 +101,16 @@ struct ModelDesc {
 // .safetensors file beside config.json). Throws redwood::Error on any problem:
 // unknown architecture, missing or mis-shaped tensors, inconsistent hyperparameters.
 ModelDesc load_model_desc(const std::string& path);
+
+// What a GGUF architecture name means for the pass: its RoPE pair layout and
+// whether its layers carry per-head q/k norms (biases are data: read where
+// present). Throws one line naming the architecture, and for a known family
+// with a feature Redwood lacks (mixture of experts, ...) that feature.
+struct ArchTraits {
+  RopeMode rope_mode = RopeMode::kInterleaved;
+  bool qk_norm = false;
+};
+ArchTraits arch_traits(const std::string& arch, const std::string& path);
 
 class GgufFile;
 // Delivers a small tensor's bytes (rope_freqs.weight) for a GGUF header whose

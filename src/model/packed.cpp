@@ -317,9 +317,12 @@ ModelDesc load_packed_desc(const std::string& path) {
     m.lm_head = m.tok_embd;
   else
     extent(m.lm_head);
-  for (LayerDesc& L : m.layers)
+  for (LayerDesc& L : m.layers) {
     for (TensorExtent* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down})
       extent(*t);
+    for (TensorExtent* t : L.optional_vectors())
+      if (!t->name.empty()) extent(*t);
+  }
   return m;
 }
 

@@ -159,24 +159,34 @@ struct Config {
   }
 };
 
-void check_architecture(const Config& c) {
-  bool ok = false;
-  std::string seen;
+// The family config.json names (model_type, else the architectures list), as
+// LlamaHParams::arch: llama (mistral is the llama layout), qwen2, qwen3. A known
+// family with a feature Redwood lacks is a one-line error naming it.
+std::string check_architecture(const Config& c) {
+  std::string seen, arch;
   if (const json* a = c.find("architectures")) {
     if (!a->is_array()) throw Error(c.path + ": 'architectures' must be an array of strings");
     for (const auto& e : *a) {
       if (!e.is_string()) throw Error(c.path + ": 'architectures' must be an array of strings");
       const std::string s = e.get<std::string>();
       if (seen.empty()) seen = s;
-      if (s == "LlamaForCausalLM") ok = true;
+      if (s == "LlamaForCausalLM" || s == "MistralForCausalLM") arch = "llama";
+      if (s == "Qwen2ForCausalLM") arch = "qwen2";
+      if (s == "Qwen3ForCausalLM") arch = "qwen3";
     }
   }
   const std::string mt = c.get_string("model_type").value_or("");
-  if (mt == "llama" || mt == "mistral") ok = true;
+  if (mt == "llama" || mt == "mistral") arch = "llama";
+  if (mt == "qwen2" || mt == "qwen3") arch = mt;
+  if (mt == "qwen2_moe" || mt == "qwen3_moe" || mt == "mixtral")
+    throw Error(c.path + ": model_type '" + mt +
+                "' needs mixture-of-experts feed-forward layers, which Redwood does not implement");
   if (seen.empty()) seen = mt;
-  if (!ok)
+  if (arch.empty())
     throw Error(c.path + ": unsupported architecture '" + (seen.empty() ? std::string("unknown") : seen) +
-                "' (supported: LlamaForCausalLM, model_type llama/mistral)");
+                "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM; model_type "
+                "llama/mistral/qwen2/qwen3)");
+  return arch;
 }
 
 // config.json's rope_scaling as per-pair divisors of the RoPE frequencies
@@ -232,8 +242,11 @@ std::vector<float> rope_scaling_factors(const Config& c, const LlamaHParams& hp)
   return out;
 }
 
-LlamaHParams read_hparams(const Config& c) {
+LlamaHParams read_hparams(const Config& c, const std::string& arch) {
   LlamaHParams hp;
+  hp.arch = arch;
+  hp.qk_norm = arch == "qwen3";
+  hp.qkv_bias = arch == "qwen2";  // Qwen2's q/k/v projections always carry a bias (no config key)
   hp.n_layers = c.require_int("num_hidden_layers", 4096);
   hp.dim = c.require_int("hidden_size", 1 << 17);
   hp.n_heads = c.require_int("num_attention_heads", 4096);
@@ -248,16 +261,19 @@ LlamaHParams read_hparams(const Config& c) {
   if (!(hp.rope_base > 1.0f) || !std::isfinite(hp.rope_base))
     throw Error(c.path + ": rope_theta must be a finite number greater than 1");
   if (!(hp.rms_eps > 0.0f) || !(hp.rms_eps < 1.0f)) throw Error(c.path + ": rms_norm_eps must be in (0, 1)");
-  if (hp.dim % hp.n_heads != 0) throw Error(c.path + ": hidden_size is not a multiple of num_attention_heads");
-  hp.head_dim = hp.dim / hp.n_heads;
-  if (auto hd = c.get_int("head_dim", 1 << 20); hd && *hd != hp.head_dim)
-    throw Error(c.path + ": head_dim " + std::to_string(*hd) + " != hidden_size / num_attention_heads (" +
-                std::to_string(hp.head_dim) + ") is unsupported");
+  // head_dim when given (Qwen3, Mistral Nemo: heads x head_dim need not be hidden_size).
+  if (auto hd = c.get_int("head_dim", 1 << 16); hd && *hd > 0) {
+    hp.head_dim = static_cast<int>(*hd);
+  } else {
+    if (hp.dim % hp.n_heads != 0) throw Error(c.path + ": hidden_size is not a multiple of num_attention_heads");
+    hp.head_dim = hp.dim / hp.n_heads;
+  }
   if (hp.n_heads % hp.n_kv_heads != 0)
     throw Error(c.path + ": num_attention_heads is not a multiple of num_key_value_heads");
   if (hp.head_dim % 2 != 0) throw Error(c.path + ": head dimension must be even");
   hp.rope_freq_factors = rope_scaling_factors(c, hp);
-  if (c.get_bool("attention_bias").value_or(false) || c.get_bool("mlp_bias").value_or(false))
+  // attention_bias in llama/qwen3 also biases o_proj, which Redwood lacks.
+  if ((arch != "qwen2" && c.get_bool("attention_bias").value_or(false)) || c.get_bool("mlp_bias").value_or(false))
     throw Error(c.path + ": attention_bias / mlp_bias are unsupported");
   if (auto act = c.get_string("hidden_act"); act && *act != "silu")
     throw Error(c.path + ": hidden_act '" + *act + "' is unsupported (supported: silu)");
@@ -414,8 +430,7 @@ ModelDesc load_safetensors_desc(const std::string& path) {
   const json cj = read_json_file(config_path);
   if (!cj.is_object()) throw Error(config_path + ": not a JSON object");
   const Config cfg{cj, config_path};
-  check_architecture(cfg);
-  m.hp = read_hparams(cfg);
+  m.hp = read_hparams(cfg, check_architecture(cfg));
   auto& hp = m.hp;
 
   // ---- shards ----
@@ -502,6 +517,15 @@ ModelDesc load_safetensors_desc(const std::string& path) {
     L.w_gate = extent(b + "mlp.gate_proj.weight");
     L.w_up = extent(b + "mlp.up_proj.weight");
     L.w_down = extent(b + "mlp.down_proj.weight");
+    if (hp.qkv_bias) {
+      L.bq = extent(b + "self_attn.q_proj.bias");
+      L.bk = extent(b + "self_attn.k_proj.bias");
+      L.bv = extent(b + "self_attn.v_proj.bias");
+    }
+    if (hp.qk_norm) {
+      L.q_norm = extent(b + "self_attn.q_norm.weight");
+      L.k_norm = extent(b + "self_attn.k_norm.weight");
+    }
   }
 
   std::vector<std::string> names;

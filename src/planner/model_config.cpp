@@ -30,14 +30,19 @@ ModelConfig parse_model_config(std::string_view text, const std::string& name) {
   const toml::table root = config::parse_toml(text, name);
   std::map<std::string, int> lines;
   const Section s(name, lines, &root, "");
-  s.only({"name", "source", "layers", "dim", "heads", "kv_heads", "head_dim", "ffn", "vocab", "tied", "dtype",
-          "embedding_dtype", "context", "rope_base"});
+  s.only({"name", "source", "architecture", "layers", "dim", "heads", "kv_heads", "head_dim", "ffn", "vocab", "tied",
+          "dtype", "embedding_dtype", "context", "rope_base"});
   require(name, s, {"name", "layers", "dim", "heads", "ffn", "vocab", "dtype"});
   ModelConfig c;
   c.file = name;
   s.str("name", c.name);
   s.str("source", c.source);
   auto& hp = c.hp;
+  // The family, as a model file names it: qwen2's layers carry q/k/v biases,
+  // qwen3's per-head q/k norms (F32 vectors, always resident).
+  s.choice("architecture", hp.arch, {"llama", "qwen2", "qwen3"});
+  hp.qkv_bias = hp.arch == "qwen2";
+  hp.qk_norm = hp.arch == "qwen3";
   s.integer("layers", hp.n_layers, 1, 1024);
   s.integer("dim", hp.dim, 1, 1 << 20);
   s.integer("heads", hp.n_heads, 1, 4096);
@@ -112,6 +117,15 @@ ModelDesc model_desc_from_config(const ModelConfig& cfg) {
     L.w_gate = tensor("ffn_gate.weight", cfg.dtype, hp.ffn_dim, hp.dim);
     L.w_up = tensor("ffn_up.weight", cfg.dtype, hp.ffn_dim, hp.dim);
     L.w_down = tensor("ffn_down.weight", cfg.dtype, hp.dim, hp.ffn_dim);
+    if (hp.qkv_bias) {
+      L.bq = tensor("attn_q.bias", DType::F32, 1, q);
+      L.bk = tensor("attn_k.bias", DType::F32, 1, kv);
+      L.bv = tensor("attn_v.bias", DType::F32, 1, kv);
+    }
+    if (hp.qk_norm) {
+      L.q_norm = tensor("attn_q_norm.weight", DType::F32, 1, hp.head_dim);
+      L.k_norm = tensor("attn_k_norm.weight", DType::F32, 1, hp.head_dim);
+    }
     m.layers.push_back(L);
   }
   m.output_norm = tensor("output_norm.weight", DType::F32, 1, hp.dim);

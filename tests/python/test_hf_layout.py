@@ -15,7 +15,9 @@ runs the directory; tools/oracle/gguf_llama_ref.py runs the GGUF. Cases:
     context 64, so the scaling bites at short positions). The GGUF carries the
     rope_freqs tensor that convert_hf_to_gguf.py's formula gives; Redwood
     computes its factors from config.json itself;
-  - linear rope_scaling (factor 4).
+  - linear rope_scaling (factor 4);
+  - Qwen2 (q/k/v biases, tied embedding; BF16) and Qwen3 (q_norm/k_norm,
+    head_dim 128 on a 256-wide model): model_type qwen2 / qwen3.
 Plain script; exits non-zero on any failure.
 """
 from __future__ import annotations
@@ -43,6 +45,11 @@ CASES = [
      {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
       "original_max_position_embeddings": 64}, "F16"),
     ("linear", ["--type", "F16", "--rope-linear", "4"], 10000.0, {"type": "linear", "factor": 4.0}, "F16"),
+    # Qwen2 (q/k/v biases, tied embedding) and Qwen3 (per-head q/k norms, head_dim 128 > hidden / heads):
+    # no Q/K permutation either side (llama.cpp's converter leaves qwen rows in HF order).
+    ("qwen2", ["--type", "BF16", "--arch", "qwen2", "--tied", "--rope-base", "1000000"], 1000000.0, None, "BF16"),
+    ("qwen3", ["--type", "F16", "--arch", "qwen3", "--head-dim", "128", "--rope-base", "1000000"], 1000000.0, None,
+     "F16"),
 ]
 
 
@@ -87,13 +94,21 @@ def gguf_to_hf(gguf_path: str, out_dir: str, rope_theta: float, rope_scaling, dt
     # so both sides compute with the same numbers).
     t = {x.name: gguf.quants.dequantize(x.data, x.tensor_type).astype(np.float32).reshape(
         [int(s) for s in reversed(x.shape)]) for x in r.tensors if x.name != "rope_freqs.weight"}
-    hf = {"model.embed_tokens.weight": t["token_embd.weight"], "model.norm.weight": t["output_norm.weight"],
-          "lm_head.weight": t["output.weight"]}
+    tied = "output.weight" not in t
+    hf = {"model.embed_tokens.weight": t["token_embd.weight"], "model.norm.weight": t["output_norm.weight"]}
+    if not tied:
+        hf["lm_head.weight"] = t["output.weight"]
+    qk = (lambda w, n: w) if m.neox else unpermute  # only llama's converter permutes Q/K rows
     for i in range(m.n_layer):
         g, h = f"blk.{i}.", f"model.layers.{i}."
         hf[h + "input_layernorm.weight"] = t[g + "attn_norm.weight"]
-        hf[h + "self_attn.q_proj.weight"] = unpermute(t[g + "attn_q.weight"], H)
-        hf[h + "self_attn.k_proj.weight"] = unpermute(t[g + "attn_k.weight"], K)
+        hf[h + "self_attn.q_proj.weight"] = qk(t[g + "attn_q.weight"], H)
+        hf[h + "self_attn.k_proj.weight"] = qk(t[g + "attn_k.weight"], K)
+        for x in ("q", "k", "v"):
+            if g + f"attn_{x}.bias" in t:
+                hf[h + f"self_attn.{x}_proj.bias"] = t[g + f"attn_{x}.bias"]
+            if g + f"attn_{x}_norm.weight" in t:
+                hf[h + f"self_attn.{x}_norm.weight"] = t[g + f"attn_{x}_norm.weight"]
         hf[h + "self_attn.v_proj.weight"] = t[g + "attn_v.weight"]
         hf[h + "self_attn.o_proj.weight"] = t[g + "attn_output.weight"]
         hf[h + "post_attention_layernorm.weight"] = t[g + "ffn_norm.weight"]
@@ -102,11 +117,12 @@ def gguf_to_hf(gguf_path: str, out_dir: str, rope_theta: float, rope_scaling, dt
         hf[h + "mlp.down_proj.weight"] = t[g + "ffn_down.weight"]
     os.makedirs(out_dir, exist_ok=True)
     write_safetensors(os.path.join(out_dir, "model.safetensors"), hf, dtype)
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": m.n_embd,
+    cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[m.arch]
+    config = {"architectures": [cls], "model_type": m.arch, "hidden_size": m.n_embd, "head_dim": m.head_dim,
               "intermediate_size": m.n_ff, "num_hidden_layers": m.n_layer, "num_attention_heads": H,
               "num_key_value_heads": K, "vocab_size": m.n_vocab, "max_position_embeddings": 4096,
               "rms_norm_eps": m.eps, "rope_theta": rope_theta, "rope_scaling": rope_scaling,
-              "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "float16"}
+              "tie_word_embeddings": tied, "hidden_act": "silu", "torch_dtype": "float16"}
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f)
     vocab = {f"t{i}": i for i in range(m.n_vocab)}

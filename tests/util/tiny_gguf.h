@@ -337,6 +337,12 @@ struct TinyShape {
   int poison_row = -1;
   float poison = 0.0f;
   uint32_t sliding_window = 0;  // when > 0: llama.attention.sliding_window (context_length is 2048)
+  // The family: "qwen2" adds attn_q/k/v.bias, "qwen3" attn_q/k_norm.weight;
+  // head_dim > 0 writes attention.key_length/value_length; expert_count > 0
+  // writes {arch}.expert_count (a MoE header, no expert tensors).
+  std::string arch = "llama";
+  int head_dim = 0;
+  uint32_t expert_count = 0;
 };
 
 // Minimal GGUF v3 writer.
@@ -426,20 +432,26 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
     return v;
   };
   GgufWriter w;
-  w.kv_str("general.architecture", "llama");
+  const std::string a = s.arch + ".";
+  w.kv_str("general.architecture", s.arch);
   w.kv_str("general.name", "tiny-test");
-  w.kv_u32("llama.block_count", s.layers);
-  w.kv_u32("llama.embedding_length", s.dim);
-  w.kv_u32("llama.attention.head_count", s.heads);
-  w.kv_u32("llama.attention.head_count_kv", s.kv_heads);
-  w.kv_u32("llama.feed_forward_length", s.ffn);
-  w.kv_u32("llama.context_length", 2048);
-  w.kv_f32("llama.rope.freq_base", 10000.0f);
-  w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  if (s.sliding_window > 0) w.kv_u32("llama.attention.sliding_window", s.sliding_window);
+  w.kv_u32(a + "block_count", s.layers);
+  w.kv_u32(a + "embedding_length", s.dim);
+  w.kv_u32(a + "attention.head_count", s.heads);
+  w.kv_u32(a + "attention.head_count_kv", s.kv_heads);
+  w.kv_u32(a + "feed_forward_length", s.ffn);
+  w.kv_u32(a + "context_length", 2048);
+  w.kv_f32(a + "rope.freq_base", 10000.0f);
+  w.kv_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  if (s.head_dim > 0) {
+    w.kv_u32(a + "attention.key_length", s.head_dim);
+    w.kv_u32(a + "attention.value_length", s.head_dim);
+  }
+  if (s.expert_count > 0) w.kv_u32(a + "expert_count", s.expert_count);
+  if (s.sliding_window > 0) w.kv_u32(a + "attention.sliding_window", s.sliding_window);
   if (s.rope_linear >= 0) {
-    if (!s.rope_scaling.empty()) w.kv_str("llama.rope.scaling.type", s.rope_scaling);
-    w.kv_f32("llama.rope.scaling.factor", s.rope_linear);
+    if (!s.rope_scaling.empty()) w.kv_str(a + "rope.scaling.type", s.rope_scaling);
+    w.kv_f32(a + "rope.scaling.factor", s.rope_linear);
   }
   std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};
@@ -459,7 +471,7 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
   w.kv_u32("tokenizer.ggml.bos_token_id", 1);
   w.kv_u32("tokenizer.ggml.eos_token_id", 2);
   w.kv_u32("tokenizer.ggml.unknown_token_id", 0);
-  const int hd = s.dim / s.heads;
+  const int hd = s.head_dim > 0 ? s.head_dim : s.dim / s.heads;
   const float sc = 1.0f / std::sqrt((float)s.dim);
   w.tensor("token_embd.weight", s.type, s.vocab, s.dim, rnd(s.vocab, s.dim, 1.0f));
   w.tensor("output_norm.weight", DType::F32, 1, s.dim, ones(s.dim));
@@ -481,6 +493,15 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
     w.tensor(b + "ffn_gate.weight", s.type, s.ffn, s.dim, rnd(s.ffn, s.dim, sc));
     w.tensor(b + "ffn_up.weight", s.type, s.ffn, s.dim, rnd(s.ffn, s.dim, sc));
     w.tensor(b + "ffn_down.weight", s.type, s.dim, s.ffn, rnd(s.dim, s.ffn, 1.0f / std::sqrt((float)s.ffn)));
+    if (s.arch == "qwen2") {
+      w.tensor(b + "attn_q.bias", DType::F32, 1, s.heads * hd, rnd(1, s.heads * hd, 0.5f));
+      w.tensor(b + "attn_k.bias", DType::F32, 1, s.kv_heads * hd, rnd(1, s.kv_heads * hd, 0.5f));
+      w.tensor(b + "attn_v.bias", DType::F32, 1, s.kv_heads * hd, rnd(1, s.kv_heads * hd, 0.5f));
+    }
+    if (s.arch == "qwen3") {
+      w.tensor(b + "attn_q_norm.weight", DType::F32, 1, hd, ones(hd));
+      w.tensor(b + "attn_k_norm.weight", DType::F32, 1, hd, ones(hd));
+    }
   }
   w.write(path);
 }

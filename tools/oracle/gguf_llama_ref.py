@@ -7,8 +7,12 @@ Tensors are read with gguf.GGUFReader and dequantized with gguf.quants.dequantiz
 (the gguf package's own dequantizers). Activations are computed in float64 by
 default (--dtype float32 to halve memory for huge synthetic shapes).
 
-Model (GGML "normal" rope, i.e. the layout produced by llama.cpp's converter, which
-permutes Wq/Wk so that RoPE rotates *adjacent pairs*):
+Families: llama (GGML "normal" rope, i.e. the layout produced by llama.cpp's
+converter, which permutes Wq/Wk so that RoPE rotates *adjacent pairs*); qwen2
+(q/k/v biases added after the projections; NEOX rope: pairs (i, i + n_rot/2));
+qwen3 (q and k RMS-normed per head with attn_q_norm/attn_k_norm before RoPE;
+NEOX rope), as llama.cpp's src/models/qwen2.cpp / qwen3.cpp compute them.
+Model (llama):
     x = token_embd[tokens]
     per layer:
         h  = rmsnorm(x) * attn_norm
@@ -70,6 +74,9 @@ class RefModel:
                 raise SystemExit(f"gguf_llama_ref: missing metadata {a}.{key}")
             return v
 
+        if a not in ("llama", "qwen2", "qwen3"):
+            raise SystemExit(f"gguf_llama_ref: architecture {a!r} is not implemented")
+        self.neox = a in ("qwen2", "qwen3")
         self.n_layer = int(need("block_count"))
         self.n_embd = int(need("embedding_length"))
         self.n_ff = int(need("feed_forward_length"))
@@ -123,6 +130,14 @@ class RefModel:
                 p + "ffn_up.weight": (E, F),
                 p + "ffn_down.weight": (F, E),
             })
+            if a == "qwen3":
+                expect.update({p + "attn_q_norm.weight": (D,), p + "attn_k_norm.weight": (D,)})
+        # Biases where present (llama.cpp reads them in any of these families).
+        self.bias = (self.n_layer > 0 and "blk.0.attn_q.bias" in self.tensors)
+        if self.bias:
+            for i in range(self.n_layer):
+                p = f"blk.{i}."
+                expect.update({p + "attn_q.bias": (H * D,), p + "attn_k.bias": (K * D,), p + "attn_v.bias": (K * D,)})
         expect[self.lm_head_name] = (E, self.n_vocab)
         for name, shp in expect.items():
             t = self.tensors.get(name)
@@ -201,20 +216,27 @@ class RefModel:
 
     # ---------------------------------------------------------------- blocks
     def rmsnorm(self, x: np.ndarray, name: str) -> np.ndarray:
+        """RMSNorm over the last axis (a row, or one head of (n, heads, head_dim))."""
         x64 = x.astype(np.float64, copy=False)
         ms = np.mean(x64 * x64, axis=-1, keepdims=True)
         return (x64 / np.sqrt(ms + self.eps)).astype(self.dtype, copy=False) * self.vec(name)
 
     def rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """x: (n, heads, head_dim); rotates adjacent pairs of the first n_rot dims."""
+        """x: (n, heads, head_dim); rotates the first n_rot dims: adjacent pairs
+        (2i, 2i+1), or for NEOX families (qwen2/3) pairs (i, i + n_rot/2)."""
         ang = pos.astype(np.float64)[:, None] * self.inv_freq[None, :]  # (n, n_rot/2)
         c = np.cos(ang)[:, None, :].astype(self.dtype)
         s = np.sin(ang)[:, None, :].astype(self.dtype)
         out = x.copy()
-        x0 = x[..., 0:self.n_rot:2]
-        x1 = x[..., 1:self.n_rot:2]
-        out[..., 0:self.n_rot:2] = x0 * c - x1 * s
-        out[..., 1:self.n_rot:2] = x0 * s + x1 * c
+        if self.neox:
+            h = self.n_rot // 2
+            i0, i1 = slice(0, h), slice(h, self.n_rot)
+        else:
+            i0, i1 = slice(0, self.n_rot, 2), slice(1, self.n_rot, 2)
+        x0 = x[..., i0]
+        x1 = x[..., i1]
+        out[..., i0] = x0 * c - x1 * s
+        out[..., i1] = x0 * s + x1 * c
         return out
 
 
@@ -240,9 +262,17 @@ def _forward(m: RefModel, tokens, cache: KVCache, all_rows: bool) -> np.ndarray:
     for il in range(m.n_layer):
         p = f"blk.{il}."
         h = m.rmsnorm(x, p + "attn_norm.weight")
-        q = m.matmul(p + "attn_q.weight", h).reshape(n, H, D)
-        k = m.matmul(p + "attn_k.weight", h).reshape(n, K, D)
-        v = m.matmul(p + "attn_v.weight", h).reshape(n, K, D)
+        q = m.matmul(p + "attn_q.weight", h)
+        k = m.matmul(p + "attn_k.weight", h)
+        v = m.matmul(p + "attn_v.weight", h)
+        if m.bias:
+            q = q + m.vec(p + "attn_q.bias")
+            k = k + m.vec(p + "attn_k.bias")
+            v = v + m.vec(p + "attn_v.bias")
+        q, k, v = q.reshape(n, H, D), k.reshape(n, K, D), v.reshape(n, K, D)
+        if m.arch == "qwen3":
+            q = m.rmsnorm(q, p + "attn_q_norm.weight")
+            k = m.rmsnorm(k, p + "attn_k_norm.weight")
         q = m.rope(q, pos)
         k = m.rope(k, pos)
         if cache.k[il] is None:
