@@ -1,0 +1,88 @@
+// redwood serve: an OpenAI-compatible HTTP server over one loaded session
+// (src/server). Flags here; requests, scheduling and responses are the library's.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
+#include "src/cli/commands.h"
+#include "src/cli/common.h"
+#include "src/server/server.h"
+#include "src/util/error.h"
+
+namespace redwood::cli {
+
+namespace {
+struct ServeFlags : SessionFlags {
+  server::ServeOptions o;
+  int sequences = 8;
+};
+
+int run_serve(ServeFlags& f) {
+  std::optional<Session> session;
+  try {
+    make_session(f, session, [&] { server::check_serve_options(f.o); });
+  } catch (const Error& e) {
+    const bool exposed = !f.o.host.empty() && !server::is_loopback(f.o.host) && f.o.api_key.empty();
+    if (!exposed) throw;
+    std::fprintf(stderr, "redwood: %s\n", e.what());
+    return 2;
+  }
+  const int trained = session->target().desc.hp.ctx_len;
+  if (f.cmd->count("--ctx") == 0 && trained > 0) f.o.ctx = std::min(f.o.ctx, trained);
+  if (session->draft()) {
+    if (f.cmd->count("--sequences") > 0 && f.sequences > 1) session->set_sequences(f.sequences);  // its error
+  } else {
+    session->set_sequences(f.sequences);
+  }
+  const int nodes = session->tree_nodes();
+  const int ctx = f.o.ctx + 1 + (nodes ? nodes + 2 : 0);  // a request's positions (+1: the last token's row)
+  const int batch_tokens = session->config().sequences > 1 ? session->config().pass_tokens
+                                                            : std::min(f.o.ctx, session->config().prefill_chunk);
+  try {
+    session->check_plan(ctx, batch_tokens);
+  } catch (const SetupError& e) {
+    throw Error(std::string(e.what()) + " (for --sequences " + std::to_string(session->config().sequences) +
+                " and --ctx " + std::to_string(f.o.ctx) + ": lower them or raise the budget)");
+  }
+  ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
+  install_stop_signals();
+  server::Server srv(*session, f.o);
+  const int port = srv.bind();
+  std::printf("redwood: listening on http://%s:%d\n", f.o.host.c_str(), port);
+  std::fflush(stdout);
+  session->load(ctx, batch_tokens);
+  srv.ready();
+  std::fprintf(stderr, "redwood: ready: %s, %d sequence(s) of %d positions\n", server::model_id(f.s.run.model).c_str(),
+               session->config().sequences, f.o.ctx);
+  while (stop_signal() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  srv.stop();
+  finish_run(session->target(), f.s.run);
+  std::fprintf(stderr, "redwood: stopped by %s\n", stop_signal_name());
+  return 0;
+}
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  auto* c = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  add_session_flags(c, *f);
+  c->add_option("--host", f->o.host, "Address to bind (default 127.0.0.1; others need --api-key)");
+  c->add_option("--port", f->o.port, "Port (default 8080; 0: a free one, printed)")->transform(int_range(0, 65535));
+  c->add_option("--api-key", f->o.api_key, "Require 'Authorization: Bearer KEY' on every request but /health");
+  c->add_option("--sequences", f->sequences,
+                "Requests sharing each pass (continuous batching; default 8, 1 with --draft)")
+      ->transform(int_range(1, kMaxSequences));
+  c->add_option("--max-queue", f->o.max_queue, "Requests waiting beyond --sequences; more get 429 (default 64)")
+      ->transform(int_range(0, 4096));
+  c->add_option("--ctx", f->o.ctx, "KV positions per request, prompt + max_tokens (default 2048, or the model's)")
+      ->transform(int_range(2, 1 << 20));
+  c->add_option("--max-tokens,-n", f->o.max_tokens, "A request's max_tokens when it gives none (default 256)")
+      ->transform(int_range(1, 1 << 20));
+  return [f] { return run_serve(*f); };
+}
+
+}  // namespace redwood::cli
