@@ -10,6 +10,7 @@
 
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/server/chat.h"
 #include "src/server/server.h"
 #include "src/util/error.h"
 
@@ -64,7 +65,43 @@ int run_serve(ServeFlags& f) {
   std::fprintf(stderr, "redwood: stopped by %s\n", stop_signal_name());
   return 0;
 }
+struct ChatFlags : SessionFlags {
+  server::ChatOptions o;
+};
+
+int run_chat(ChatFlags& f) {
+  std::optional<Session> session;
+  make_session(f, session);
+  session->check_chat_template("redwood chat");
+  const int trained = session->target().desc.hp.ctx_len;
+  if (f.cmd->count("--ctx") == 0 && trained > 0) f.o.ctx = std::min(f.o.ctx, trained);
+  const int nodes = session->tree_nodes();
+  session->load(f.o.ctx + 1 + (nodes ? nodes + 2 : 0), std::min(f.o.ctx, session->config().prefill_chunk));
+  install_interrupt_signals();  // Ctrl-C stops a reply; SIGTERM/SIGHUP end the conversation
+  server::run_chat(
+      *session, f.o, stdin, stdout, [] { return stop_signal() != 0; },
+      [] {
+        if (stop_signal() != SIGINT) return false;
+        clear_stop_signal();
+        return true;
+      });
+  std::fputc('\n', stdout);
+  finish_run(session->target(), f.s.run);
+  return 0;
+}
 }  // namespace
+
+Runner add_chat(CLI::App& app) {
+  auto f = std::make_shared<ChatFlags>();
+  auto* c = app.add_subcommand("chat", "A conversation in the terminal (Ctrl-C stops a reply, /exit leaves)");
+  add_session_flags(c, *f);
+  c->add_option("--ctx", f->o.ctx, "KV positions: the conversation + one reply (default 2048, or the model's)")
+      ->transform(int_range(2, 1 << 20));
+  c->add_option("--max-tokens,-n", f->o.max_tokens, "Tokens per reply at most (default 512)")
+      ->transform(int_range(1, 1 << 20));
+  c->add_option("--system", f->o.system, "A system message opening the conversation");
+  return [f] { return run_chat(*f); };
+}
 
 Runner add_serve(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
