@@ -1,6 +1,7 @@
 // redwood serve: an OpenAI-compatible HTTP server over one loaded session
 // (src/server). Flags here; requests, scheduling and responses are the library's.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,30 +33,16 @@ int run_serve(ServeFlags& f) {
     std::fprintf(stderr, "redwood: %s\n", e.what());
     return 2;
   }
-  const int trained = session->target().desc.hp.ctx_len;
-  if (f.cmd->count("--ctx") == 0 && trained > 0) f.o.ctx = std::min(f.o.ctx, trained);
-  if (session->draft()) {
-    if (f.cmd->count("--sequences") > 0 && f.sequences > 1) session->set_sequences(f.sequences);  // its error
-  } else {
-    session->set_sequences(f.sequences);
-  }
-  const int nodes = session->tree_nodes();
-  const int ctx = f.o.ctx + 1 + (nodes ? nodes + 2 : 0);  // a request's positions (+1: the last token's row)
-  const int batch_tokens = session->config().sequences > 1 ? session->config().pass_tokens
-                                                            : std::min(f.o.ctx, session->config().prefill_chunk);
-  try {
-    session->check_plan(ctx, batch_tokens);
-  } catch (const SetupError& e) {
-    throw Error(std::string(e.what()) + " (for --sequences " + std::to_string(session->config().sequences) +
-                " and --ctx " + std::to_string(f.o.ctx) + ": lower them or raise the budget)");
-  }
+  if (f.cmd->count("--seed") > 0) f.o.default_seed = f.s.sampling.seed;
+  const server::LoadShape shape =
+      server::size_session(*session, f.o.ctx, f.cmd->count("--ctx") > 0, f.sequences, f.cmd->count("--sequences") > 0);
   ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
   install_stop_signals();
   server::Server srv(*session, f.o);
   const int port = srv.bind();
   std::printf("redwood: listening on http://%s:%d\n", f.o.host.c_str(), port);
   std::fflush(stdout);
-  session->load(ctx, batch_tokens);
+  session->load(shape.ctx, shape.batch_tokens);
   srv.ready();
   std::fprintf(stderr, "redwood: ready: %s, %d sequence(s) of %d positions\n", server::model_id(f.s.run.model).c_str(),
                session->config().sequences, f.o.ctx);
@@ -73,13 +60,11 @@ int run_chat(ChatFlags& f) {
   std::optional<Session> session;
   make_session(f, session);
   session->check_chat_template("redwood chat");
-  const int trained = session->target().desc.hp.ctx_len;
-  if (f.cmd->count("--ctx") == 0 && trained > 0) f.o.ctx = std::min(f.o.ctx, trained);
-  const int nodes = session->tree_nodes();
-  session->load(f.o.ctx + 1 + (nodes ? nodes + 2 : 0), std::min(f.o.ctx, session->config().prefill_chunk));
+  const server::LoadShape shape = server::size_session(*session, f.o.ctx, f.cmd->count("--ctx") > 0, 1, false);
+  session->load(shape.ctx, shape.batch_tokens);
   install_interrupt_signals();  // Ctrl-C stops a reply; SIGTERM/SIGHUP end the conversation
   server::run_chat(
-      *session, f.o, stdin, stdout, [] { return stop_signal() != 0; },
+      *session, f.o, STDIN_FILENO, stdout, [] { return stop_signal() != 0; },
       [] {
         if (stop_signal() != SIGINT) return false;
         clear_stop_signal();

@@ -17,13 +17,13 @@ struct ChatOptions {
   std::string system;   // a system message first, when not empty
 };
 
-// Reads turns from `in` until end of input or "/exit" ("/reset" forgets the
+// Reads turns from the file descriptor `in` until end of input or "/exit" ("/reset" forgets the
 // history), writing "> " prompts and replies to `out`. `interrupted()` is
-// polled while a reply runs (it then ends, kept in the history as far as it
+// polled while a reply runs and while waiting for a line (a reply then ends, kept in the history as far as it
 // got); after it, `resume()` says whether to go on (a Ctrl-C) or end (a
 // SIGTERM). A history too long for ctx is a one-line note, the turn dropped.
 // REQUIRES: session loaded with one sequence and a usable chat template.
-void run_chat(runtime::Session& session, const ChatOptions& o, std::FILE* in, std::FILE* out,
+void run_chat(runtime::Session& session, const ChatOptions& o, int in, std::FILE* out,
               const std::function<bool()>& interrupted, const std::function<bool()>& resume);
 
 }  // namespace redwood::server

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -40,6 +41,23 @@ void check_serve_options(const ServeOptions& o) {
                 "'Authorization: Bearer KEY')");
   if (o.port < 0 || o.port > 65535) throw Error("--port must be in [0, 65535], got " + std::to_string(o.port));
   if (o.ctx < 2) throw Error("--ctx must be at least 2, got " + std::to_string(o.ctx));
+}
+
+LoadShape size_session(runtime::Session& s, int& ctx, bool ctx_given, int sequences, bool sequences_given) {
+  const int trained = s.target().desc.hp.ctx_len;
+  if (!ctx_given && trained > 0) ctx = std::min(ctx, trained);
+  if (!s.draft() || (sequences_given && sequences > 1)) s.set_sequences(sequences);  // with a draft: its error
+  const int nodes = s.tree_nodes();
+  LoadShape shape;
+  shape.ctx = ctx + 1 + (nodes ? nodes + 2 : 0);  // +1: the last token's row; a tree on top
+  shape.batch_tokens = s.config().sequences > 1 ? s.config().pass_tokens : std::min(ctx, s.config().prefill_chunk);
+  try {
+    s.check_plan(shape.ctx, shape.batch_tokens);
+  } catch (const runtime::SetupError& e) {
+    throw Error(std::string(e.what()) + " (for --sequences " + std::to_string(s.config().sequences) + " and --ctx " +
+                std::to_string(ctx) + ": lower them or raise the budget)");
+  }
+  return shape;
 }
 
 namespace {
@@ -319,7 +337,9 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, Endpo
     throw ApiError(400, err.what(), e == Endpoint::chat ? "messages" : "prompt");
   }
   const int max_tokens = r.max_tokens ? *r.max_tokens : std::min(o_.max_tokens, o_.ctx - static_cast<int>(tokens.size()));
-  const uint64_t seed = r.seed ? *r.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  const uint64_t seed = r.seed                ? *r.seed
+                        : o_.default_seed ? *o_.default_seed
+                                          : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   spec::GenerationRequest g = session_.request({}, max_tokens, r.stop);
   g.sampling = request_sampling(r, base, seed);
   try {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,7 +39,18 @@ struct ServeOptions {
   size_t max_body = 1 << 20;  // bytes of a request body; more get 413
   int timeout_s = 30;      // reading a request, writing a response
   std::string model_id;    // what clients name the model (model_id(path) when empty)
+  std::optional<uint64_t> default_seed;  // a request without a seed: this, else a fresh one
 };
+
+// Session::load's arguments for serving requests of `ctx` positions each.
+struct LoadShape {
+  int ctx = 0, batch_tokens = 0;
+};
+// Sizes a session (before load) for requests of *ctx positions: *ctx capped by
+// the model's trained context unless given; `sequences` requests sharing each
+// pass (with a draft: 1, unless given, which the session then refuses); the
+// memory plan checked (redwood::Error naming --sequences and --ctx).
+LoadShape size_session(runtime::Session& s, int& ctx, bool ctx_given, int sequences, bool sequences_given);
 
 // The id clients use for a model file: its file name without .gguf (a directory: its name).
 std::string model_id(const std::string& path);
