@@ -21,10 +21,10 @@ JOBS="$(nproc)"
 # Enough to build and run `redwood` (gtest is a CMake requirement of the tree).
 APT_PACKAGES=(cmake ninja-build g++ pkg-config python3-pip
   libtbb-dev liburing-dev libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
-  libtomlplusplus-dev libfmt-dev libxxhash-dev libopenblas-dev libpcre2-dev)
+  libtomlplusplus-dev libfmt-dev libxxhash-dev libopenblas-dev libpcre2-dev libcpp-httplib-dev)
 # Only the test suite needs these (fuzz builds, bench plots).
 APT_TEST_PACKAGES=(clang-14 libclang-rt-14-dev gnuplot-nox)
-PY_PACKAGES=("numpy==2.4.6" "gguf==0.19.0" "tokenizers==0.23.3")
+PY_PACKAGES=("numpy==2.4.6" "gguf==0.19.0" "tokenizers==0.23.3" "openai==3.57.0")
 
 log() { echo "setup: $*" >&2; }
 

@@ -17,6 +17,8 @@ Runner add_plan_memory(CLI::App& app);
 Runner add_plan(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_batch(CLI::App& app);
+Runner add_serve(CLI::App& app);
+Runner add_chat(CLI::App& app);
 Runner add_profile_acceptance(CLI::App& app);
 Runner add_profile_hardware(CLI::App& app);
 }  // namespace redwood::cli

@@ -5,8 +5,113 @@
 #include <cstdlib>
 
 #include "src/util/error.h"
+#include "src/util/io.h"
 
 namespace redwood::cli {
+
+namespace {
+// The speculation flags given without --draft (they would be ignored).
+std::string spec_flags_without_draft(const SessionFlags& o) {
+  std::string given;
+  if (!o.s.draft.empty() || !o.cmd) return given;
+  for (const char* f : {"--tree", "--verify", "--budget", "--depth", "--threshold", "--delta", "--width",
+                        "--is-alphabet", "--acceptance", "--hardware-profile"})
+    if (o.cmd->count(f) > 0) given += (given.empty() ? "" : ", ") + std::string(f);
+  return given;
+}
+
+// The tree/verifier flags as make_spec_config's plain values.
+spec::TreeOptions tree_options(const SessionFlags& o) {
+  spec::TreeOptions t;
+  t.tree = o.tree;
+  t.budget = parse_int_arg(o.budget, "--budget", 1, 8192);
+  t.depth = parse_int_arg(o.depth, "--depth", 1, 1024);
+  if (!o.threshold.empty()) t.threshold = parse_double_arg(o.threshold, "--threshold");
+  if (!o.delta.empty()) t.delta = parse_double_arg(o.delta, "--delta");
+  if (!o.width.empty()) t.width = parse_int_arg(o.width, "--width", 1, 4096);
+  if (!o.is_alphabet.empty()) t.is_alphabet = parse_int_arg(o.is_alphabet, "--is-alphabet", 1, 1 << 24);
+  t.verifier = o.verify;
+  t.acceptance = o.acceptance;
+  return t;
+}
+}  // namespace
+
+void add_session_flags(CLI::App* c, SessionFlags& f) {
+  f.cmd = c;
+  add_run_options(c, f.s.run);
+  c->add_option("--temperature", f.s.sampling.temperature, "0 = greedy");
+  c->add_option("--top-p", f.s.sampling.top_p, "Nucleus sampling mass (0, 1]");
+  c->add_option("--top-k", f.s.sampling.top_k, "Keep the k most likely tokens (0 = off)");
+  c->add_option("--seed", f.s.sampling.seed, "Random seed (default 0: the same command samples the same text)")
+      ->transform(int_range(0, INT64_MAX));
+  c->add_option("--prefill-chunk", f.s.prefill_chunk, "Prompt tokens per pass (bounds activation memory)")
+      ->transform(int_range(1, 1 << 20));
+  c->add_option("--draft", f.s.draft, "Draft model (same vocabulary): enables speculative decoding");
+  c->add_option("--tree", f.tree,
+                "Tree: chain:K | kary:WxD | sequoia | sequoia:FILE (static shapes), dyspec | opt-tree | specexec "
+                "(built per step from the draft's probabilities), auto (the tree - Sequoia, or a dynamic policy with "
+                "its parameters - and verifier, or none, that measured acceptance and pass times predict fastest; "
+                "--budget/--depth cap it) (default sequoia)");
+  c->add_option("--verify", f.verify,
+                "Verifier: greedy | specinfer | sequoia | spectr | multidraft-is | target-sample (default: greedy at "
+                "T=0; else sequoia, or target-sample for opt-tree/specexec). dyspec: sequoia|greedy; opt-tree, "
+                "specexec: target-sample|greedy");
+  c->add_option("--budget", f.budget,
+                "sequoia, dyspec, opt-tree, specexec: nodes per target pass, root included, 1..8192 (default 64; "
+                "dyspec --threshold: the node cap)")
+      ->type_name("INT");
+  c->add_option("--depth", f.depth,
+                "sequoia and dynamic trees: maximum depth in levels, root included (as in the Sequoia paper), "
+                "1..1024 (default 8)")
+      ->type_name("INT");
+  c->add_option("--threshold", f.threshold,
+                "dyspec: 0 = heap variant filling --budget (default); in (0, 1): layer-wise variant expanding "
+                "while value > threshold (e.g. 1/budget)")
+      ->type_name("NUM");
+  c->add_option("--delta", f.delta,
+                "opt-tree: stop growing when a layer adds <= delta to the best-n expected length (default 0.5)")
+      ->type_name("NUM");
+  c->add_option("--width", f.width, "specexec: children per expanded node, 1..4096 (default 4)")->type_name("INT");
+  c->add_option("--is-alphabet", f.is_alphabet,
+                "multidraft-is: truncate each node's alphabet to the M most likely target tokens (exact: the "
+                "result is kept with probability p(Omega0)); default off")
+      ->type_name("M");
+  c->add_option("--hardware-profile", f.s.hardware_profile,
+                "--tree auto: use this profile-hardware file instead of the cache (with --acceptance: an "
+                "acceptance profile instead of the cache's)");
+  c->add_option("--acceptance", f.acceptance, "sequoia: acceptance vector JSON {\"acceptance\": [...]}");
+}
+
+void make_session(SessionFlags& o, std::optional<Session>& session, const std::function<void()>& checks,
+                  const std::function<void()>& late_checks) {
+  std::vector<std::string> inputs = {o.s.draft, o.acceptance, o.s.hardware_profile};
+  if (o.tree.rfind("sequoia:", 0) == 0) inputs.push_back(o.tree.substr(8));
+  apply_run_options(o.s.run, inputs);
+  validate(o.s.sampling);
+  if (checks) checks();
+  if (const std::string f = spec_flags_without_draft(o); !f.empty())
+    throw Error(f + ": speculative decoding needs --draft MODEL");
+  check_draft_budget(o.s.run, o.s.draft);
+  if (late_checks) late_checks();
+  const bool auto_tree = !o.s.draft.empty() && o.tree == "auto";
+  if (!o.s.hardware_profile.empty() && !auto_tree)
+    throw Error("--hardware-profile is only for --draft ... --tree auto");
+  // Profiles given are read late (after weights load, --tree auto after measuring): not a FIFO or device.
+  if (!o.acceptance.empty()) require_regular_input(o.acceptance, "an acceptance file");
+  if (!o.s.hardware_profile.empty()) require_regular_input(o.s.hardware_profile, "a hardware profile");
+  if (!o.s.draft.empty()) o.s.tree = tree_options(o);  // flags parsed before any model loads
+  if (const spec::TreeOptions& t = o.s.tree;
+      auto_tree && (t.threshold || t.delta || t.width || !t.verifier.empty() || t.is_alphabet))
+    throw Error(
+        "--tree auto chooses the tree, its parameters and its verifier: it takes only --budget and --depth "
+        "(caps), --acceptance and --hardware-profile");
+  try {
+    session.emplace(o.s);
+  } catch (const runtime::SetupError& e) {
+    if (e.key() == "draft") throw Error(o.s.draft + ": " + e.what());
+    throw;
+  }
+}
 
 CLI::Validator kv_type_check() {  // kv_type_from_name's message, without the option's name
   const auto check = [](std::string& s) -> std::string {

@@ -3,10 +3,13 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "src/runtime/model.h"
+#include "src/runtime/session.h"
 #include "src/runtime/stop_signal.h"
 #include "src/util/output_path.h"
 
@@ -15,6 +18,23 @@ namespace redwood::cli {
 using namespace runtime;  // the CLI is the runtime's client
 
 void add_run_options(CLI::App* app, RunOptions& o);
+
+// The flags of a command that runs a Session (generate, serve, chat): run
+// options, sampling, --prefill-chunk, --draft and the tree's flags (kept as
+// given, parsed by make_session).
+struct SessionFlags {
+  runtime::SessionConfig s;  // model, run options, draft, sampling, prefill chunk, hardware profile
+  std::string tree = "sequoia", verify, acceptance;
+  // Parsed by redwood (one-line errors, exit 1); empty = not given.
+  std::string budget = "64", depth = "8", threshold, delta, width, is_alphabet;
+  const CLI::App* cmd = nullptr;  // which flags were given
+};
+void add_session_flags(CLI::App* c, SessionFlags& f);
+// Checks the flags (`checks`: the command's own, after the sampling's;
+// `late_checks` after the draft's budget) and makes the session into
+// `session` (descriptions, no weights). Throws redwood::Error (one line).
+void make_session(SessionFlags& f, std::optional<Session>& session, const std::function<void()>& checks = {},
+                  const std::function<void()>& late_checks = {});
 
 // An integer option's range, with a message that says so ("expected an integer
 // from 1 to 1048576, got 'abc'"; CLI11's Range and PositiveNumber print their

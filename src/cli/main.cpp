@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
   reg(redwood::cli::add_plan(app), "plan");
   reg(redwood::cli::add_bench(app), "bench");
   reg(redwood::cli::add_batch(app), "batch");
+  reg(redwood::cli::add_serve(app), "serve");
+  reg(redwood::cli::add_chat(app), "chat");
   reg(redwood::cli::add_profile_acceptance(app), "profile-acceptance");
   reg(redwood::cli::add_profile_hardware(app), "profile-hardware");
   // No option takes "" for "not given" or 0; --prompt and --text are text ("" refused later, or empty text).

@@ -18,7 +18,26 @@ extern "C" void on_stop_signal(int sig) {
   remove_temp_files_on(sig);  // a second one kills at once, leaving no temp file
 }
 
+extern "C" void on_interrupt_signal(int sig) {
+  g_signal.store(sig);
+}
+
 }  // namespace
+
+void install_interrupt_signals() {
+  install_stop_signals();
+  struct sigaction old {};
+  if (sigaction(SIGINT, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a read waiting for the next line returns EINTR
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+void clear_stop_signal() {
+  g_signal.store(0);
+}
 
 void install_stop_signals() {
   // The first SIGINT/SIGTERM/SIGHUP (a closed terminal or SSH session)

@@ -13,6 +13,7 @@
 //
 // CI compiles offload/ with clang -Wthread-safety -Werror (CTest thread_safety).
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -67,6 +68,11 @@ class SCOPED_CAPABILITY MutexLock {
 class CondVar {
  public:
   void wait(MutexLock& lock) { cv_.wait(lock.lock_); }
+  // As wait(), returning by `deadline` at the latest.
+  template <class Clock, class Duration>
+  void wait_until(MutexLock& lock, const std::chrono::time_point<Clock, Duration>& deadline) {
+    cv_.wait_until(lock.lock_, deadline);
+  }
   void notify_all() noexcept { cv_.notify_all(); }
 
  private:
