@@ -146,7 +146,7 @@ TEST(ModelConfig, RejectsMalformedInput) {
   };
   const std::vector<std::pair<std::string, std::string>> cases = {
       {base + "hidden = 4\n",
-       "m.toml:9: unknown key 'hidden' (known in the top level: name, source, layers, dim, heads, kv_heads, "
+       "m.toml:9: unknown key 'hidden' (known in the top level: name, source, architecture, layers, dim, heads, kv_heads, "
        "head_dim, ffn, vocab, tied, dtype, embedding_dtype, context, rope_base)"},
       {replace("layers = 4\n", ""), "m.toml: missing required key 'layers'"},
       {replace("layers = 4", "layers = \"4\""), "m.toml:2: layers: expected an integer, got a string"},
@@ -578,6 +578,41 @@ Prediction l40_prediction(int max_budget) {
   return predict(hw, target, draft, o);
 }
 }  // namespace
+
+// Shared passes (plan --sequences): one sequence alone is Sequoia's choice
+// again (the node budget rule gives it the whole pass); more sequences trade
+// resident layers for KV and fill the pass with several trees; throughput
+// grows with B, trees beat plain batching while the pass is cheap per token,
+// and a B whose KV does not fit says so.
+TEST(Predict, SharedPassesOnTheL40) {
+  const HardwareProfile hw = load_hardware(cfg("hardware/l40.toml"));
+  const ModelDesc target = model_desc_from_config(load_model_config(cfg("models/llama2-70b.toml")));
+  ModelConfig dc = load_model_config(cfg("models/llama2-7b.toml"));
+  dc.dtype = dc.embedding_dtype = DType::Q4_0;  // a 4-bit draft leaves room for the KV of many sequences
+  const ModelDesc draft = model_desc_from_config(dc);
+  PredictOptions o;
+  o.acceptance = spec::read_acceptance_file(cfg("acceptance/sequoia-70b-7b-like.json"));
+  o.ctx = 512;
+  o.kv_type = DType::F16;
+  o.sequences = {1, 4, 16, 64, 256};
+  const Prediction p = predict(hw, target, draft, o);
+  ASSERT_EQ(p.sequences.size(), 5u);
+  const SequencesRow& one = p.sequences[0];
+  EXPECT_NEAR(one.tree_tokens_per_s, p.sequoia.choice.tokens_per_second(), 0.05 * p.sequoia.choice.tokens_per_second());
+  EXPECT_NEAR(one.plain_tokens_per_s, 1.0 / one.plain_pass_s, 1e-9);
+  for (size_t i = 1; i < 4; ++i) {
+    const SequencesRow& r = p.sequences[i];
+    ASSERT_TRUE(r.does_not_fit.empty()) << r.does_not_fit;
+    EXPECT_GT(r.tree_tokens_per_s, p.sequences[i - 1].tree_tokens_per_s) << "B = " << r.sequences;
+    EXPECT_GT(r.tree_tokens_per_s, r.plain_tokens_per_s) << "B = " << r.sequences;
+    EXPECT_LE(r.pass_tokens, o.max_budget);
+    EXPECT_LE(r.resident_layers, p.sequences[i - 1].resident_layers);
+  }
+  EXPECT_LT(p.sequences[3].tree_nodes, p.sequences[1].tree_nodes);  // smaller trees when many share the pass
+  EXPECT_NE(p.sequences[4].does_not_fit.find("256 sequences"), std::string::npos) << p.sequences[4].does_not_fit;
+  EXPECT_NE(prediction_table(p).find("shared passes"), std::string::npos);
+  EXPECT_EQ(prediction_json(p)["sequences"].size(), 5u);
+}
 
 TEST(Predict, L40Llama70BInSequoiasRegime) {
   const Prediction p = l40_prediction(1024);

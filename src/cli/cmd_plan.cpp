@@ -59,6 +59,11 @@ Runner add_plan(CLI::App& app) {
   s->add_option("--decode-bandwidth", c->r.decode_bandwidth,
                 "GB/s of decoded weights the decode stage delivers (default: the hardware profile's)")
       ->check(CLI::PositiveNumber);
+  s->add_option("--sequences", c->r.o.sequences,
+                "Shared passes: predicted throughput for these counts of sequences per pass (e.g. 1,2,4,8,16,32,64), "
+                "plain and with trees")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
   s->add_flag("--json", c->json, "JSON output");
   return [c, past] {
     c->r.past_given = past->count() > 0;

@@ -31,6 +31,22 @@ struct PredictOptions {
   int max_depth = 32;                     // d in [1, max_depth]
   int threads = 2;                        // CPU kernel workspace (planner accounting)
   DType kv_type = DType::F32;             // KV cache element type (memory plan and attention reads)
+  // Shared passes: one row per count B of sequences sharing each pass (each
+  // holding ctx positions in a paged KV pool); empty: none.
+  std::vector<int> sequences;
+};
+
+// B sequences sharing every pass: plain (B tokens per pass) and with trees
+// (the node budget rule of src/speculative/node_budget.h splitting up to
+// max_budget nodes per pass under the predicted t(n) and c(w)).
+struct SequencesRow {
+  int sequences = 1;
+  std::string does_not_fit;  // non-empty: the plan's error (KV of B x ctx beyond the budget)
+  int resident_layers = 0;
+  double plain_pass_s = 0, plain_tokens_per_s = 0;
+  int tree_nodes = 1;        // per sequence, root included (the most any sequence gets)
+  int pass_tokens = 0;       // the trees' pass
+  double tree_pass_s = 0, draft_s = 0, tree_tokens = 0, tree_tokens_per_s = 0;
 };
 
 struct Scenario {
@@ -47,6 +63,7 @@ struct Prediction {
   Scenario sequoia, sequoia_min, autoregressive, autoregressive_min;
   std::vector<std::pair<int, PassCost>> t_n;       // t(n) under the sequoia plan, a few n
   std::vector<std::pair<int, double>> draft_step;  // c(w), a few widths
+  std::vector<SequencesRow> sequences;             // PredictOptions::sequences
 };
 
 Prediction predict(const HardwareProfile& hw, const ModelDesc& target, const ModelDesc& draft, const PredictOptions& o);

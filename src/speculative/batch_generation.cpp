@@ -71,42 +71,6 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
   }
 }
 
-double tree_draft_seconds(const StaticTree& shape, const std::function<double(int)>& c) {
-  std::vector<int> width;
-  for (const int32_t v : shape.depth) {
-    if (static_cast<size_t>(v) >= width.size()) width.resize(static_cast<size_t>(v) + 1, 0);
-    ++width[static_cast<size_t>(v)];
-  }
-  double s = 0;
-  for (size_t l = 0; l + 1 < width.size(); ++l) s += c(width[l]);  // the deepest level has no children
-  return s;
-}
-
-std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<double>& f,
-                                  const std::function<double(int)>& t, const std::vector<double>& draft) {
-  if (d <= 0) return {};
-  const int kmax = static_cast<int>(f.size());
-  const int max_extra = std::min(std::max(room, 0), d * (kmax - 1));
-  auto split = [&](int extra) {
-    std::vector<int> k(static_cast<size_t>(d), 1 + extra / d);
-    for (int i = 0; i < extra % d; ++i) ++k[static_cast<size_t>(i)];
-    return k;
-  };
-  if (!t) return split(max_extra);
-  int best = 0;
-  double best_rate = -1;
-  for (int extra = 0; extra <= max_extra; ++extra) {
-    double tokens = 0, seconds = t(base + extra);
-    for (const int k : split(extra)) {
-      tokens += f[static_cast<size_t>(k - 1)];
-      if (!draft.empty()) seconds += draft[static_cast<size_t>(k - 1)];
-    }
-    const double rate = tokens / std::max(seconds, 1e-12);
-    if (rate > best_rate * (1 + 1e-9)) best_rate = rate, best = extra;  // ties: the smaller pass
-  }
-  return split(best);
-}
-
 BatchGenerator::~BatchGenerator() {
   for (auto& s : live_) pool_.free_sequence(s->id);
 }

@@ -32,6 +32,7 @@
 #include "src/engine/sampler.h"
 #include "src/engine/transformer.h"
 #include "src/speculative/generation.h"
+#include "src/speculative/node_budget.h"
 #include "src/speculative/speculate.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -64,19 +65,6 @@ struct BatchDraft {
   // sequence's tree on its own). Empty: the draft's time is not counted.
   std::function<double(int)> draft_level_seconds;
 };
-
-// How a pass's spare nodes are split into trees: with d decoding sequences,
-// `base` tokens already in the pass and `room` nodes left, the number of nodes
-// (root included, 1..f.size()) each sequence's tree gets, given f[k-1] = the
-// expected emitted tokens of a tree of k nodes and draft[k-1] (empty: 0) the
-// draft's seconds to build it. Even splits only (f concave): t empty gives
-// every sequence the largest tree that fits; else the split maximising
-// sum f / (t(base + extra nodes) + sum draft).
-std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<double>& f,
-                                  const std::function<double(int)>& t, const std::vector<double>& draft = {});
-// The draft's seconds to build a static tree: one pass per level with
-// children, of that level's width, under c(w).
-double tree_draft_seconds(const StaticTree& shape, const std::function<double(int)>& c);
 
 // What the passes so far did (for reports and the scheduler's choices).
 struct BatchStats {
