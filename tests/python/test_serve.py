@@ -44,6 +44,7 @@ except ImportError:  # tools/setup.sh installs it (PY_PACKAGES)
     sys.exit(1)
 
 CTX = "512"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = ["What is the capital of France?", "Name three colors.", "Write a haiku about rain.",
            "What is 12 times 3?", "Say hello in Spanish.", "Why is the sky blue?", "List two fruits.",
            "Who wrote Hamlet?"]
@@ -226,6 +227,22 @@ def identity_checks(s: Server, rw: str, model_path: str, model: str) -> dict:
     return solo
 
 
+def draft_checks(rw: str, model_path: str, model: str, solo: dict) -> None:
+    """A draft with --sequences 4: Sequoia trees in the shared passes; greedy texts equal the plain ones."""
+    draft = os.path.join(ROOT, "models", "smollm2-draft-10L.gguf")
+    s = Server(rw, model_path, "--draft", draft, "--tree", "sequoia", "--budget", "8", "--depth", "4",
+               "--sequences", "4")
+    try:
+        cl = s.client()
+        with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
+            got = dict(zip(PROMPTS, ex.map(
+                lambda p: chat(cl, model, p, max_tokens=12, temperature=0).choices[0].message.content, PROMPTS)))
+        check("draft, 4 sequences: every greedy text equals the plain server's", got == solo,
+              str({p: (got[p], solo[p]) for p in PROMPTS if got[p] != solo[p]}))
+    finally:
+        check("draft server exits 0 on SIGTERM", s.stop() == 0)
+
+
 def disconnecting_stream(s: Server, prompt: str) -> bool:
     """Reads the first bytes of a long stream, then closes the socket."""
     body = json.dumps({"messages": [{"role": "user", "content": prompt}], "max_tokens": 200, "stream": True}).encode()
@@ -346,7 +363,9 @@ def main() -> int:
         if args.only != "load":
             api_checks(s, model)
         if args.only != "api":
-            load_checks(s, model, identity_checks(s, args.redwood, args.model, model))
+            solo = identity_checks(s, args.redwood, args.model, model)
+            load_checks(s, model, solo)
+            draft_checks(args.redwood, args.model, model, solo)
     finally:
         rc = s.stop()
         check("serve exits 0 on SIGTERM", rc == 0, str(rc))
