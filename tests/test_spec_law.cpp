@@ -22,9 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "src/engine/kv_pool.h"
 #include "src/engine/sampler.h"
 #include "src/engine/transformer.h"
 #include "src/model/gguf_writer.h"
+#include "src/speculative/batch_generation.h"
 #include "src/speculative/speculate.h"
 #include "src/tokenizer/tokenizer.h"
 #include "tests/util/spec_testing.h"
@@ -292,6 +294,61 @@ TEST_F(SpecLaw, TargetSampleOptTreeMatchesTarget) {
   const auto cfg = config("opt-tree", "", 6, 3);
   ASSERT_EQ(cfg.verifier, spec::Verifier::kTargetSample);
   expect_target_law("target-sample opt-tree(6,3)", cfg, 5000000);
+}
+
+// Trees in shared passes (BatchGenerator with a draft): many seeded requests
+// share each pass, and each one's tree size changes from pass to pass with
+// the room the others leave (8 sequences in passes of 20 nodes: trees of 1 to
+// 6 nodes as prompts prefill, decode and finish); the first two tokens of
+// every request must still follow the target's law.
+TEST_F(SpecLaw, TreesInSharedPassesMatchTarget) {
+  const auto cfg = config("sequoia", "sequoia", 6, 3);
+  spec::BatchDraft d;
+  d.draft = draft_->tf.get();
+  d.target_desc = &target_->desc;
+  d.draft_desc = &draft_->desc;
+  d.config = cfg;
+  d.acceptance = spec::default_acceptance(16);
+  const auto tok = Tokenizer::create(target_->desc.tokenizer);
+  const auto& hp = target_->desc.hp;
+  KvPool pool(*target_->be, hp.n_layers, hp.n_kv_heads * hp.head_dim, 16, 16, 64, target_->tf->kv_type());
+  spec::BatchGenerator gen(*target_->tf, *tok, pool, {8, 20}, &d);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < runs(); ++i) {
+    spec::GenerationRequest r;
+    r.prompt = kPrompt;
+    r.max_tokens = 2;
+    r.sampling = law_sampling();
+    r.sampling.seed = 6000000 + static_cast<uint64_t>(i);
+    gen.submit(r);
+  }
+  Counts counts;
+  std::vector<int64_t> accepted;
+  while (!gen.idle())
+    for (auto& done : gen.step()) {
+      std::vector<int32_t> t = done.generation.tokens;
+      while (t.size() < 2) t.push_back(tok->eos());  // generation stopped at the end of text
+      t.resize(2);
+      ++counts[t];
+      const auto& a = done.generation.spec->accepted_by_depth;
+      if (accepted.size() < a.size()) accepted.resize(a.size(), 0);
+      for (size_t k = 0; k < a.size(); ++k) accepted[k] += a[k];
+    }
+  const Chi2 c = pooled_chi_square(counts, *target_law_, runs());
+  const auto& st = gen.stats();
+  std::printf("[ chi2 ] %-28s %ld runs (%.1f s): %zu outcomes seen, dof %d, chi2 %.2f, p = %.4g; %lld passes, "
+              "%lld tree steps, %.2f drafted nodes per tree step\n",
+              "shared passes sequoia(6,3)", runs(), seconds_since(t0), counts.size(), c.dof, c.stat, c.p,
+              static_cast<long long>(st.passes), static_cast<long long>(st.tree_steps),
+              st.tree_steps ? static_cast<double>(st.tree_nodes) / st.tree_steps : 0.0);
+  long accepted_any = 0;
+  for (size_t k = 1; k < accepted.size(); ++k) accepted_any += accepted[k];
+  EXPECT_EQ(c.impossible, 0) << "outcomes the target cannot produce";
+  EXPECT_GE(c.p, kAlpha) << "chi2 " << c.stat << " dof " << c.dof;
+  EXPECT_GT(st.tree_steps, 0);
+  EXPECT_GT(accepted.empty() ? 0 : accepted[0], 0) << "no step rejected every drafted child";
+  EXPECT_GT(accepted_any, 0) << "no drafted token was ever accepted";
+  EXPECT_GT(st.max_in_flight, 1);
 }
 
 // Negative control: the same decoder and statistic with the draft's
