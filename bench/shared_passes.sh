@@ -85,7 +85,7 @@ ctx = 1024"
 job plain "$MEMORY
 [batch]
 sequences = 1"
-job sequoia "draft = \"models/regime-draft-Q3_K.gguf\"
+SPECULATION="draft = \"models/regime-draft-Q3_K.gguf\"
 [memory]
 device = \"$MEM+draft\"
 kv_type = \"$KV\"
@@ -94,18 +94,11 @@ ctx = 1024
 tree = \"sequoia\"
 budget = $BUDGET
 acceptance = \"$ACC\""
+job sequoia "$SPECULATION"
 job shared "$MEMORY
 [batch]
 sequences = \"auto\""
-job trees "draft = \"models/regime-draft-Q3_K.gguf\"
-[memory]
-device = \"$MEM+draft\"
-kv_type = \"$KV\"
-ctx = 1024
-[speculation]
-tree = \"sequoia\"
-budget = $BUDGET
-acceptance = \"$ACC\"
+job trees "$SPECULATION
 [batch]
 sequences = \"auto\"
 pass_tokens = $PASS"

@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import atexit
+import json
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 
@@ -64,3 +66,31 @@ def _uncaught(kind, value, tb) -> None:
 
 
 sys.excepthook = _uncaught
+
+
+def streamed_budget(redwood: str, model: str) -> str | None:
+    """A device budget just above the plan's minimum (ctx 256): every layer streams through the ring."""
+    r = subprocess.run([redwood, "plan-memory", "--model", model, "--device-mem", "1MiB", "--ctx", "256", "--json"],
+                       capture_output=True, text=True)
+    try:
+        budget = f"{(json.loads(r.stdout)['min_bytes'] >> 10) + 64}KiB"
+    except (ValueError, KeyError):
+        return None
+    r = subprocess.run([redwood, "plan-memory", "--model", model, "--device-mem", budget, "--ctx", "256", "--json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or json.loads(r.stdout)["layer_counts"]["storage"] == 0:
+        return None
+    return budget
+
+
+def write(path: str, text: str) -> str:
+    """Writes text to path and returns the path."""
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def lines_of(path: str) -> list[dict]:
+    """The JSON lines of a results file."""
+    with open(path) as f:
+        return [json.loads(l) for l in f.read().splitlines()]

@@ -32,17 +32,11 @@ import subprocess
 import sys
 import time
 
-from harness import check, default_signals, summary as finish, scratch_dir
+from harness import check, default_signals, summary as finish, scratch_dir, write, lines_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
 
-
-
-def write(path: str, text: str) -> str:
-    with open(path, "w") as f:
-        f.write(text)
-    return path
 
 
 def job_text(model: str, out: str, extra: str = "", draft: str = "", prompts: str = PROMPTS) -> str:
@@ -54,13 +48,6 @@ def job_text(model: str, out: str, extra: str = "", draft: str = "", prompts: st
           f'[input]\nprompts = "{prompts}"\nchat = true\n'
           f'[output]\npath = "{out}"\nfsync_every = 1\nprogress_every = 0.5\n')
     return t
-
-
-def lines_of(path: str) -> list[dict]:
-    with open(path) as f:
-        data = f.read()
-    assert data == "" or data.endswith("\n"), "output does not end with a newline"
-    return [json.loads(l) for l in data.splitlines()]
 
 
 def key(r: dict) -> tuple:

@@ -29,16 +29,10 @@ import subprocess
 import sys
 import time
 
-from harness import check, summary as finish, scratch_dir
+from harness import check, summary as finish, scratch_dir, write, lines_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
-
-
-def write(path: str, text: str) -> str:
-    with open(path, "w") as f:
-        f.write(text)
-    return path
 
 
 def job_text(model: str, out: str, prompts: str, max_tokens: int = 12) -> str:
@@ -46,11 +40,6 @@ def job_text(model: str, out: str, prompts: str, max_tokens: int = 12) -> str:
             f'[sampling]\ntemperature = 0.0\nmax_tokens = {max_tokens}\n'
             f'[input]\nprompts = "{prompts}"\nchat = true\n'
             f'[output]\npath = "{out}"\nfsync_every = 1\n')
-
-
-def lines_of(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(l) for l in f.read().splitlines()]
 
 
 def by_id(paths: list[str]) -> dict:

@@ -25,16 +25,10 @@ import subprocess
 import sys
 import time
 
-from harness import check, summary as finish, scratch_dir
+from harness import check, summary as finish, scratch_dir, write, lines_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
-
-
-def write(path: str, text: str) -> str:
-    with open(path, "w") as f:
-        f.write(text)
-    return path
 
 
 def job_text(model: str, out: str, batch: str, temperature: float = 0.0, seed: int = 0, prompts: str = PROMPTS,
@@ -44,11 +38,6 @@ def job_text(model: str, out: str, batch: str, temperature: float = 0.0, seed: i
             f'[sampling]\ntemperature = {temperature}\nseed = {seed}\nmax_tokens = 20\n'
             f'[input]\nprompts = "{prompts}"\nchat = true\non_bad_line = "skip"\n'
             f'[output]\npath = "{out}"\nfsync_every = 1\nprogress_every = 0.5\n')
-
-
-def lines_of(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(l) for l in f.read().splitlines()]
 
 
 def by_id(path: str) -> dict:

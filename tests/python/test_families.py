@@ -20,24 +20,11 @@ import os
 import subprocess
 import sys
 
+from harness import streamed_budget
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FAMILIES = ["llama", "qwen2", "qwen3"]
 TYPES = ["F32", "F16"]
-
-
-def streamed_budget(redwood: str, model: str) -> str | None:
-    """A device budget just above the plan's minimum (ctx 256): every layer streams through the ring."""
-    r = subprocess.run([redwood, "plan-memory", "--model", model, "--device-mem", "1MiB", "--ctx", "256", "--json"],
-                       capture_output=True, text=True)
-    try:
-        budget = f"{(json.loads(r.stdout)['min_bytes'] >> 10) + 64}KiB"
-    except (ValueError, KeyError):
-        return None
-    r = subprocess.run([redwood, "plan-memory", "--model", model, "--device-mem", budget, "--ctx", "256", "--json"],
-                       capture_output=True, text=True)
-    if r.returncode != 0 or json.loads(r.stdout)["layer_counts"]["storage"] == 0:
-        return None
-    return budget
 
 
 def main() -> int:
