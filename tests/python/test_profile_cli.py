@@ -171,6 +171,16 @@ def main() -> int:
     check("batch tree = auto: runs, both prompts, the choice in the summary", p.returncode == 0 and
           len(open(out).read().splitlines()) == 2 and summ["config"]["tree_auto_choice"] != "" and
           "--tree auto:" in p.stderr, p.stderr[-500:])
+    # tree = "auto" with shared passes: the node budget rule takes the profiles' t(n), c(w) and acceptance.
+    open(job, "w").write(body + "[batch]\nsequences = 2\n")
+    os.unlink(out)
+    os.unlink(out + ".summary.json")
+    p = subprocess.run([rw, "batch", job], capture_output=True, text=True, timeout=600, env=env)
+    summ = json.load(open(out + ".summary.json")) if p.returncode == 0 else {}
+    shared = summ.get("shared_passes", {})
+    check("batch tree = auto, sequences = 2: runs, both prompts, passes shared", p.returncode == 0 and
+          len(open(out).read().splitlines()) == 2 and shared.get("max_in_flight") == 2 and
+          summ["config"]["tree_auto_choice"] != "", p.stderr[-500:] + json.dumps(shared))
     open(job, "w").write(body.replace("depth = 6\n", "depth = 6\nthreshold = 0.1\n"))
     p = subprocess.run([rw, "batch", job], capture_output=True, text=True, timeout=60, env=env)
     check("batch tree = auto: other tree keys are an error", p.returncode == 1 and "speculation.tree" in p.stderr and
