@@ -309,8 +309,10 @@ def solo_and_key_checks(rw: str, model_path: str, model: str) -> None:
         st, _, _ = s.request("GET", "/health")
         check("key: /health needs none", st == 200, str(st))
         cl = s.client("sekrit")
+        # A greedy count runs to its length (no end of text): seconds, whatever the machine's speed.
         first = cf.ThreadPoolExecutor(1).submit(
-            lambda: chat(cl, model, "Tell me a long story.", max_tokens=120, temperature=0).choices[0].finish_reason)
+            lambda: cl.completions.create(model=model, prompt="1, 2, 3, 4, 5, 6, 7, 8,", max_tokens=300,
+                                          temperature=0).choices[0].finish_reason)
         time.sleep(1.0)
         st, body, hd = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                        "max_tokens": 2}, {"Authorization": "Bearer sekrit"})
