@@ -662,6 +662,39 @@ TEST_F(JobFiles, SuiteMatrixExpandsToCellsAndJobs) {
         << b[0] << "\n-> " << error_of([&] { (void)parse_suite_text(b[0], "s.toml"); });
 }
 
+// matrix.sequences: every cell (baseline and trees) once per count of
+// sequences sharing each pass; one-at-a-time cells keep their ids; dynamic
+// trees cannot share passes and are refused with the key.
+TEST_F(JobFiles, SuiteSequencesAreADimension) {
+  const std::string t = write("t.gguf", "x"), d = write("d.gguf", "x"), p = write("p.jsonl", "");
+  const std::string head = "[[model]]\nname = \"m\"\ntarget = \"" + t + "\"\ndraft = \"" + d + "\"\n[matrix]\n";
+  const SuiteConfig s = parse_suite_text(
+      head + "trees = [\"sequoia\"]\nbudgets = [8]\nprompts = [\"" + p + "\"]\nsequences = [1, 4]\n", "s.toml");
+  const auto cells = suite_cells(s);
+  ASSERT_EQ(cells.size(), 4u);  // (baseline + one tree) x 2 counts
+  EXPECT_EQ(cells[0].id(), "m_resident_T0_p_ar");
+  EXPECT_EQ(cells[1].id(), "m_resident_T0_p_sequoia_b8");
+  EXPECT_EQ(cells[2].id(), "m_resident_T0_p_s4_ar");
+  EXPECT_EQ(cells[3].id(), "m_resident_T0_p_s4_sequoia_b8");
+  EXPECT_EQ(cell_job(s, cells[0], "/out", p).sequences, 1);
+  EXPECT_EQ(cell_job(s, cells[3], "/out", p).sequences, 4);
+  EXPECT_EQ(error_of([&] {
+              (void)parse_suite_text(head + "trees = [\"dyspec\"]\nbudgets = [8]\nprompts = [\"" + p +
+                                         "\"]\nsequences = [1, 4]\n",
+                                     "s.toml");
+            }),
+            "s.toml:9: matrix.sequences: several sequences per pass take static trees or auto, not 'dyspec' (run it "
+            "in a suite of sequences = [1])");
+  EXPECT_EQ(error_of([&] {
+              (void)parse_suite_text(head + "prompts = [\"" + p + "\"]\nsequences = [0]\n", "s.toml");
+            }),
+            "s.toml:7: matrix.sequences: values must be in [1, 256], got 0");
+  EXPECT_EQ(error_of([&] {
+              (void)parse_suite_text(head + "prompts = [\"" + p + "\"]\nsequences = [2, 2]\n", "s.toml");
+            }),
+            "s.toml:7: matrix.sequences: 2 is listed twice");
+}
+
 // Two cells with one id share one results file (results.md showed y's numbers
 // for x): a matrix list that names a value twice, or two different cells that
 // map to the same id, is refused at load naming both.

@@ -174,6 +174,9 @@ case "$MODE" in
     configure_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREDWOOD_SANITIZE=ON -DREDWOOD_CUDA=OFF
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L fast --timeout 900
+    log "redwood serve under AddressSanitizer + UBSan (the API test with the openai client)"
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      ctest --test-dir build-asan --output-on-failure -R '^serve_api$' --timeout 900
     ;;
   *)
     echo "usage: tools/setup.sh run|test|build" >&2

@@ -47,6 +47,7 @@ struct Row {
   double stall_per_pass = 0;  // target passes' wait for streamed layers (prefill passes included)
   uint64_t peak_rss = 0;      // the cell's peak resident set
   int64_t tokens = 0, prompts = 0;
+  double job_tokens_per_s = 0;  // the whole job's generated tokens per second of wall time (this run)
   // Where a streamed cell's time goes: per step (a target pass and the drafting
   // before it; one token for plain decoding), and per streamed pass (prefill
   // passes included) its wall time, the I/O thread's busy time, the compute
@@ -270,6 +271,7 @@ Row cell_row(const jobs::SuiteCell& cell, const JobOutcome& r) {
   row.tokens = r.summary["tokens"].get<int64_t>();
   row.prompts = r.summary["prompts"]["done"].get<int64_t>();
   row.s_per_token = r.summary["s_per_token_overall"].get<double>();
+  row.job_tokens_per_s = r.summary.value("tokens_per_second_this_run", 0.0);
   row.tokens_per_pass = r.summary["mean_accepted"].is_number() ? r.summary["mean_accepted"].get<double>() : 1.0;
   row.tree_nodes = r.summary["mean_tree_nodes"].is_number() ? r.summary["mean_tree_nodes"].get<double>() : 1.0;
   const double dsec = r.summary["draft_seconds"].get<double>(), vsec = r.summary["verify_seconds"].get<double>();
@@ -294,11 +296,12 @@ SuiteTables suite_tables(const std::vector<Row>& rows) {
     if (r.cell.tree.empty()) base_spt[r.cell.group()] = r.s_per_token;
   std::string csv =
       "model,device_mem,tree,budget,temperature,prompts,n_prompts,tokens,s_per_token,s_per_token_p50,s_per_token_p90,"
-      "tokens_per_pass,tree_nodes,target_passes,draft_share,stall_s_per_pass,peak_rss_mib,speedup_vs_ar\n";
+      "tokens_per_pass,tree_nodes,target_passes,draft_share,stall_s_per_pass,peak_rss_mib,speedup_vs_ar,sequences,"
+      "job_tokens_per_s\n";
   std::string md =
       "| model | device mem | tree | budget | T | prompts | s/token | tokens/pass | tree nodes | draft share | stall "
-      "s/pass | peak RSS MiB | vs AR |\n"
-      "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
+      "s/pass | peak RSS MiB | vs AR | sequences | job tok/s |\n"
+      "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   json all = json::array();
   for (const Row& r : rows) {
     const double b = base_spt.count(r.cell.group()) ? base_spt[r.cell.group()] : 0.0;
@@ -311,11 +314,12 @@ SuiteTables suite_tables(const std::vector<Row>& rows) {
            num(r.summary["s_per_token"]["p90"].get<double>()) + "," + num(r.tokens_per_pass) + "," + num(r.tree_nodes) +
            "," + std::to_string(r.summary["target_passes"].get<int64_t>()) + "," + num(r.draft_share) + "," +
            num(r.stall_per_pass) + "," + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.1f") + "," + num(speedup) +
-           "\n";
+           "," + std::to_string(r.cell.sequences) + "," + num(r.job_tokens_per_s) + "\n";
     md += "| " + r.cell.model + " | " + l.mem + " | " + l.tree + " | " + l.budget + " | " + num(r.cell.temperature) +
           " | " + l.prompts + " | " + num(r.s_per_token, "%.4f") + " | " + num(r.tokens_per_pass, "%.2f") + " | " +
           num(r.tree_nodes, "%.1f") + " | " + num(r.draft_share, "%.2f") + " | " + num(r.stall_per_pass, "%.3f") +
-          " | " + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.0f") + " | " + num(speedup, "%.2f") + " |\n";
+          " | " + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.0f") + " | " + num(speedup, "%.2f") + " | " +
+          std::to_string(r.cell.sequences) + " | " + num(r.job_tokens_per_s, "%.2f") + " |\n";
     all.push_back({{"model", r.cell.model},
                    {"device_mem", r.cell.device_mem},
                    {"tree", r.cell.tree},
@@ -329,6 +333,8 @@ SuiteTables suite_tables(const std::vector<Row>& rows) {
                    {"stall_s_per_pass", r.stall_per_pass},
                    {"peak_rss_bytes", r.peak_rss},
                    {"speedup_vs_ar", speedup},
+                   {"sequences", r.cell.sequences},
+                   {"job_tokens_per_s", r.job_tokens_per_s},
                    {"summary", r.summary}});
     if (r.streamed)  // the stall per pass is the cell's stall_s_per_pass
       all.back()["time_split"] = {{"step_s", r.step_s},

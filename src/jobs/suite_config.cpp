@@ -1,5 +1,6 @@
 #include "src/jobs/suite_config.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -60,10 +61,11 @@ void check_cells_distinct(SuiteConfig& s) {
   no_repeats("matrix.prompts", s.prompts, quoted);
   no_repeats("matrix.budgets", s.budgets, [](int v) { return std::to_string(v); });
   no_repeats("matrix.temperatures", s.temperatures, number);
+  no_repeats("matrix.sequences", s.sequences, [](int v) { return std::to_string(v); });
   // The cells themselves (bounded first: the check walks them all).
   constexpr uint64_t kMaxCells = 100000;
   auto n = [](const auto& v) { return static_cast<double>(v.size()); };
-  const double cells = n(s.models) * n(s.device_mem) * n(s.prompts) * n(s.temperatures) *
+  const double cells = n(s.models) * n(s.device_mem) * n(s.prompts) * n(s.temperatures) * n(s.sequences) *
                        (1 + n(s.trees) * n(s.budgets));
   if (cells > static_cast<double>(kMaxCells))
     throw Error(s.file + ": [matrix]: " + number(cells) + " cells; a suite has at most " + std::to_string(kMaxCells));
@@ -150,7 +152,7 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   }
 
   const Section mx(s.file, s.lines, table("matrix"), "matrix");
-  mx.only({"device_mem", "trees", "budgets", "temperatures", "prompts"});
+  mx.only({"device_mem", "trees", "budgets", "temperatures", "prompts", "sequences"});
   mx.strings("device_mem", s.device_mem);
   mx.strings("trees", s.trees);
   mx.strings("prompts", s.prompts);
@@ -185,6 +187,7 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   };
   numbers("budgets", s.budgets, 2, 8192);
   numbers("temperatures", s.temperatures, 0, 100);
+  numbers("sequences", s.sequences, 1, 256);
   for (const auto& d : s.device_mem)
     if (!d.empty()) try {
         (void)parse_device_budget(d, "matrix.device_mem");
@@ -210,6 +213,13 @@ SuiteConfig parse_suite_text(std::string_view text, const std::string& name) {
   for (const auto& m : s.models) any_draft |= !m.draft.empty();
   if (!s.trees.empty() && !any_draft)
     throw Error(s.file + ":" + std::to_string(s.lines["matrix.trees"]) + ": matrix.trees: no [[model]] has a draft");
+  if (*std::max_element(s.sequences.begin(), s.sequences.end()) > 1)
+    for (const auto& e : s.trees)
+      if (const std::string policy = e.substr(0, e.find('/'));
+          policy == "dyspec" || policy == "opt-tree" || policy == "specexec")
+        throw Error(s.file + ":" + std::to_string(s.lines["matrix.sequences"]) +
+                    ": matrix.sequences: several sequences per pass take static trees or auto, not '" + policy +
+                    "' (run it in a suite of sequences = [1])");
   if (!s.trees.empty() && s.budgets.empty())
     throw Error(s.file + ":" + std::to_string(s.lines["matrix.trees"]) +
                 ": matrix.budgets: missing (tree sizes to sweep)");
@@ -233,6 +243,7 @@ std::string SuiteCell::group() const {
   g.append("_").append(device_mem.empty() ? std::string("resident") : safe(device_mem));
   g.append("_T").append(fmt_temp(temperature));
   g.append("_").append(safe(std::filesystem::path(prompts).stem().string()));
+  if (sequences > 1) g.append("_s").append(std::to_string(sequences));  // ids of one-at-a-time cells unchanged
   return g;
 }
 
@@ -250,19 +261,20 @@ std::vector<SuiteCell> suite_cells(const SuiteConfig& s) {
   for (const auto& m : s.models)
     for (const auto& d : s.device_mem)
       for (const auto& p : s.prompts)
-        for (double t : s.temperatures) {
-          out.push_back({m.name, d, "", p, "", 0, t});
-          if (m.draft.empty()) continue;
-          std::set<std::string> seen;  // at T = 0 every verifier is greedy: one cell per policy
-          for (const auto& entry : s.trees) {
-            const auto slash = entry.find('/');
-            const std::string policy = entry.substr(0, slash);
-            const std::string verify = slash == std::string::npos || t == 0 ? "" : entry.substr(slash + 1);
-            const std::string tree = t == 0 ? policy : entry;
-            if (!seen.insert(tree).second) continue;
-            for (int b : s.budgets) out.push_back({m.name, d, tree, p, verify, b, t});
+        for (double t : s.temperatures)
+          for (const int q : s.sequences) {
+            out.push_back({m.name, d, "", p, "", 0, t, q});
+            if (m.draft.empty()) continue;
+            std::set<std::string> seen;  // at T = 0 every verifier is greedy: one cell per policy
+            for (const auto& entry : s.trees) {
+              const auto slash = entry.find('/');
+              const std::string policy = entry.substr(0, slash);
+              const std::string verify = slash == std::string::npos || t == 0 ? "" : entry.substr(slash + 1);
+              const std::string tree = t == 0 ? policy : entry;
+              if (!seen.insert(tree).second) continue;
+              for (int b : s.budgets) out.push_back({m.name, d, tree, p, verify, b, t, q});
+            }
           }
-        }
   return out;
 }
 
@@ -294,7 +306,7 @@ JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& 
            {"memory.device", "matrix.device_mem"}, {"speculation.tree", "matrix.trees"},
            {"speculation.budget", "matrix.budgets"}, {"sampling.temperature", "matrix.temperatures"},
            {"input.prompts", "matrix.prompts"}, {"memory.ctx", "suite.ctx"}, {"memory.kv_type", "suite.kv_type"},
-           {"sampling.max_tokens", "suite.max_tokens"}}) {
+           {"sampling.max_tokens", "suite.max_tokens"}, {"batch.sequences", "matrix.sequences"}}) {
     j.key_names[job_key] = suite_key;
     if (const auto at = s.lines.find(suite_key); at != s.lines.end()) j.lines[job_key] = at->second;
   }
@@ -305,6 +317,7 @@ JobConfig cell_job(const SuiteConfig& s, const SuiteCell& c, const std::string& 
     j.verify = c.verify;
     j.budget = c.budget;
   }
+  j.sequences = c.sequences;
   j.sampling.temperature = static_cast<float>(c.temperature);
   j.sampling.top_p = static_cast<float>(s.top_p);
   j.sampling.seed = s.seed;

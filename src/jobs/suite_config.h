@@ -14,6 +14,7 @@
 //             budgets = [4, 8, 16]          # nodes per target pass, root included
 //             temperatures = [0.0, 0.6]
 //             prompts = ["configs/jobs/prompts-smoke.jsonl"]
+//             sequences = [1, 4, 16]        # prompts sharing each target pass (batch.sequences)
 #pragma once
 #include <string>
 #include <string_view>
@@ -45,6 +46,7 @@ struct SuiteConfig {
   std::vector<int> budgets;
   std::vector<double> temperatures = {0.0};
   std::vector<std::string> prompts;
+  std::vector<int> sequences = {1};  // batch.sequences of every cell
   std::map<std::string, int> lines;
 };
 
@@ -59,8 +61,9 @@ struct SuiteCell {
   std::string model, device_mem, tree, prompts, verify;
   int budget = 0;
   double temperature = 0;
+  int sequences = 1;          // prompts sharing each pass
   std::string id() const;     // file-name safe, unique within a suite
-  std::string group() const;  // cells that share a plot: model, memory, temperature, prompt set
+  std::string group() const;  // cells that share a plot: model, memory, temperature, prompt set, sequences
 };
 
 // Baselines first, then every combination, in a stable order.
