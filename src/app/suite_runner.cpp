@@ -320,7 +320,8 @@ SuiteTables suite_tables(const std::vector<Row>& rows) {
           num(r.tree_nodes, "%.1f") + " | " + num(r.draft_share, "%.2f") + " | " + num(r.stall_per_pass, "%.3f") +
           " | " + num(static_cast<double>(r.peak_rss) / (1 << 20), "%.0f") + " | " + num(speedup, "%.2f") + " | " +
           std::to_string(r.cell.sequences) + " | " + num(r.job_tokens_per_s, "%.2f") + " |\n";
-    all.push_back({{"model", r.cell.model},
+    all.push_back({{"id", r.cell.id()},
+                   {"model", r.cell.model},
                    {"device_mem", r.cell.device_mem},
                    {"tree", r.cell.tree},
                    {"budget", r.cell.budget},
@@ -373,6 +374,16 @@ SuiteReport run_suite(const SuiteRun& o) {
   if (o.out.empty()) throw Error("the output directory is empty");
   SuiteReport rep;
   rep.cells = 0;
+  // A cell that is already complete generates nothing when the suite runs
+  // again: its job's tokens/s is the one the last report had.
+  std::map<std::string, double> earlier_tps;
+  if (std::ifstream f(o.out + "/results.json"); f) try {
+      const json earlier = json::parse(f);
+      for (const json& c : earlier.at("cells"))
+        if (c.contains("id") && c.contains("job_tokens_per_s"))
+          earlier_tps[c["id"].get<std::string>()] = c["job_tokens_per_s"].get<double>();
+    } catch (const std::exception&) {  // an unreadable report: nothing carried over
+    }
   const std::map<std::string, std::string> prompt_file = prepare_suite_output(s, o);
   const auto cells = jobs::suite_cells(s);
   const std::vector<jobs::JobConfig> jobs_ = cell_jobs(s, cells, o, prompt_file);
@@ -391,6 +402,8 @@ SuiteReport run_suite(const SuiteRun& o) {
       return rep;
     }
     Row row = cell_row(cells[i], r);
+    if (r.summary.value("tokens_this_run", int64_t{0}) == 0 && earlier_tps.count(cells[i].id()))
+      row.job_tokens_per_s = earlier_tps[cells[i].id()];
     std::fprintf(stderr, "%.4f s/token, %.2f tokens/pass\n", row.s_per_token, row.tokens_per_pass);
     rows.push_back(std::move(row));
   }

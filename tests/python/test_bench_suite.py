@@ -165,6 +165,29 @@ def main() -> int:
     check("two prompt sets with one stem: refused, naming both", p.returncode == 1 and p.stderr.count("\n") == 1 and
           f"same-stem.toml:5: matrix.prompts: '{tmp}/x/p.jsonl' and '{tmp}/y/p.jsonl' give two cells the same id"
           in p.stderr and not os.path.exists(os.path.join(tmp, "same")), p.stderr)
+    # matrix.sequences: every cell also with 2 prompts sharing each pass; greedy lines equal the one-at-a-time ones.
+    seqs = os.path.join(tmp, "seqs.toml")
+    with open(seqs, "w") as f:
+        f.write(f'[suite]\nmax_tokens = 6\nctx = 256\nlimit = 2\n[[model]]\nname = "m"\ntarget = "{args.model}"\n'
+                f'draft = "{draft}"\n[matrix]\ntrees = ["sequoia"]\nbudgets = [4]\nprompts = ["{prompts}"]\n'
+                f'sequences = [1, 2]\n')
+    so = os.path.join(tmp, "seqs")
+    p = subprocess.run([args.redwood, "bench", "run", seqs, "--out", so], capture_output=True, text=True, timeout=600)
+    srows = list(csv.DictReader(open(os.path.join(so, "results.csv")))) if p.returncode == 0 else []
+    check("sequences: 2 x (baseline + tree) rows with the count and the job's tokens/s",
+          sorted((r["tree"], r["sequences"]) for r in srows) == sorted(
+              [("autoregressive", "1"), ("sequoia", "1"), ("autoregressive", "2"), ("sequoia", "2")]) and
+          all(float(r["job_tokens_per_s"]) > 0 for r in srows), p.stderr[-800:] + str(srows)[:400])
+
+    def texts(cell):
+        with open(os.path.join(so, "cells", cell + ".jsonl")) as f:
+            return sorted((json.dumps(r["id"]), r["text"]) for r in map(json.loads, f.read().splitlines()))
+    cells = sorted(os.listdir(os.path.join(so, "cells"))) if os.path.isdir(os.path.join(so, "cells")) else []
+    stem = os.path.splitext(os.path.basename(prompts))[0]
+    base = f"m_resident_T0_{stem}"
+    check("sequences: every cell's greedy lines equal the one-at-a-time baseline's",
+          all(texts(c) == texts(f"{base}_ar") for c in (f"{base}_sequoia_b4", f"{base}_s2_ar", f"{base}_s2_sequoia_b4")),
+          str(cells))
     # One tree budget: the plot gets an explicit x range (gnuplot warned "empty x range" on stderr).
     one = os.path.join(tmp, "one.toml")
     with open(one, "w") as f:
