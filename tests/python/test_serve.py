@@ -277,11 +277,23 @@ def load_checks(s: Server, model: str, solo: dict) -> None:
         st, _, _ = s.post("/v1/chat/completions", b'{"messages": "' + b"x" * (1 << 21) + b'"}')
         return kind, st == 413, st
 
-    t0 = time.time()
-    with cf.ThreadPoolExecutor(16) as ex:
-        results = list(ex.map(one, range(64)))
-    bad = [(k, v) for k, ok, v in results if not ok]
-    check(f"load: 64 requests from 16 clients answered correctly ({time.time() - t0:.1f} s)", not bad, str(bad[:5]))
+    def rss_mib() -> float:
+        with open(f"/proc/{s.p.pid}/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024
+
+    # Two rounds: the first warms the allocator and the connection threads; the second must not grow the
+    # server's resident memory (a leak of a request's buffers or sequence would, 64 times over).
+    rss = []
+    for rnd in (1, 2):
+        t0 = time.time()
+        with cf.ThreadPoolExecutor(16) as ex:
+            results = list(ex.map(one, range(64)))
+        bad = [(k, v) for k, ok, v in results if not ok]
+        check(f"load round {rnd}: 64 requests from 16 clients answered correctly ({time.time() - t0:.1f} s)",
+              not bad, str(bad[:5]))
+        rss.append(rss_mib())
+    check(f"load: no memory growth in the second round (RSS {rss[0]:.0f} -> {rss[1]:.0f} MiB)",
+          rss[1] <= rss[0] * 1.1 + 16, str(rss))
     st, _, _ = s.get("/health")
     check("load: the server is still up", st == 200 and s.p.poll() is None, str(st))
     deadline, m = time.time() + 30, {}
