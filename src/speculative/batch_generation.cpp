@@ -53,9 +53,7 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
     for (int k = 1; k < n; ++k) {
       // Smaller trees need the DP's acceptance vector; without one the shape is all there is.
       if (draft->acceptance.empty()) break;
-      StaticTree t = sequoia_tree(draft->acceptance, k, full.max_depth());
-      t.expected_tokens = expected_tokens(t, draft->acceptance);
-      shapes_.push_back(std::move(t));
+      shapes_.push_back(sequoia_tree(draft->acceptance, k, full.max_depth()));
     }
     shapes_.push_back(full);
     for (StaticTree& t : shapes_) {
