@@ -238,6 +238,11 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
         ASSERT_LT(++steps, 10000);
         for (auto& d : gen.step()) got[d.ticket - 1] = std::move(d.generation);
       }
+      // Each sequence's draft passes are the levels of its trees; shared passes
+      // carry several sequences' levels at once.
+      int64_t own_draft_passes = 0;
+      for (auto& g : got)
+        if (g && g->spec) own_draft_passes += g->spec->draft_passes;
       const std::string shape = std::string(self ? "self-draft" : "other draft") + ", sequences " +
                                 std::to_string(seqs) + ", pass " + std::to_string(pass) + (curved ? ", t(n)" : "");
       for (size_t i = 0; i < reqs.size(); ++i) {
@@ -251,6 +256,12 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
       const auto& st = gen.stats();
       EXPECT_LE(st.pass_tokens, st.passes * pass) << shape << ": a pass exceeded the node budget";
       EXPECT_GT(st.tree_steps, 0) << shape << ": no sequence ever had a tree";
+      EXPECT_GT(st.draft_passes, 0) << shape;
+      if (seqs > 1 && !curved) {
+        EXPECT_LT(st.draft_passes, own_draft_passes) << shape << ": the sequences' draft levels never shared a pass";
+      } else if (seqs == 1) {
+        EXPECT_EQ(st.draft_passes, own_draft_passes) << shape;
+      }
       if (self) {
         // The self-draft is always right: trees cut the passes below one per token.
         EXPECT_GT(st.emitted, st.decode_tokens) << shape;

@@ -482,6 +482,11 @@ json summarise(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoin
       s["shared_passes"]["tree_nodes_per_step"] = b.tree_steps ? static_cast<double>(b.tree_nodes) / b.tree_steps : 0.0;
       s["shared_passes"]["tokens_per_decode_slot"] =
           b.decode_tokens ? static_cast<double>(b.emitted) / b.decode_tokens : 0.0;
+      // The draft's passes: each carries every tree's nodes of one level.
+      s["shared_passes"]["draft_passes"] = b.draft_passes;
+      s["shared_passes"]["draft_tokens_per_pass"] =
+          b.draft_passes ? static_cast<double>(b.draft_tokens) / b.draft_passes : 0.0;
+      s["shared_passes"]["draft_seconds"] = b.draft_seconds;
     }
   }
   return s;

@@ -63,6 +63,7 @@ class Transformer {
   Transformer& operator=(const Transformer&) = delete;
 
   const LlamaHParams& hparams() const { return hp_; }
+  Backend& backend() const { return be_; }
   // The element type of the KV caches make_cache() returns: F32 (default),
   // F16 or BF16 (throws on any other). Rows are rounded to it when written,
   // so every pass shape (chain, tree) sees the same values.

@@ -20,6 +20,7 @@ struct BatchGenerator::Seq {
   Sampler sampler;
   OutputStream out;
   int id = -1;              // the pool's sequence (-1: queued)
+  int did = -1;             // the draft pool's (trees only)
   int prefilled = 0;        // prompt tokens in the pool
   bool has_logits = false;  // logits hold the row for the next token
   bool cancelled = false;
@@ -62,6 +63,11 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
       if (draft->draft_level_seconds) tree_draft_s_.push_back(tree_draft_seconds(t, draft->draft_level_seconds));
     }
     min_tree_ = shapes_.size() == 1 ? n : 1;
+    const LlamaHParams& dh = draft->draft->hparams();
+    const int tree_blocks = (n + pool.block_rows() - 1) / pool.block_rows();
+    draft_pool_ = std::make_unique<KvPool>(draft->draft->backend(), dh.n_layers, dh.n_kv_heads * dh.head_dim,
+                                           pool.n_blocks() + limits.max_sequences * tree_blocks, pool.block_rows(),
+                                           pool.max_rows() + n, draft->draft->kv_type());
     if (limits.pass_tokens < limits.max_sequences * min_tree_)
       throw Error("batched generation: a pass of " + std::to_string(limits.pass_tokens) + " tokens cannot hold " +
                   std::to_string(limits.max_sequences) + " trees of " + std::to_string(n) +
@@ -70,7 +76,8 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
 }
 
 BatchGenerator::~BatchGenerator() {
-  for (auto& s : live_) pool_.free_sequence(s->id);
+  for (auto& s : live_)
+    if (s->id >= 0) pool_.free_sequence(s->id);
 }
 
 int BatchGenerator::rows_for(const Seq& s) const {
@@ -82,12 +89,20 @@ int BatchGenerator::blocks_for(const Seq& s) const {
   return (rows_for(s) + pool_.block_rows() - 1) / pool_.block_rows();
 }
 
+int BatchGenerator::draft_blocks_for(const Seq& s) const {
+  // Its committed tokens, then the first draft pass (the tokens it has not
+  // run, the whole prompt at first) and the tree's nodes: at most rows_for.
+  return draft_pool_ ? (rows_for(s) + draft_pool_->block_rows() - 1) / draft_pool_->block_rows() : 0;
+}
+
 void BatchGenerator::start(Seq& s) {
   SpecConfig cfg = draft_->config;
   cfg.sampling = s.sampler.params();
   s.dec = std::make_unique<SpecDecoder>(target_, *draft_->draft, *draft_->target_desc, *draft_->draft_desc, cfg,
-                                        rows_for(s), SpecDecoder::TargetCache::kCaller);
-  s.dec->start(s.prompt);  // the draft's prefill; the target's rides in the passes
+                                        rows_for(s), SpecDecoder::TargetCache::kCaller,
+                                        SpecDecoder::DraftCache::kCaller);
+  s.dec->start(s.prompt);  // both prefills ride in the passes (the draft's in its first tree's)
+  s.did = draft_pool_->add_sequence();
 }
 
 bool BatchGenerator::decoding(const Seq& s) const {
@@ -99,7 +114,8 @@ uint64_t BatchGenerator::submit(const GenerationRequest& req, std::function<void
   check_request(req);
   auto s = std::make_unique<Seq>(tok_, req, std::move(on_text));
   const int rows = rows_for(*s);
-  if (rows > pool_.max_rows() || blocks_for(*s) > pool_.n_blocks())
+  if (rows > pool_.max_rows() || blocks_for(*s) > pool_.n_blocks() ||
+      (draft_pool_ && draft_blocks_for(*s) > draft_pool_->n_blocks()))
     throw Error("the prompt (" + std::to_string(s->prompt.size()) + " tokens) and max_tokens " +
                 std::to_string(s->max_tokens) + " need " + std::to_string(rows) +
                 " KV positions; a sequence may hold " +
@@ -119,14 +135,16 @@ void BatchGenerator::cancel(uint64_t ticket) {
 void BatchGenerator::admit() {
   while (!queue_.empty() && static_cast<int>(live_.size()) < limits_.max_sequences) {
     Seq& s = *queue_.front();
-    if (!s.cancelled && promised_blocks_ + blocks_for(s) > pool_.n_blocks()) break;  // first come, first served
+    if (!s.cancelled && (promised_blocks_ + blocks_for(s) > pool_.n_blocks() ||
+                         (draft_pool_ && promised_draft_blocks_ + draft_blocks_for(s) > draft_pool_->n_blocks())))
+      break;  // first come, first served
     auto seq = std::move(queue_.front());
     queue_.pop_front();
     seq->admitted_at = now_seconds();
     if (!seq->cancelled) {
       seq->id = pool_.add_sequence();
       promised_blocks_ += blocks_for(*seq);
-      if (draft_) start(*seq);
+      if (draft_) start(*seq), promised_draft_blocks_ += draft_blocks_for(*seq);
     }
     live_.push_back(std::move(seq));
   }
@@ -149,7 +167,50 @@ void BatchGenerator::finish(Seq& s, std::vector<Done>& done) {
     promised_blocks_ -= blocks_for(s);
   }
   s.id = -1;
+  if (s.did >= 0) {
+    draft_pool_->free_sequence(s.did);
+    promised_draft_blocks_ -= draft_blocks_for(s);
+  }
+  s.did = -1;
   done.push_back(Done{s.ticket, std::move(g), s.error});
+}
+
+void BatchGenerator::grow_trees(const std::vector<Seq*>& trees) {
+  using DraftPass = SpecDecoder::DraftPass;
+  std::vector<const DraftPass*> work(trees.size());
+  for (size_t i = 0; i < trees.size(); ++i)
+    work[i] = trees[i]->dec->draft_begin(pool_.committed(trees[i]->id), draft_pool_->committed(trees[i]->did));
+  const size_t vocab = static_cast<size_t>(draft_->draft->hparams().vocab);
+  std::vector<int32_t> seqs, tokens, positions, parents, logit_rows;
+  std::vector<size_t> first_row(trees.size());
+  for (;;) {
+    seqs.clear(), tokens.clear(), positions.clear(), parents.clear(), logit_rows.clear();
+    for (size_t i = 0; i < trees.size(); ++i) {
+      const DraftPass* w = work[i];
+      if (!w) continue;
+      first_row[i] = logit_rows.size();
+      const int base = static_cast<int>(tokens.size());
+      const int n = static_cast<int>(w->tokens.size());
+      for (int j = 0; j < n; ++j) {
+        seqs.push_back(trees[i]->did), tokens.push_back(w->tokens[j]);
+        positions.push_back(w->positions[j]), parents.push_back(w->parents[j]);
+        if (!w->last_only || j == n - 1) logit_rows.push_back(base + j);
+      }
+    }
+    if (tokens.empty()) return;
+    draft_logits_.resize(logit_rows.size() * vocab);
+    const PassStats st =
+        draft_->draft->forward(SeqBatch{seqs, tokens, positions, parents}, *draft_pool_, draft_logits_, logit_rows);
+    ++stats_.draft_passes;
+    stats_.draft_tokens += static_cast<int64_t>(tokens.size());
+    stats_.draft_seconds += st.seconds;
+    for (size_t i = 0; i < trees.size(); ++i) {
+      if (!work[i]) continue;
+      const std::span<const float> rows(draft_logits_.data() + first_row[i] * vocab,
+                                        static_cast<size_t>(work[i]->logit_rows()) * vocab);
+      work[i] = trees[i]->dec->draft_next(rows);
+    }
+  }
 }
 
 std::vector<BatchGenerator::Done> BatchGenerator::step() {
@@ -222,7 +283,11 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
     for (size_t i = 0; i < trees.size(); ++i) {
       Seq& s = *trees[i];
       if (s.tree_size != k[i]) s.dec->set_shape(shapes_[static_cast<size_t>(k[i] - 1)]), s.tree_size = k[i];
-      const TreePass& tp = s.dec->draft_tree(pool_.committed(s.id));
+    }
+    grow_trees(trees);
+    for (Seq* sp : trees) {
+      Seq& s = *sp;
+      const TreePass& tp = s.dec->draft_end();
       tree_rows.emplace_back(&s, static_cast<int>(logit_rows.size()));
       for (int j = 0; j < tp.size(); ++j) {
         logit_rows.push_back(static_cast<int32_t>(tokens.size()));
@@ -259,17 +324,19 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
       const int last = i + 1 < tree_rows.size() ? tree_rows[i + 1].second : static_cast<int>(logit_rows.size());
       const std::span<const float> rows(logits_.data() + static_cast<size_t>(first) * vocab,
                                         static_cast<size_t>(last - first) * vocab);
-      std::vector<int32_t> keep;
+      std::vector<int32_t> keep, draft_keep;
       std::vector<int32_t> out;
       try {
-        out = s.dec->accept(rows, keep);
+        out = s.dec->accept(rows, keep, &draft_keep);
       } catch (const NonFiniteLogits& e) {
         s.error = e.what();
         s.ended = true;
         pool_.discard(s.id);
+        draft_pool_->discard(s.did);
         continue;
       }
       pool_.commit_path(s.id, keep);
+      if (!draft_keep.empty()) draft_pool_->commit_path(s.did, draft_keep);
       for (const int32_t t : out) {
         ++stats_.emitted;
         if (!s.out.emit(t)) {

@@ -9,7 +9,10 @@
 // nodes left go to trees, as many per sequence as the node budget rule says
 // (BatchDraft: fixed, or chosen from the pass's measured cost t(n) and the
 // trees' expected accepted tokens). One sequence alone is speculative
-// decoding; many with no room left are plain batching.
+// decoding; many with no room left are plain batching. The trees grow level
+// by level together: one draft pass per level carries every sequence's nodes
+// of that level (the draft's rows live in the generator's own KvPool), so the
+// draft's weights are read once per level, not once per sequence.
 //
 // Each request's output is what generate() gives it alone: its own sampler
 // (its seed), the same stop rules (OutputStream), and logits that do not depend
@@ -61,8 +64,9 @@ struct BatchDraft {
   // batching) included.
   std::function<double(int)> pass_seconds;
   // One draft pass over w tokens (the hardware profile's c(w)); a tree's draft
-  // time is one pass per level that has children (the draft runs each
-  // sequence's tree on its own). Empty: the draft's time is not counted.
+  // time is one pass per level that has children. Empty: the draft's time is
+  // not counted. (Sequences' levels share draft passes; the rule still prices
+  // each tree's levels on their own: an upper bound.)
   std::function<double(int)> draft_level_seconds;
 };
 
@@ -76,6 +80,9 @@ struct BatchStats {
   int64_t tree_nodes = 0;     // drafted nodes verified (roots excluded)
   int64_t tree_steps = 0;     // sequence steps that had a tree of more than the root
   int64_t emitted = 0;        // tokens the decode slots and trees emitted
+  int64_t draft_passes = 0;   // draft passes (each carries every tree's nodes of one level)
+  int64_t draft_tokens = 0;   // tokens over all draft passes (prompts, catch-up and tree nodes)
+  double draft_seconds = 0;   // inside the draft's forward
 };
 
 class BatchGenerator {
@@ -84,6 +91,9 @@ class BatchGenerator {
   // holds no sequence; target, tok and pool outlive the generator;
   // limits positive (else throws redwood::Error). draft: trees in the passes
   // (a static tree; checked as SpecDecoder checks it); null: plain decoding.
+  // With a draft the generator allocates the draft's KvPool: pool's blocks
+  // plus one tree's per sequence, in the draft's rows (the planner's "KV pool
+  // per model").
   BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool& pool, BatchLimits limits,
                  const BatchDraft* draft = nullptr);
   ~BatchGenerator();
@@ -128,12 +138,18 @@ class BatchGenerator {
   void start(Seq& s);
   bool decoding(const Seq& s) const;
   void finish(Seq& s, std::vector<Done>& done);
+  int draft_blocks_for(const Seq& s) const;
+  // Grows the trees of these sequences level by level, one draft pass per level.
+  void grow_trees(const std::vector<Seq*>& trees);
 
   Transformer& target_;
   const Tokenizer& tok_;
   KvPool& pool_;
   BatchLimits limits_;
   std::unique_ptr<BatchDraft> draft_;  // null: plain decoding
+  std::unique_ptr<KvPool> draft_pool_;  // the draft's rows of every tree sequence
+  int promised_draft_blocks_ = 0;
+  std::vector<float> draft_logits_;
   std::vector<StaticTree> shapes_;     // [k - 1]: the tree of k nodes
   std::vector<double> tree_value_;     // [k - 1]: its expected emitted tokens
   std::vector<double> tree_draft_s_;   // [k - 1]: the draft's seconds to build it (empty: not counted)

@@ -149,7 +149,7 @@ std::unique_ptr<TreePolicy> checked_policy(const SpecConfig& c) {
 }  // namespace
 
 SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDesc& td, const ModelDesc& dd,
-                         SpecConfig cfg, int capacity, TargetCache where)
+                         SpecConfig cfg, int capacity, TargetCache where, DraftCache draft_where)
     : target_(target),
       draft_(draft),
       cfg_(std::move(cfg)),
@@ -158,7 +158,10 @@ SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDes
       tkv_(where == TargetCache::kOwn ? std::optional<KvCache>(target.make_cache(capacity)) : std::nullopt),
       // The draft's pending block holds every node run through the draft,
       // pruned ones included; callers size `capacity` for the verified tree.
-      dkv_(draft.make_cache(capacity + std::max(0, policy_->max_draft_rows() - policy_->max_nodes()))),
+      dkv_(draft_where == DraftCache::kOwn
+               ? std::optional<KvCache>(
+                     draft.make_cache(capacity + std::max(0, policy_->max_draft_rows() - policy_->max_nodes())))
+               : std::nullopt),
       rng_(cfg_.sampling.seed) {
   if (td.hp.vocab != dd.hp.vocab || td.tokenizer.tokens != dd.tokenizer.tokens)
     throw Error("the draft model's vocabulary differs from the target's (" + dd.path + " vs " + td.path + ")");
@@ -170,6 +173,11 @@ SpecDecoder::~SpecDecoder() = default;
 KvCache& SpecDecoder::target_cache() {
   if (!tkv_) throw Error("SpecDecoder: the target's KV rows are the caller's");
   return *tkv_;
+}
+
+KvCache& SpecDecoder::draft_cache() {
+  if (!dkv_) throw Error("SpecDecoder: the draft's KV rows are the caller's");
+  return *dkv_;
 }
 
 void SpecDecoder::set_shape(const StaticTree& shape) {
@@ -200,30 +208,52 @@ void SpecDecoder::start(std::span<const int32_t> prompt) {
     const auto head = prompt.first(prompt.size() - 1);
     std::vector<float> lg(vocab_);
     if (tkv_) prefill(target_, *tkv_, head, cfg_.prefill_chunk, lg);
-    prefill(draft_, dkv_, head, cfg_.prefill_chunk, lg);
+    if (dkv_) prefill(draft_, *dkv_, head, cfg_.prefill_chunk, lg);
   }
   root_ = prompt.back();
-  draft_todo_ = {root_};
+  if (dkv_)
+    draft_todo_ = {root_};
+  else
+    draft_todo_.assign(prompt.begin(), prompt.end());
 }
 
-void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<const int32_t> nodes, int root_pos,
-                      int vocab, std::vector<int32_t>& rows, int& block, std::vector<float>& lg,
-                      const std::function<void(std::span<const float>, std::vector<float>&)>& to_dist) {
-  std::vector<int32_t> bt, bp, bpar;
+namespace {
+
+// A draft level's batch: node v at position root_pos + depth(v), its parent's
+// block row rows[parent] (-1: the committed prefix).
+void level_batch(const DraftTree& t, std::span<const int32_t> nodes, int root_pos, const std::vector<int32_t>& rows,
+                 std::vector<int32_t>& bt, std::vector<int32_t>& bp, std::vector<int32_t>& bpar) {
+  bt.clear(), bp.clear(), bpar.clear();
   for (const int32_t v : nodes) {
     bt.push_back(t.token[static_cast<size_t>(v)]);
     bp.push_back(root_pos + t.depth[static_cast<size_t>(v)]);
     bpar.push_back(rows[static_cast<size_t>(t.parent[static_cast<size_t>(v)])]);
   }
-  lg.resize(nodes.size() * static_cast<size_t>(vocab));
-  draft.forward(Batch{bt, bp, bpar}, kv, lg, LogitsRows::kAll);
+}
+
+// The level's logits (one row per node): the nodes get block rows block,
+// block + 1, ... and their distributions.
+void level_logits(DraftTree& t, std::span<const int32_t> nodes, int vocab, std::span<const float> lg,
+                  std::vector<int32_t>& rows, int& block,
+                  const std::function<void(std::span<const float>, std::vector<float>&)>& to_dist) {
   rows.resize(static_cast<size_t>(t.size()), -1);
   for (size_t i = 0; i < nodes.size(); ++i) {
     rows[static_cast<size_t>(nodes[i])] = block + static_cast<int32_t>(i);
-    to_dist(std::span<const float>(lg).subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab)),
-            t.set_dist(nodes[i]));
+    to_dist(lg.subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab)), t.set_dist(nodes[i]));
   }
   block += static_cast<int>(nodes.size());
+}
+
+}  // namespace
+
+void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<const int32_t> nodes, int root_pos,
+                      int vocab, std::vector<int32_t>& rows, int& block, std::vector<float>& lg,
+                      const std::function<void(std::span<const float>, std::vector<float>&)>& to_dist) {
+  std::vector<int32_t> bt, bp, bpar;
+  level_batch(t, nodes, root_pos, rows, bt, bp, bpar);
+  lg.resize(nodes.size() * static_cast<size_t>(vocab));
+  draft.forward(Batch{bt, bp, bpar}, kv, lg, LogitsRows::kAll);
+  level_logits(t, nodes, vocab, lg, rows, block, to_dist);
 }
 
 namespace {
@@ -284,6 +314,13 @@ struct SpecDecoder::Step {
   int m = 0;            // draft tokens processed by the first draft pass (0: the draft did not run)
   double t0 = 0, t1 = 0;
   TreePass pass;
+  // While the tree grows (draft_begin .. draft_end):
+  int root_pos = 0;
+  bool first = false;               // the pending draft pass is the first (the unprocessed tokens)
+  std::vector<int32_t> next;        // the nodes of the pending level pass
+  std::vector<int32_t> draft_row;   // draft block row per node (-1: not run)
+  int block_rows = 0;
+  DraftPass work;
 };
 
 std::vector<int32_t> SpecDecoder::step() {
@@ -298,44 +335,90 @@ std::vector<int32_t> SpecDecoder::step() {
 }
 
 const TreePass& SpecDecoder::draft_tree(int root_pos) {
-  const int L = root_pos;
+  KvCache& kv = draft_cache();
+  std::vector<float> lg;
+  for (const DraftPass* w = draft_begin(root_pos, kv.committed()); w; w = draft_next(lg)) {
+    lg.resize(static_cast<size_t>(w->logit_rows()) * vocab_);
+    draft_.forward(Batch{w->tokens, w->positions, w->parents}, kv, lg,
+                   w->last_only ? LogitsRows::kLast : LogitsRows::kAll);
+  }
+  return draft_end();
+}
+
+// The tree grows as grow_tree (tree_policy.cpp) grows it, one draft pass per
+// call: the first pass (the draft's unprocessed tokens, ending at the root),
+// then one per level the policy asks for.
+const SpecDecoder::DraftPass* SpecDecoder::draft_begin(int root_pos, int draft_committed) {
   if (!step_) step_ = std::make_unique<Step>();
   Step& S = *step_;
+  S.root_pos = root_pos;
   S.t0 = now_seconds();
   // The verifier reads draft distributions of accepted nodes after the tree is
   // built (greedy and target-sample never do).
   const bool verifier_reads_q = cfg_.verifier != Verifier::kGreedy && cfg_.verifier != Verifier::kTargetSample;
-  DraftTree& T = tree_;
-  T.reset(root_, verifier_reads_q || policy_->needs_old_dists());
-  std::vector<int32_t> draft_row = {-1};  // draft block row per node (-1: not run)
+  tree_.reset(root_, verifier_reads_q || policy_->needs_old_dists());
+  S.draft_row = {-1};
+  S.next.clear();
   if (policy_->max_nodes() <= 1) {
     // A root-only tree: nothing to draft, the draft does not run this step.
     S.m = 0;
     S.keep = {0};
-  } else {
-    // ---- draft: first pass = the draft's unprocessed tokens, ending at the root ----
-    S.m = static_cast<int>(draft_todo_.size());
-    std::vector<float> dlog(vocab_);  // kLast: the root's row only
-    {
-      ChainBatch b(draft_todo_, dkv_.committed());
-      draft_.forward(b.view(), dkv_, dlog, LogitsRows::kLast);
-      stats_.draft_passes++;
-    }
-    T.begin_batch();
-    draft_probs(dlog, T.set_dist(0));
-    draft_row = {S.m - 1};
-    int block_rows = S.m;
-    std::vector<float> lg;
-    // One batched draft pass over the nodes the policy asks for; their parents
-    // ran in an earlier pass (or are the root), so they index the draft block.
-    const auto to_dist = [this](std::span<const float> row, std::vector<float>& out) { draft_probs(row, out); };
-    auto forward = [&](std::span<const int32_t> nodes) {
-      draft_level_pass(draft_, dkv_, T, nodes, L, vocab_, draft_row, block_rows, lg, to_dist);
-      stats_.draft_passes++;
-      stats_.draft_tokens += static_cast<int64_t>(nodes.size());
-    };
-    S.keep = grow_tree(*policy_, T, forward, rng_);
+    S.first = false;
+    return nullptr;
   }
+  S.m = static_cast<int>(draft_todo_.size());
+  S.first = true;
+  ChainBatch b(draft_todo_, draft_committed);
+  S.work.tokens = std::move(b.tokens);
+  S.work.positions = std::move(b.positions);
+  S.work.parents = std::move(b.parents);
+  S.work.last_only = true;
+  return &S.work;
+}
+
+const SpecDecoder::DraftPass* SpecDecoder::draft_next(std::span<const float> lg) {
+  if (!step_ || (!step_->first && step_->next.empty())) throw Error("SpecDecoder::draft_next without a draft pass");
+  Step& S = *step_;
+  DraftTree& T = tree_;
+  if (lg.size() != static_cast<size_t>(S.work.logit_rows()) * vocab_)
+    throw Error("SpecDecoder::draft_next: " + std::to_string(lg.size()) + " logits for a draft pass of " +
+                std::to_string(S.work.logit_rows()) + " rows");
+  stats_.draft_passes++;
+  const auto to_dist = [this](std::span<const float> row, std::vector<float>& out) { draft_probs(row, out); };
+  if (S.first) {
+    S.first = false;
+    T.begin_batch();
+    draft_probs(lg, T.set_dist(0));
+    S.draft_row = {S.m - 1};
+    S.block_rows = S.m;
+    policy_->begin_step();
+    const int32_t root = 0;
+    S.next = policy_->grow(T, std::span<const int32_t>(&root, 1), rng_);
+  } else {
+    // One batched draft pass over the nodes the policy asked for; their parents
+    // ran in an earlier pass (or are the root), so they index the draft block.
+    level_logits(T, S.next, vocab_, lg, S.draft_row, S.block_rows, to_dist);
+    stats_.draft_tokens += static_cast<int64_t>(S.next.size());
+    for (const int32_t u : S.next)
+      if (!T.expanded(u)) throw Error("draft tree: the draft pass left node " + std::to_string(u) + " unexpanded");
+    S.next = policy_->grow(T, S.next, rng_);
+  }
+  if (S.next.empty()) {
+    S.keep = policy_->final_nodes(T);
+    return nullptr;
+  }
+  T.begin_batch();
+  level_batch(T, S.next, S.root_pos, S.draft_row, S.work.tokens, S.work.positions, S.work.parents);
+  S.work.last_only = false;
+  return &S.work;
+}
+
+const TreePass& SpecDecoder::draft_end() {
+  if (!step_ || step_->first || !step_->next.empty()) throw Error("SpecDecoder::draft_end before the tree is built");
+  Step& S = *step_;
+  const DraftTree& T = tree_;
+  const int L = S.root_pos;
+  std::vector<int32_t>& draft_row = S.draft_row;
   draft_row.resize(T.size(), -1);
   S.t1 = now_seconds();
 
@@ -360,8 +443,10 @@ const TreePass& SpecDecoder::draft_tree(int root_pos) {
   return P;
 }
 
-std::vector<int32_t> SpecDecoder::accept(std::span<const float> tlog, std::vector<int32_t>& trows) {
+std::vector<int32_t> SpecDecoder::accept(std::span<const float> tlog, std::vector<int32_t>& trows,
+                                         std::vector<int32_t>* draft_rows) {
   if (!step_ || step_->pass.tokens.empty()) throw Error("SpecDecoder::accept without draft_tree");
+  if (!dkv_ && !draft_rows) throw Error("SpecDecoder::accept: the draft's rows are the caller's to commit");
   Step& S = *step_;
   const KeptTree& kept = S.kept;
   const int n = kept.size();
@@ -407,12 +492,16 @@ std::vector<int32_t> SpecDecoder::accept(std::span<const float> tlog, std::vecto
       todo.push_back(tok[v]);
   }
   out.push_back(vr.bonus);
+  if (draft_rows) draft_rows->clear();
   if (S.m == 0) {
     // The draft did not run: it still has its old tokens to process.
     draft_todo_.insert(draft_todo_.end(), todo.begin(), todo.end());
     draft_todo_.push_back(vr.bonus);
   } else {
-    dkv_.commit_path(drows);
+    if (dkv_)
+      dkv_->commit_path(drows);
+    else
+      *draft_rows = drows;
     todo.push_back(vr.bonus);
     draft_todo_ = std::move(todo);
   }

@@ -108,17 +108,23 @@ class SpecDecoder {
   // prompt's head, runs draft_tree()'s pass in its own pass and commits
   // accept()'s rows).
   enum class TargetCache { kOwn, kCaller };
+  // Where the draft's KV rows live: the decoder's own cache, or the caller's
+  // (a shared KvPool: the caller runs draft_begin()/draft_next()'s passes,
+  // several sequences' in one, and commits accept()'s draft rows).
+  enum class DraftCache { kOwn, kCaller };
   // Checks vocabularies match and the verifier suits the sampling parameters
   // and the tree. capacity: the target cache (committed tokens + one tree);
   // the draft cache adds the policy's extra draft rows (pruned nodes).
   SpecDecoder(Transformer& target, Transformer& draft, const ModelDesc& target_desc, const ModelDesc& draft_desc,
-              SpecConfig cfg, int capacity, TargetCache where = TargetCache::kOwn);
+              SpecConfig cfg, int capacity, TargetCache where = TargetCache::kOwn,
+              DraftCache draft_where = DraftCache::kOwn);
   ~SpecDecoder();
   SpecDecoder(const SpecDecoder&) = delete;
   SpecDecoder& operator=(const SpecDecoder&) = delete;
 
   // Processes the prompt (all but its last token are prefilled into the draft
-  // cache, and into the target cache when the decoder owns it).
+  // cache, and into the target cache, each when the decoder owns it; the
+  // caller's draft cache gets the whole prompt in the first draft pass).
   void start(std::span<const int32_t> prompt);
   // One speculative step: returns the emitted tokens (accepted path + bonus).
   // REQUIRES: TargetCache::kOwn.
@@ -129,19 +135,45 @@ class SpecDecoder {
   // the root at position root_pos (the target's committed rows). A root-only
   // tree (set_shape of one node) runs no draft pass: the draft catches up on
   // the tokens it skipped at its next tree.
+  // REQUIRES: DraftCache::kOwn.
   const TreePass& draft_tree(int root_pos);
+
+  // draft_tree() pass by pass, for a caller that owns the draft's rows
+  // (DraftCache::kCaller) and runs several sequences' draft passes as one.
+  // A draft pass over the draft's sequence: parents block-relative (its
+  // pending rows, then earlier tokens of the pass), as Batch's.
+  struct DraftPass {
+    std::vector<int32_t> tokens, positions, parents;
+    bool last_only = false;  // logits of the last token only (the first pass), else of every token
+    int logit_rows() const { return last_only ? 1 : static_cast<int>(tokens.size()); }
+  };
+  // Starts the step's tree with the root at target position root_pos; the
+  // draft's sequence holds draft_committed rows. Returns the first draft pass,
+  // or null when the tree is the root alone (no draft pass this step).
+  const DraftPass* draft_begin(int root_pos, int draft_committed);
+  // logits: the last pass's logit_rows() rows (x vocab). Returns the next
+  // draft pass, or null when the tree is built.
+  const DraftPass* draft_next(std::span<const float> logits);
+  // The target's pass over [root + tree]. REQUIRES: draft_begin() or
+  // draft_next() returned null.
+  const TreePass& draft_end();
+
   // logits: the pass's rows in pass order (size x vocab). Verifies, keeps the
   // accepted path in the draft cache and returns the emitted tokens;
   // target_rows: the pass rows to keep (root first, then the accepted path),
-  // for the target's commit_path. REQUIRES: draft_tree() before, once.
-  std::vector<int32_t> accept(std::span<const float> logits, std::vector<int32_t>& target_rows);
+  // for the target's commit_path. draft_rows (DraftCache::kCaller only, and
+  // then required): the draft's pending rows to keep, for its commit_path
+  // (empty: the draft ran no pass this step and has none).
+  // REQUIRES: draft_tree() or draft_end() before, once.
+  std::vector<int32_t> accept(std::span<const float> logits, std::vector<int32_t>& target_rows,
+                              std::vector<int32_t>* draft_rows = nullptr);
   // The static tree for the next steps (the node budget's choice per pass).
   // REQUIRES: a static tree config; shape.size() <= the config's shape size.
   void set_shape(const StaticTree& shape);
 
   const SpecStats& stats() const { return stats_; }
   KvCache& target_cache();  // REQUIRES: TargetCache::kOwn
-  KvCache& draft_cache() { return dkv_; }
+  KvCache& draft_cache();   // REQUIRES: DraftCache::kOwn
   int32_t root() const { return root_; }
   // Tokens the draft has not processed yet (ends with root()).
   const std::vector<int32_t>& draft_pending_tokens() const { return draft_todo_; }
@@ -160,7 +192,7 @@ class SpecDecoder {
   int vocab_;
   std::unique_ptr<TreePolicy> policy_;  // before the caches: it sizes the draft's
   std::optional<KvCache> tkv_;          // TargetCache::kOwn only
-  KvCache dkv_;
+  std::optional<KvCache> dkv_;          // DraftCache::kOwn only
   Rng rng_;
   int32_t root_ = -1;                // newest token, not yet processed by the target
   std::vector<int32_t> draft_todo_;  // tokens the draft has not processed (ends with root_)

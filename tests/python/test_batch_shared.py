@@ -130,6 +130,8 @@ def main() -> int:
             check(f"trees, {batch.splitlines()[1]}: trees were verified in shared passes",
                   shared.get("tree_steps", 0) > 0 and shared.get("max_in_flight", 0) > 1
                   and shared.get("tokens_per_decode_slot", 0) > 1, json.dumps(shared))
+            check(f"trees, {batch.splitlines()[1]}: the draft's passes carried several sequences' levels",
+                  shared.get("draft_passes", 0) > 0 and shared.get("draft_tokens_per_pass", 0) > 1, json.dumps(shared))
 
     # Refused settings: one line naming the key, exit 1, no output.
     for what, batch, extra in (("with a dynamic tree", "sequences = 2",
