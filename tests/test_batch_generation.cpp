@@ -279,6 +279,21 @@ TEST(SplitTreeNodes, TreeDraftSecondsCountsLevelsWithChildren) {
   EXPECT_DOUBLE_EQ(spec::tree_draft_seconds(t, [](int w) { return 1.0 + w; }), 2.0 + 3.0);
 }
 
+// Trees drafted together share a pass per level: a chain of 3 nodes and a
+// root with two children cost c(1 + 2) then c(1), not c(1) + c(1) + c(2).
+TEST(SplitTreeNodes, SharedDraftSecondsSumsLevelWidths) {
+  const std::vector<std::vector<int>> widths = {{}, {1}, {1, 1}, {1, 2}};  // trees of 1..4 nodes
+  const auto c = [](int w) { return 1.0 + w; };
+  EXPECT_DOUBLE_EQ(spec::shared_draft_seconds(widths, {3, 4}, c), (1.0 + 2) + (1.0 + 3));
+  EXPECT_DOUBLE_EQ(spec::shared_draft_seconds(widths, {1, 1}, c), 0.0);
+  EXPECT_DOUBLE_EQ(spec::shared_draft_seconds(widths, {2}, c), 2.0);
+  spec::StaticTree t;  // root, two children, one grandchild
+  t.parent = {-1, 0, 1, 0};
+  t.depth = {0, 1, 2, 1};
+  t.rank = {0, 0, 0, 1};
+  EXPECT_EQ(spec::level_widths(t), (std::vector<int>{1, 2}));
+}
+
 // The node budget rule: a flat pass cost gives every sequence the largest
 // tree that fits; a cost per token beyond the first gives plain batching; no
 // cost curve splits the room evenly.
@@ -292,9 +307,9 @@ TEST(SplitTreeNodes, FollowsThePassCost) {
   EXPECT_EQ(spec::split_tree_nodes(2, 2, 5, f, {}), (std::vector<int>{4, 3}));
   EXPECT_TRUE(spec::split_tree_nodes(0, 0, 5, f, flat).empty());
   // The draft's time counts: trees that cost more to draft than they save stay small.
-  const std::vector<double> draft = {0.0, 0.1, 0.2, 0.3, 0.4};
+  const auto draft = [](const std::vector<int>& ks) { return 0.1 * (ks[0] - 1); };
   EXPECT_EQ(spec::split_tree_nodes(1, 1, 100, f, flat, draft), (std::vector<int>{4}));  // 2.8 / 1.3 beats 3.0 / 1.4
-  const std::vector<double> dear = {0.0, 5, 5, 5, 5};
+  const auto dear = [](const std::vector<int>& ks) { return ks[0] > 1 ? 5.0 : 0.0; };
   EXPECT_EQ(spec::split_tree_nodes(2, 2, 100, f, flat, dear), (std::vector<int>{1, 1}));
   // A pass of 8 tokens costs 1, then 0.2 per token: one sequence gets a tree,
   // sixteen share the pass plainly.

@@ -75,14 +75,16 @@ std::vector<SequencesRow> sequences_rows(const HardwareProfile& hw, const ModelD
   std::vector<int> grid;
   for (int k = 1; k < per_sequence; k = std::max(k + 1, k * 5 / 4)) grid.push_back(k);
   grid.push_back(per_sequence);
-  std::vector<double> at_grid;
-  for (const int k : grid) at_grid.push_back(spec::tree_draft_seconds(spec::sequoia_tree(o.acceptance, k, depth), c));
-  std::vector<double> draft_s(static_cast<size_t>(per_sequence));
-  for (size_t i = 0; i + 1 < grid.size(); ++i)
-    for (int k = grid[i]; k <= grid[i + 1]; ++k)
-      draft_s[static_cast<size_t>(k - 1)] =
-          at_grid[i] + (at_grid[i + 1] - at_grid[i]) * (k - grid[i]) / std::max(1, grid[i + 1] - grid[i]);
-  if (grid.size() == 1) draft_s[0] = at_grid[0];
+  // The level widths of the trees at the grid; between grid points the
+  // smaller grid tree's levels stand in (the DP's trees grow level by level).
+  std::vector<std::vector<int>> widths(static_cast<size_t>(per_sequence));
+  for (size_t i = 0; i < grid.size(); ++i) {
+    const std::vector<int> w = spec::level_widths(spec::sequoia_tree(o.acceptance, grid[i], depth));
+    const int next = i + 1 < grid.size() ? grid[i + 1] : per_sequence + 1;
+    for (int k = grid[i]; k < next; ++k) widths[static_cast<size_t>(k - 1)] = w;
+  }
+  // The trees of the sequences in one pass grow together: one draft pass per level.
+  const auto draft_s = [&](const std::vector<int>& ks) { return spec::shared_draft_seconds(widths, ks, c); };
   std::vector<SequencesRow> rows;
   for (const int B : o.sequences) {
     SequencesRow r;
@@ -105,9 +107,9 @@ std::vector<SequencesRow> sequences_rows(const HardwareProfile& hw, const ModelD
     for (const int x : k) {
       r.pass_tokens += x;
       r.tree_tokens += f[static_cast<size_t>(x - 1)];
-      r.draft_s += draft_s[static_cast<size_t>(x - 1)];
       r.tree_nodes = std::max(r.tree_nodes, x);
     }
+    r.draft_s = draft_s(k);
     r.tree_pass_s = t(r.pass_tokens);
     r.tree_tokens_per_s = r.tree_tokens / (r.tree_pass_s + r.draft_s);
     rows.push_back(r);

@@ -60,7 +60,7 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
     for (StaticTree& t : shapes_) {
       if (!draft->acceptance.empty()) t.expected_tokens = expected_tokens(t, draft->acceptance);
       tree_value_.push_back(t.expected_tokens);
-      if (draft->draft_level_seconds) tree_draft_s_.push_back(tree_draft_seconds(t, draft->draft_level_seconds));
+      tree_widths_.push_back(level_widths(t));
     }
     min_tree_ = shapes_.size() == 1 ? n : 1;
     const LlamaHParams& dh = draft->draft->hparams();
@@ -277,9 +277,13 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
   std::vector<std::pair<Seq*, int>> tree_rows;  // sequence, its first logits row
   if (!trees.empty()) {
     const int base = static_cast<int>(tokens.size() + trees.size());
-    const std::vector<int> k = split_tree_nodes(static_cast<int>(trees.size()), base,
-                                                limits_.pass_tokens - base, tree_value_, draft_->pass_seconds,
-                                                tree_draft_s_);
+    std::function<double(const std::vector<int>&)> draft_s;
+    if (draft_->draft_level_seconds)
+      draft_s = [this](const std::vector<int>& ks) {
+        return shared_draft_seconds(tree_widths_, ks, draft_->draft_level_seconds);
+      };
+    const std::vector<int> k = split_tree_nodes(static_cast<int>(trees.size()), base, limits_.pass_tokens - base,
+                                                tree_value_, draft_->pass_seconds, draft_s);
     for (size_t i = 0; i < trees.size(); ++i) {
       Seq& s = *trees[i];
       if (s.tree_size != k[i]) s.dec->set_shape(shapes_[static_cast<size_t>(k[i] - 1)]), s.tree_size = k[i];

@@ -63,10 +63,10 @@ struct BatchDraft {
   // tokens / (t(pass tokens) + the trees' draft time), root-only trees (plain
   // batching) included.
   std::function<double(int)> pass_seconds;
-  // One draft pass over w tokens (the hardware profile's c(w)); a tree's draft
-  // time is one pass per level that has children. Empty: the draft's time is
-  // not counted. (Sequences' levels share draft passes; the rule still prices
-  // each tree's levels on their own: an upper bound.)
+  // One draft pass over w tokens (the hardware profile's c(w)); the trees'
+  // draft time is one pass per level that has children, carrying every
+  // sequence's nodes of that level (shared_draft_seconds). Empty: the draft's
+  // time is not counted.
   std::function<double(int)> draft_level_seconds;
 };
 
@@ -152,7 +152,7 @@ class BatchGenerator {
   std::vector<float> draft_logits_;
   std::vector<StaticTree> shapes_;     // [k - 1]: the tree of k nodes
   std::vector<double> tree_value_;     // [k - 1]: its expected emitted tokens
-  std::vector<double> tree_draft_s_;   // [k - 1]: the draft's seconds to build it (empty: not counted)
+  std::vector<std::vector<int>> tree_widths_;  // [k - 1]: its levels with children (draft passes)
   int min_tree_ = 1;                   // nodes a tree sequence takes at least (a fixed shape: all of it)
   uint64_t next_ticket_ = 1;
   std::deque<std::unique_ptr<Seq>> queue_;

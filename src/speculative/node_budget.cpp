@@ -4,19 +4,38 @@
 
 namespace redwood::spec {
 
-double tree_draft_seconds(const StaticTree& shape, const std::function<double(int)>& c) {
+std::vector<int> level_widths(const StaticTree& shape) {
   std::vector<int> width;
   for (const int32_t v : shape.depth) {
     if (static_cast<size_t>(v) >= width.size()) width.resize(static_cast<size_t>(v) + 1, 0);
     ++width[static_cast<size_t>(v)];
   }
+  if (!width.empty()) width.pop_back();  // the deepest level has no children
+  return width;
+}
+
+double tree_draft_seconds(const StaticTree& shape, const std::function<double(int)>& c) {
   double s = 0;
-  for (size_t l = 0; l + 1 < width.size(); ++l) s += c(width[l]);  // the deepest level has no children
+  for (const int w : level_widths(shape)) s += c(w);
+  return s;
+}
+
+double shared_draft_seconds(const std::vector<std::vector<int>>& widths, const std::vector<int>& ks,
+                            const std::function<double(int)>& c) {
+  std::vector<int> sum;
+  for (const int k : ks) {
+    const std::vector<int>& w = widths[static_cast<size_t>(k - 1)];
+    if (w.size() > sum.size()) sum.resize(w.size(), 0);
+    for (size_t l = 0; l < w.size(); ++l) sum[l] += w[l];
+  }
+  double s = 0;
+  for (const int w : sum) s += c(w);
   return s;
 }
 
 std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<double>& f,
-                                  const std::function<double(int)>& t, const std::vector<double>& draft) {
+                                  const std::function<double(int)>& t,
+                                  const std::function<double(const std::vector<int>&)>& draft) {
   if (d <= 0) return {};
   const int kmax = static_cast<int>(f.size());
   const int max_extra = std::min(std::max(room, 0), d * (kmax - 1));
@@ -29,11 +48,9 @@ std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<d
   int best = 0;
   double best_rate = -1;
   for (int extra = 0; extra <= max_extra; ++extra) {
-    double tokens = 0, seconds = t(base + extra);
-    for (const int k : split(extra)) {
-      tokens += f[static_cast<size_t>(k - 1)];
-      if (!draft.empty()) seconds += draft[static_cast<size_t>(k - 1)];
-    }
+    const std::vector<int> ks = split(extra);
+    double tokens = 0, seconds = t(base + extra) + (draft ? draft(ks) : 0.0);
+    for (const int k : ks) tokens += f[static_cast<size_t>(k - 1)];
     const double rate = tokens / std::max(seconds, 1e-12);
     if (rate > best_rate * (1 + 1e-9)) best_rate = rate, best = extra;  // ties: the smaller pass
   }

@@ -14,14 +14,22 @@ namespace redwood::spec {
 // How a pass's spare nodes are split into trees: with d decoding sequences,
 // `base` tokens already in the pass and `room` nodes left, the number of nodes
 // (root included, 1..f.size()) each sequence's tree gets, given f[k-1] = the
-// expected emitted tokens of a tree of k nodes and draft[k-1] (empty: 0) the
-// draft's seconds to build it. Even splits only (f concave): t empty gives
-// every sequence the largest tree that fits; else the split maximising
-// sum f / (t(base + extra nodes) + sum draft).
+// expected emitted tokens of a tree of k nodes and draft(ks) (empty: 0) the
+// draft's seconds to build trees of ks nodes together. Even splits only (f
+// concave): t empty gives every sequence the largest tree that fits; else the
+// split maximising sum f / (t(base + extra nodes) + draft(split)).
 std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<double>& f,
-                                  const std::function<double(int)>& t, const std::vector<double>& draft = {});
-// The draft's seconds to build a static tree: one pass per level with
+                                  const std::function<double(int)>& t,
+                                  const std::function<double(const std::vector<int>&)>& draft = {});
+// The widths of a static tree's levels that have children (a draft pass each).
+std::vector<int> level_widths(const StaticTree& shape);
+// The draft's seconds to build a static tree alone: one pass per level with
 // children, of that level's width, under c(w).
 double tree_draft_seconds(const StaticTree& shape, const std::function<double(int)>& c);
+// The draft's seconds to build trees of ks[i] nodes together, as
+// BatchGenerator does: one pass per level carrying every tree's nodes of that
+// level. widths[k-1]: level_widths of the tree of k nodes.
+double shared_draft_seconds(const std::vector<std::vector<int>>& widths, const std::vector<int>& ks,
+                            const std::function<double(int)>& c);
 
 }  // namespace redwood::spec
