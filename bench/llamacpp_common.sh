@@ -32,6 +32,14 @@ llamacpp_build() {
       -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
       -DGGML_AMX_BF16=OFF)
   fi
+  # A build folder copied from elsewhere keeps a CMake cache naming the old place, which
+  # CMake refuses: configure it afresh.
+  local cache="$LLAMACPP_DIR/src/build/CMakeCache.txt" was
+  was="$(sed -n 's/^CMAKE_CACHEFILE_DIR:INTERNAL=//p' "$cache" 2>/dev/null || true)"
+  if [[ -f $cache ]] && { [[ ! -d $was ]] || [[ $(cd "$was" && pwd -P) != $(cd "${cache%/*}" && pwd -P) ]]; }; then
+    echo "llamacpp: $cache names another folder; configuring afresh" >&2
+    rm -rf "$cache" "$LLAMACPP_DIR/src/build/CMakeFiles"
+  fi
   echo "llamacpp: building ${missing[*]} (CPU)" >&2
   cmake -S "$LLAMACPP_DIR/src" -B "$LLAMACPP_DIR/src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${isa[@]}" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \

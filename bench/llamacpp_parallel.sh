@@ -6,7 +6,7 @@
 # run), alternated ROUNDS times, so that the ratio Redwood / llama.cpp comes from one run.
 #
 #   N=16 M=16 bench/shared_passes.sh          first: the prompts, the job and Redwood's peak RSS
-#   [ROUNDS=1] [T=0] bench/llamacpp_parallel.sh [LIMIT_MIB]
+#   [ROUNDS=1] [T=0] [KV_MIB=] bench/llamacpp_parallel.sh [LIMIT_MIB]
 #
 # llama.cpp's side is tools/llamacpp-parallel.c on libllama (llama-parallel draws its prompts
 # at random, wraps them in its own text and stops at "User:", so it cannot do this job): every
@@ -16,6 +16,10 @@
 # size, the kernel re-reads the weights through page faults on every step.
 # LIMIT_MIB defaults to the peak RSS of shared_passes.sh's shared run (its summary); Redwood
 # runs inside the same cgroup (--device-mem as in that job; it reads with O_DIRECT).
+# llama.cpp allocates its whole KV cache up front; by default sized for the worst case (the
+# longest prompts all in flight at once; on the stand-in 285 KiB a position), which may not fit
+# the limit (the row then reads "killed at the limit"). KV_MIB gives it that much KV instead:
+# a prompt then waits until the cells the sequences in flight may need leave room for it.
 # Writes out/shared/T<T>/llamacpp.md (and llamacpp-r<k>.{jsonl,json}, llamacpp-redwood-r<k>.*).
 # Needs root (cgroups, drop_caches); builds libllama (build/llamacpp) and the driver if missing.
 set -euo pipefail
@@ -33,6 +37,7 @@ for f in prompts.jsonl shared.toml shared.jsonl.summary.json; do
   [[ -f $OUT/$f ]] || die "$OUT/$f missing: run bench/shared_passes.sh first (with the same N, M and T=$T)"
 done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a whole number >= 1, not '$ROUNDS'"
+[[ -z ${KV_MIB:-} || $KV_MIB =~ ^[1-9][0-9]*$ ]] || die "KV_MIB must be a whole number of MiB, not '$KV_MIB'"
 
 # The job as shared_passes.sh ran it: N prompts, M tokens, the sequences its shared run held
 # in flight, its peak RSS.
@@ -63,10 +68,10 @@ redwood() {  # round
 }
 llamacpp() {  # round
   local o="$OUT/llamacpp-r$1" rc=0
-  rm -f "$o.jsonl" "$o.json"
+  rm -f "$o.jsonl" "$o.jsonl.part" "$o.json"
   echo "llamacpp_parallel: round $1: llama.cpp ($SEQS sequences)" >&2
-  run_in_cgroup "$DRIVER" "$TARGET" "$OUT/llamacpp-prompts.bin" "$SEQS" "$M" "$o.jsonl" "$THREADS" >"$o.json" ||
-    rc=$?
+  run_in_cgroup "$DRIVER" "$TARGET" "$OUT/llamacpp-prompts.bin" "$SEQS" "$M" "$o.jsonl" "$THREADS" ${KV_MIB:+"$KV_MIB"} \
+    >"$o.json" || rc=$?
   echo "$rc $(cat "$PEAK")" >"$o.cgroup"
 }
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -95,8 +100,8 @@ say(f"{n} prompts x {m} tokens, T = {t}, one memory cgroup of {limit} MiB (page 
       f"each run), {threads} threads; Redwood: `{out}/shared.toml` (sequences auto); llama.cpp: "
       f"tools/llamacpp-parallel.c, {seqs} sequences, continuous batching\n")
 say("| round | Redwood shared tokens/s | llama.cpp tokens/s | Redwood / llama.cpp | tokens (Redwood, llama.cpp) "
-      "| cgroup peak MiB (Redwood, llama.cpp) | llama.cpp steps |")
-say("|---|---:|---:|---:|---|---|---:|")
+      "| cgroup peak MiB (Redwood, llama.cpp) | llama.cpp steps, most in flight, KV MiB |")
+say("|---|---:|---:|---:|---|---|---|")
 ratios, notes = [], []
 for r in range(1, int(rounds) + 1):
     rw_rc, rw_peak = status(f"{out}/llamacpp-redwood-r{r}.jsonl.cgroup")
@@ -107,13 +112,15 @@ for r in range(1, int(rounds) + 1):
     rw_tps, rw_tok = s["tokens_per_second_this_run"], s["tokens_this_run"]
     if ll_rc == 137:
         say(f"| {r} | {rw_tps:.3f} | killed at the limit | - | {rw_tok}, - | {rw_peak:.0f}, {ll_peak:.0f} | - |")
+        notes.append(f"round {r}: llama.cpp was killed at {limit} MiB (its KV cache is allocated whole; KV_MIB=... "
+                     "gives it less)")
         continue
     if ll_rc:
         failed("llamacpp-parallel", ll_rc)
     ll = json.load(open(f"{out}/llamacpp-r{r}.json"))
     ratios.append(rw_tps / ll["tokens_per_second"])
     say(f"| {r} | {rw_tps:.3f} | {ll['tokens_per_second']:.3f} | {ratios[-1]:.2f}x | {rw_tok}, {ll['tokens']} "
-          f"| {rw_peak:.0f}, {ll_peak:.0f} | {ll['steps']} |")
+          f"| {rw_peak:.0f}, {ll_peak:.0f} | {ll['steps']}, {ll['max_in_flight']}, {ll['kv_mib']:.0f} |")
     # The same work? llama.cpp's greedy outputs beside Redwood's (plain job if there, else this round's).
     ref = {}
     for line in open(f"{out}/{ref_name or f'llamacpp-redwood-r{r}.jsonl'}"):

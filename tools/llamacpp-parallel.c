@@ -10,7 +10,7 @@
 // random, wraps them in its own "User:/Assistant:" text and stops at "User:";
 // llama-batched runs one prompt copied into every sequence.
 //
-//   llamacpp-parallel MODEL.gguf PROMPTS PARALLEL MAX_TOKENS OUT.jsonl [THREADS]
+//   llamacpp-parallel MODEL.gguf PROMPTS PARALLEL MAX_TOKENS OUT.jsonl [THREADS [KV_MIB]]
 //
 // PROMPTS: the prompt texts (chat template already applied), each ended by a NUL
 // byte; tokenized with the model's BOS rule and special tokens parsed.
@@ -19,7 +19,7 @@
 // written to OUT.jsonl.part and renamed when all are done, so a failed run leaves no OUT.jsonl.
 // stdout: one JSON line: tokens (generated), wall_seconds (first decode to the
 // last token, prefill included; loading excluded), tokens_per_second, steps,
-// max_in_flight, n_ctx, load_seconds.
+// max_in_flight, n_ctx, kv_mib, load_seconds.
 // The KV cache is F16 (llama.cpp's default; Redwood's shared_passes.sh uses f16) and
 // unified (one pool of cells for all sequences), allocated whole when the context is
 // made: n_ctx = the sum of prompt + MAX_TOKENS - 1 over the PARALLEL longest prompts
@@ -27,6 +27,11 @@
 // can hold at once, and no more. One ubatch holds the largest possible step (the
 // PARALLEL longest prompts admitted together, plus a token per sequence): each step
 // reads the weights once. Only the rows sampled from are output (n_outputs_max).
+// KV_MIB > 0 gives the cache that many MiB instead (n_ctx rounded down to 256 cells), and
+// a prompt is admitted, in order, only when the cells that the sequences in flight may
+// still need (prompt + MAX_TOKENS - 1 each) leave room for its own: fewer in flight, no
+// failure mid-job. Cells are counted as F16 K and V rows of n_embd / n_head x n_head_kv
+// per layer.
 //
 // Not part of Redwood: compiled by the bench script against the llama.cpp build
 // in build/llamacpp (as tools/llamacpp-logits.c is by its test), never linked
@@ -116,12 +121,13 @@ struct slot {
 };
 
 int main(int argc, char** argv) {
-  if (argc < 6 || argc > 7)
-    return fail("usage: llamacpp-parallel MODEL.gguf PROMPTS PARALLEL MAX_TOKENS OUT.jsonl [THREADS]", NULL);
-  int parallel = 0, max_tokens = 0, threads = 2;
+  if (argc < 6 || argc > 8)
+    return fail("usage: llamacpp-parallel MODEL.gguf PROMPTS PARALLEL MAX_TOKENS OUT.jsonl [THREADS [KV_MIB]]", NULL);
+  int parallel = 0, max_tokens = 0, threads = 2, kv_mib = 0;
   if (!parse_count(argv[3], &parallel)) return fail("PARALLEL must be a whole number >= 1", argv[3]);
   if (!parse_count(argv[4], &max_tokens)) return fail("MAX_TOKENS must be a whole number >= 1", argv[4]);
-  if (argc == 7 && !parse_count(argv[6], &threads)) return fail("THREADS must be a whole number >= 1", argv[6]);
+  if (argc >= 7 && !parse_count(argv[6], &threads)) return fail("THREADS must be a whole number >= 1", argv[6]);
+  if (argc == 8 && !parse_count(argv[7], &kv_mib)) return fail("KV_MIB must be a whole number >= 1", argv[7]);
 
   size_t size = 0;
   char* text = read_all(argv[2], &size);
@@ -163,6 +169,7 @@ int main(int argc, char** argv) {
     if (plen[k] != n) return fail("cannot tokenize a prompt", NULL);
   }
   if (parallel > n_prompts) parallel = n_prompts;
+  char piece_msg[160];
   int* sorted = malloc(sizeof(int) * (size_t)n_prompts);
   memcpy(sorted, plen, sizeof(int) * (size_t)n_prompts);
   qsort(sorted, (size_t)n_prompts, sizeof(int), longer_first);
@@ -170,6 +177,17 @@ int main(int argc, char** argv) {
   for (int k = 0; k < parallel; ++k) {
     cells += sorted[k] + max_tokens - 1;
     step += sorted[k];
+  }
+  const double cell_bytes = 2.0 * 2.0 * llama_model_n_layer(model) * llama_model_n_head_kv(model) *
+                            (llama_model_n_embd(model) / llama_model_n_head(model));
+  if (kv_mib > 0) {
+    cells = (long long)(kv_mib * 1048576.0 / cell_bytes) / 256 * 256;
+    if (cells < sorted[0] + max_tokens - 1) {
+      snprintf(piece_msg, sizeof piece_msg, "%d MiB hold %lld cells, the longest prompt needs %d", kv_mib, cells,
+               sorted[0] + max_tokens - 1);
+      return fail("KV_MIB is too small", piece_msg);
+    }
+    if (step > cells) step = cells;
   }
   free(sorted);
   if (cells > 1 << 30) return fail("the context would be too large", NULL);
@@ -194,6 +212,8 @@ int main(int argc, char** argv) {
     slots[s].gen = malloc(sizeof(llama_token) * (size_t)max_tokens);
   }
   struct llama_batch batch = llama_batch_init((int32_t)cp.n_batch, 0, 1);
+  const long long n_cells = (long long)llama_n_ctx(ctx);
+  long long reserved = 0;  // cells the sequences in flight may need, at most
   int next = 0, done = 0, steps = 0, max_in_flight = 0;
   long long tokens = 0;
   char piece[256];
@@ -205,7 +225,9 @@ int main(int argc, char** argv) {
       struct slot* sl = &slots[s];
       sl->out = -1;
       const int* n = &batch.n_tokens;
-      if (sl->prompt < 0 && next < n_prompts) {  // admit: the whole prompt, output at its last token
+      if (sl->prompt < 0 && next < n_prompts && reserved + plen[next] + max_tokens - 1 <= n_cells) {
+        // admit: the whole prompt, output at its last token
+        reserved += plen[next] + max_tokens - 1;
         sl->prompt = next++;
         sl->pos = 0;
         sl->n_gen = 0;
@@ -231,6 +253,7 @@ int main(int argc, char** argv) {
       }
     }
     if (in_flight > max_in_flight) max_in_flight = in_flight;
+    if (in_flight == 0) return fail("no prompt fits the KV cache", NULL);  // not reached: checked above
     const int rc = llama_decode(ctx, batch);
     if (rc != 0) {
       snprintf(piece, sizeof piece, "returned %d at step %d", rc, steps);
@@ -270,6 +293,7 @@ int main(int argc, char** argv) {
       free(t);
       fputs("}\n", out);
       llama_memory_seq_rm(mem, s, -1, -1);
+      reserved -= plen[sl->prompt] + max_tokens - 1;
       sl->prompt = -1;
       ++done;
     }
@@ -277,9 +301,9 @@ int main(int argc, char** argv) {
   const double wall = (double)(llama_time_us() - t0) / 1e6;
   if (fclose(out) != 0 || rename(part, argv[5]) != 0) return fail("cannot write", argv[5]);
   printf("{\"prompts\":%d,\"parallel\":%d,\"max_tokens\":%d,\"tokens\":%lld,\"wall_seconds\":%.3f,"
-         "\"tokens_per_second\":%.4f,\"steps\":%d,\"max_in_flight\":%d,\"n_ctx\":%u,\"load_seconds\":%.3f}\n",
+         "\"tokens_per_second\":%.4f,\"steps\":%d,\"max_in_flight\":%d,\"n_ctx\":%u,\"kv_mib\":%.1f,\"load_seconds\":%.3f}\n",
          n_prompts, parallel, max_tokens, tokens, wall, (double)tokens / wall, steps, max_in_flight, llama_n_ctx(ctx),
-         load_seconds);
+         n_cells * cell_bytes / 1048576.0, load_seconds);
 
   llama_batch_free(batch);
   for (int s = 0; s < parallel; ++s) free(slots[s].gen);
