@@ -111,6 +111,15 @@ static int longer_first(const void* a, const void* b) {
   return *(const int*)b - *(const int*)a;
 }
 
+static void add(struct llama_batch* b, llama_token token, llama_pos pos, llama_seq_id seq, int output) {
+  const int i = b->n_tokens++;
+  b->token[i] = token;
+  b->pos[i] = pos;
+  b->n_seq_id[i] = 1;
+  b->seq_id[i][0] = seq;
+  b->logits[i] = (int8_t)output;
+}
+
 struct slot {
   int prompt;           // index of its prompt, -1 when free
   int pos;              // next position
@@ -224,28 +233,16 @@ int main(int argc, char** argv) {
     for (int s = 0; s < parallel; ++s) {
       struct slot* sl = &slots[s];
       sl->out = -1;
-      const int* n = &batch.n_tokens;
       if (sl->prompt < 0 && next < n_prompts && reserved + plen[next] + max_tokens - 1 <= n_cells) {
         // admit: the whole prompt, output at its last token
         reserved += plen[next] + max_tokens - 1;
         sl->prompt = next++;
         sl->pos = 0;
         sl->n_gen = 0;
-        for (int i = 0; i < plen[sl->prompt]; ++i) {
-          batch.token[*n] = ptoks[sl->prompt][i];
-          batch.pos[*n] = sl->pos++;
-          batch.n_seq_id[*n] = 1;
-          batch.seq_id[*n][0] = s;
-          batch.logits[*n] = i + 1 == plen[sl->prompt];
-          batch.n_tokens++;
-        }
+        for (int i = 0; i < plen[sl->prompt]; ++i)
+          add(&batch, ptoks[sl->prompt][i], sl->pos++, s, i + 1 == plen[sl->prompt]);
       } else if (sl->prompt >= 0) {  // decode: its last sampled token
-        batch.token[*n] = sl->pending;
-        batch.pos[*n] = sl->pos++;
-        batch.n_seq_id[*n] = 1;
-        batch.seq_id[*n][0] = s;
-        batch.logits[*n] = 1;
-        batch.n_tokens++;
+        add(&batch, sl->pending, sl->pos++, s, 1);
       }
       if (sl->prompt >= 0) {
         sl->out = batch.n_tokens - 1;
@@ -303,7 +300,7 @@ int main(int argc, char** argv) {
   printf("{\"prompts\":%d,\"parallel\":%d,\"max_tokens\":%d,\"tokens\":%lld,\"wall_seconds\":%.3f,"
          "\"tokens_per_second\":%.4f,\"steps\":%d,\"max_in_flight\":%d,\"n_ctx\":%u,\"kv_mib\":%.1f,\"load_seconds\":%.3f}\n",
          n_prompts, parallel, max_tokens, tokens, wall, (double)tokens / wall, steps, max_in_flight, llama_n_ctx(ctx),
-         n_cells * cell_bytes / 1048576.0, load_seconds);
+         (double)n_cells * cell_bytes / 1048576.0, load_seconds);
 
   llama_batch_free(batch);
   for (int s = 0; s < parallel; ++s) free(slots[s].gen);
