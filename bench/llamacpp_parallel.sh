@@ -11,9 +11,10 @@
 # llama.cpp's side is tools/llamacpp-parallel.c on libllama (llama-parallel draws its prompts
 # at random, wraps them in its own text and stops at "User:", so it cannot do this job): every
 # step one llama_decode of the next token of each sequence in flight plus the prompts of those
-# admitted, greedy, each prompt up to M tokens or its end token, a finished sequence's KV rows
-# removed and its slot given the next prompt. llama.cpp mmaps the model: in a limit below its
-# size, the kernel re-reads the weights through page faults on every step.
+# admitted, greedy (or sampled at the job's T > 0), each prompt up to M tokens or its end
+# token, a finished sequence's KV rows removed and its slot given the next prompt. llama.cpp
+# mmaps the model: in a limit below its size, the kernel re-reads the weights through page
+# faults on every step.
 # LIMIT_MIB defaults to the peak RSS of shared_passes.sh's shared run (its summary); Redwood
 # runs inside the same cgroup (--device-mem as in that job; it reads with O_DIRECT).
 # llama.cpp allocates its whole KV cache up front; by default sized for the worst case (the
@@ -30,7 +31,6 @@ source bench/llamacpp_common.sh
 T="${T:-0}" ROUNDS="${ROUNDS:-1}" THREADS="${THREADS:-$(nproc)}"
 RW=./build/redwood
 OUT="out/shared/T$T"
-TARGET=models/regime-target.gguf
 die() { echo "llamacpp_parallel: $*" >&2; exit 1; }
 [[ -x $RW ]] || die "build first (tools/setup.sh build)"
 for f in prompts.jsonl shared.toml shared.jsonl.summary.json; do
@@ -39,15 +39,16 @@ done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a whole number >= 1, not '$ROUNDS'"
 [[ -z ${KV_MIB:-} || $KV_MIB =~ ^[1-9][0-9]*$ ]] || die "KV_MIB must be a whole number of MiB, not '$KV_MIB'"
 
-# The job as shared_passes.sh ran it: N prompts, M tokens, the sequences its shared run held
-# in flight, its peak RSS.
-read -r N M SEQS PEAK_MIB < <(python3 - "$OUT" <<'PY'
-import json, re, sys
+# The job as shared_passes.sh ran it: N prompts, M tokens, its target and temperature, the
+# sequences its shared run held in flight, its peak RSS.
+read -r N M TARGET TEMP SEQS PEAK_MIB < <(python3 - "$OUT" <<'PY'
+import json, sys, tomllib
 out = sys.argv[1]
 s = json.load(open(f"{out}/shared.jsonl.summary.json"))
-m = re.search(r"^max_tokens = (\d+)$", open(f"{out}/shared.toml").read(), re.M)
+job = tomllib.load(open(f"{out}/shared.toml", "rb"))
 seqs = (s.get("shared_passes") or {}).get("max_in_flight") or s["config"]["sequences"]
-print(sum(1 for l in open(f"{out}/prompts.jsonl") if l.strip()), m.group(1), seqs, s["peak_rss_bytes"] // 2**20 + 1)
+print(sum(1 for l in open(f"{out}/prompts.jsonl") if l.strip()), job["sampling"]["max_tokens"], job["model"]["target"],
+      job["sampling"]["temperature"], seqs, s["peak_rss_bytes"] // 2**20 + 1)
 PY
 )
 LIMIT_MIB="${1:-${LIMIT_MIB:-$PEAK_MIB}}"
@@ -70,8 +71,8 @@ llamacpp() {  # round
   local o="$OUT/llamacpp-r$1" rc=0
   rm -f "$o.jsonl" "$o.jsonl.part" "$o.json"
   echo "llamacpp_parallel: round $1: llama.cpp ($SEQS sequences)" >&2
-  run_in_cgroup "$DRIVER" "$TARGET" "$OUT/llamacpp-prompts.bin" "$SEQS" "$M" "$o.jsonl" "$THREADS" ${KV_MIB:+"$KV_MIB"} \
-    >"$o.json" || rc=$?
+  run_in_cgroup "$DRIVER" "$TARGET" "$OUT/llamacpp-prompts.bin" "$SEQS" "$M" "$o.jsonl" "$THREADS" "${KV_MIB:-0}" \
+    "$TEMP" >"$o.json" || rc=$?
   echo "$rc $(cat "$PEAK")" >"$o.cgroup"
 }
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -79,9 +80,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 
 # The report: printed, and written to llamacpp.md only when every round could be read.
-python3 - "$OUT" "$N" "$M" "$SEQS" "$LIMIT_MIB" "$T" "$ROUNDS" "$THREADS" <<'PY'
+python3 - "$OUT" "$N" "$M" "$SEQS" "$LIMIT_MIB" "$TEMP" "$ROUNDS" "$THREADS" "$TARGET" <<'PY'
 import json, os, statistics, sys
-out, n, m, seqs, limit, t, rounds, threads = sys.argv[1:]
+out, n, m, seqs, limit, t, rounds, threads, target = sys.argv[1:]
 lines = []
 def say(text=""):
     lines.append(text)
@@ -96,11 +97,12 @@ def failed(who, rc):
              + (" (killed: the cgroup's out-of-memory killer at this limit?)" if rc == 137 else ""))
 
 ref_name = "plain.jsonl" if os.path.exists(f"{out}/plain.jsonl") else None
-say(f"{n} prompts x {m} tokens, T = {t}, one memory cgroup of {limit} MiB (page cache included, dropped before "
-      f"each run), {threads} threads; Redwood: `{out}/shared.toml` (sequences auto); llama.cpp: "
-      f"tools/llamacpp-parallel.c, {seqs} sequences, continuous batching\n")
+greedy = float(t) == 0
+say(f"{target}, {n} prompts x {m} tokens, T = {t}, one memory cgroup of {limit} MiB (page cache included, dropped "
+    f"before each run), {threads} threads; Redwood: `{out}/shared.toml` (sequences auto); llama.cpp: "
+    f"tools/llamacpp-parallel.c, {seqs} sequences, continuous batching\n")
 say("| round | Redwood shared tokens/s | llama.cpp tokens/s | Redwood / llama.cpp | tokens (Redwood, llama.cpp) "
-      "| cgroup peak MiB (Redwood, llama.cpp) | llama.cpp steps, most in flight, KV MiB |")
+    "| cgroup peak MiB (Redwood, llama.cpp) | llama.cpp steps, most in flight, KV MiB |")
 say("|---|---:|---:|---:|---|---|---|")
 ratios, notes = [], []
 for r in range(1, int(rounds) + 1):
@@ -120,8 +122,8 @@ for r in range(1, int(rounds) + 1):
     ll = json.load(open(f"{out}/llamacpp-r{r}.json"))
     ratios.append(rw_tps / ll["tokens_per_second"])
     say(f"| {r} | {rw_tps:.3f} | {ll['tokens_per_second']:.3f} | {ratios[-1]:.2f}x | {rw_tok}, {ll['tokens']} "
-          f"| {rw_peak:.0f}, {ll_peak:.0f} | {ll['steps']}, {ll['max_in_flight']}, {ll['kv_mib']:.0f} |")
-    # The same work? llama.cpp's greedy outputs beside Redwood's (plain job if there, else this round's).
+        f"| {rw_peak:.0f}, {ll_peak:.0f} | {ll['steps']}, {ll['max_in_flight']}, {ll['kv_mib']:.0f} |")
+    # The same work? llama.cpp's outputs beside Redwood's (plain job if there, else this round's).
     ref = {}
     for line in open(f"{out}/{ref_name or f'llamacpp-redwood-r{r}.jsonl'}"):
         j = json.loads(line)
@@ -134,8 +136,10 @@ for r in range(1, int(rounds) + 1):
             continue
         same += mine["tokens"] == j["tokens"]
         same_prompt += mine["metrics"]["prompt_tokens"] == j["prompt_tokens"]
-    notes.append(f"round {r}: llama.cpp's greedy output equals Redwood's ({ref_name or 'this round, shared'}) token "
-                 f"for token on {same} of {n} prompts; prompt lengths equal on {same_prompt} of {n}")
+    versus = f"Redwood's ({ref_name or 'this round, shared'})"
+    notes.append(f"round {r}: prompt lengths equal to {versus} on {same_prompt} of {n}; "
+                 + (f"llama.cpp's greedy output equals Redwood's token for token on {same} of {n}" if greedy
+                    else "outputs sampled (T > 0), not compared"))
 say()
 if ratios:
     say(f"Redwood / llama.cpp: median {statistics.median(ratios):.2f}x over {len(ratios)} round(s)")

@@ -1,7 +1,7 @@
 // llama.cpp's continuous batching, doing the work of one Redwood batch job, for
 // bench/llamacpp_parallel.sh (issue 44): N prompts, at most PARALLEL of them in
-// flight, each decoded greedily until an end-of-generation token or MAX_TOKENS
-// generated tokens (the end token is not counted, as Redwood does not count it).
+// flight, each decoded greedily (or sampled at TEMP) until an end-of-generation token or
+// MAX_TOKENS generated tokens (the end token is not counted, as Redwood does not count it).
 // Every step is ONE llama_decode of one llama_batch: the next token of each
 // sequence in flight (seq_id = its slot) plus the whole prompt of each sequence
 // admitted into a free slot; a finished sequence's KV rows are removed
@@ -10,7 +10,7 @@
 // random, wraps them in its own "User:/Assistant:" text and stops at "User:";
 // llama-batched runs one prompt copied into every sequence.
 //
-//   llamacpp-parallel MODEL.gguf PROMPTS PARALLEL MAX_TOKENS OUT.jsonl [THREADS [KV_MIB]]
+//   llamacpp-parallel MODEL.gguf PROMPTS PARALLEL MAX_TOKENS OUT.jsonl [THREADS [KV_MIB [TEMP]]]
 //
 // PROMPTS: the prompt texts (chat template already applied), each ended by a NUL
 // byte; tokenized with the model's BOS rule and special tokens parsed.
@@ -27,7 +27,10 @@
 // can hold at once, and no more. One ubatch holds the largest possible step (the
 // PARALLEL longest prompts admitted together, plus a token per sequence): each step
 // reads the weights once. Only the rows sampled from are output (n_outputs_max).
-// KV_MIB > 0 gives the cache that many MiB instead (n_ctx rounded down to 256 cells), and
+// TEMP > 0 (default 0: greedy, the first of equal logits) samples from the softmax at TEMP
+// (llama.cpp's temp and dist samplers, no top-k/top-p, as Redwood with top_k = 0, top_p = 1),
+// seeded with 1 + the prompt's index.
+// KV_MIB > 0 (default 0: the worst case above) gives the cache that many MiB instead (n_ctx rounded down to 256 cells), and
 // a prompt is admitted, in order, only when the cells that the sequences in flight may
 // still need (prompt + MAX_TOKENS - 1 each) leave room for its own: fewer in flight, no
 // failure mid-job. Cells are counted as F16 K and V rows of n_embd / n_head x n_head_kv
@@ -125,18 +128,27 @@ struct slot {
   int pos;              // next position
   int out;              // its output row in this step's batch, -1 when not in it
   llama_token pending;  // last sampled, fed at the next step
+  struct llama_sampler* sampler;  // TEMP > 0: its own, seeded by its prompt
   llama_token* gen;     // generated tokens
   int n_gen;
 };
 
 int main(int argc, char** argv) {
-  if (argc < 6 || argc > 8)
-    return fail("usage: llamacpp-parallel MODEL.gguf PROMPTS PARALLEL MAX_TOKENS OUT.jsonl [THREADS [KV_MIB]]", NULL);
+  if (argc < 6 || argc > 9)
+    return fail("usage: llamacpp-parallel MODEL.gguf PROMPTS PARALLEL MAX_TOKENS OUT.jsonl [THREADS [KV_MIB [TEMP]]]",
+                NULL);
   int parallel = 0, max_tokens = 0, threads = 2, kv_mib = 0;
+  double temp = 0;
   if (!parse_count(argv[3], &parallel)) return fail("PARALLEL must be a whole number >= 1", argv[3]);
   if (!parse_count(argv[4], &max_tokens)) return fail("MAX_TOKENS must be a whole number >= 1", argv[4]);
   if (argc >= 7 && !parse_count(argv[6], &threads)) return fail("THREADS must be a whole number >= 1", argv[6]);
-  if (argc == 8 && !parse_count(argv[7], &kv_mib)) return fail("KV_MIB must be a whole number >= 1", argv[7]);
+  if (argc >= 8 && strcmp(argv[7], "0") != 0 && !parse_count(argv[7], &kv_mib))
+    return fail("KV_MIB must be a whole number (0: the worst case)", argv[7]);
+  if (argc == 9) {
+    char* end = NULL;
+    temp = strtod(argv[8], &end);
+    if (end == argv[8] || *end || !(temp >= 0 && temp <= 100)) return fail("TEMP must be a number from 0 to 100", argv[8]);
+  }
 
   size_t size = 0;
   char* text = read_all(argv[2], &size);
@@ -236,6 +248,11 @@ int main(int argc, char** argv) {
       if (sl->prompt < 0 && next < n_prompts && reserved + plen[next] + max_tokens - 1 <= n_cells) {
         // admit: the whole prompt, output at its last token
         reserved += plen[next] + max_tokens - 1;
+        if (temp > 0) {
+          sl->sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
+          llama_sampler_chain_add(sl->sampler, llama_sampler_init_temp((float)temp));
+          llama_sampler_chain_add(sl->sampler, llama_sampler_init_dist((uint32_t)(1 + next)));
+        }
         sl->prompt = next++;
         sl->pos = 0;
         sl->n_gen = 0;
@@ -260,11 +277,15 @@ int main(int argc, char** argv) {
     for (int s = 0; s < parallel; ++s) {
       struct slot* sl = &slots[s];
       if (sl->out < 0) continue;
-      const float* logits = llama_get_logits_ith(ctx, sl->out);
-      if (!logits) return fail("no logits for a sequence", NULL);
       int best = 0;
-      for (int v = 1; v < n_vocab; ++v)
-        if (logits[v] > logits[best]) best = v;
+      if (sl->sampler) {
+        best = llama_sampler_sample(sl->sampler, ctx, sl->out);
+      } else {
+        const float* logits = llama_get_logits_ith(ctx, sl->out);
+        if (!logits) return fail("no logits for a sequence", NULL);
+        for (int v = 1; v < n_vocab; ++v)
+          if (logits[v] > logits[best]) best = v;
+      }
       const int eog = llama_vocab_is_eog(vocab, best);
       if (!eog) {
         sl->gen[sl->n_gen++] = best;
@@ -291,6 +312,8 @@ int main(int argc, char** argv) {
       fputs("}\n", out);
       llama_memory_seq_rm(mem, s, -1, -1);
       reserved -= plen[sl->prompt] + max_tokens - 1;
+      if (sl->sampler) llama_sampler_free(sl->sampler);
+      sl->sampler = NULL;
       sl->prompt = -1;
       ++done;
     }
