@@ -18,9 +18,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
-DIR="$ROOT/build/llamacpp"
-BIN="$DIR/src/build/bin"
+# shellcheck source=bench/llamacpp_common.sh
+source bench/llamacpp_common.sh
+BIN="$LLAMACPP_BIN"
 OUT=out/regime
 TARGET="${TARGET:-models/regime-target.gguf}"  # TARGET=models/regime-target-bf16.gguf: the BF16 stand-in
 DRAFT=models/regime-draft-Q3_K.gguf
@@ -28,32 +28,7 @@ N_PROMPTS="${N_PROMPTS:-4}"
 N_TOKENS="${N_TOKENS:-32}"
 DRAFT_MAX="${DRAFT_MAX:-8}"
 THREADS="$(nproc)"
-# OpenMP threads that sleep while they wait: on this 2-vCPU VM spinning ones made llama.cpp
-# 6x slower (SmolLM2 decode: 117 ms/token spinning, 18.8 passive, 16.6 with one thread).
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
-
-if [[ ! -x $BIN/llama-completion || ! -x $BIN/llama-speculative-simple ]]; then
-  if [[ ! -d $DIR/src ]]; then
-    mkdir -p "$DIR"
-    python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$DIR"
-    rm -rf "$DIR/unpack" && mkdir -p "$DIR/unpack"
-    tar xzf "$DIR/llama_cpp_python-$VERSION.tar.gz" -C "$DIR/unpack"
-    mv "$DIR/unpack/llama_cpp_python-$VERSION/vendor/llama.cpp" "$DIR/src"
-    rm -rf "$DIR/unpack"
-  fi
-  # -march=native, except that where the CPU reports AMX the ISA is named without it: in
-  # a VM that has not enabled AMX's tile state, ggml's AMX kernels die of SIGILL.
-  ISA=(-DGGML_NATIVE=ON)
-  if grep -qw amx_tile /proc/cpuinfo; then
-    ISA=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON
-      -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
-      -DGGML_AMX_BF16=OFF)
-  fi
-  echo "llamacpp_regime: building llama-completion and llama-speculative-simple (CPU)" >&2
-  cmake -S "$DIR/src" -B "$DIR/src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" -DLLAMA_CURL=OFF \
-    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF >/dev/null
-  cmake --build "$DIR/src/build" --target llama-completion llama-speculative-simple -j "$THREADS" >/dev/null
-fi
+llamacpp_build llama-completion llama-speculative-simple
 
 LIMIT_MIB="${1:-}"
 if [[ -z $LIMIT_MIB ]]; then
@@ -62,36 +37,9 @@ import json; j = json.load(open('$OUT/suite/results.json'))
 print(int(min(c['peak_rss_bytes'] for c in j['cells'] if c['tree']) / 2**20) + 1)")
 fi
 
-# The memory cgroup (v1 if mounted, else v2).
-if [[ -d /sys/fs/cgroup/memory ]]; then
-  CG=/sys/fs/cgroup/memory/redwood-llamacpp
-  mkdir -p "$CG"
-  echo $((LIMIT_MIB << 20)) >"$CG/memory.limit_in_bytes"
-  PEAK="$CG/memory.max_usage_in_bytes"
-else
-  CG=/sys/fs/cgroup/redwood-llamacpp
-  mkdir -p "$CG"
-  echo $((LIMIT_MIB << 20)) >"$CG/memory.max"
-  PEAK="$CG/memory.peak"
-fi
-
+llamacpp_cgroup "$LIMIT_MIB"
 # The eval prompts with SmolLM2's chat template, as `redwood` applies it with chat = true.
-mapfile -t PROMPTS < <(python3 - "$OUT/prompts-eval.jsonl" "$N_PROMPTS" <<'PY'
-import json, sys
-for line in open(sys.argv[1]).readlines()[: int(sys.argv[2])]:
-    p = json.loads(line)["prompt"]
-    text = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-            f"<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n")
-    print(json.dumps(text))
-PY
-)
-
-run_in_cgroup() {  # command... ; the page cache dropped first
-  sync
-  echo 3 >/proc/sys/vm/drop_caches
-  [[ -f "$CG/memory.max_usage_in_bytes" ]] && echo 0 >"$CG/memory.max_usage_in_bytes" || true
-  bash -c 'echo $$ > '"$CG"'/cgroup.procs && exec "$@"' _ "$@"
-}
+mapfile -t PROMPTS < <(llamacpp_chat_prompts "$OUT/prompts-eval.jsonl" "$N_PROMPTS")
 
 plain_s=0 plain_n=0 spec_s=0 spec_n=0 drafted=0 accepted=0 peak_plain=0 peak_spec=0
 for p in "${PROMPTS[@]}"; do
