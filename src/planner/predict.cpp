@@ -234,7 +234,7 @@ std::string prediction_table(const Prediction& p) {
     line("");
     line("  shared passes: B sequences of " + std::to_string(p.options.ctx) +
          " positions each in one paged KV pool; trees: the node budget rule over up to " +
-         std::to_string(p.options.max_budget) + " nodes per pass (draft steps run one sequence at a time)");
+         std::to_string(p.options.max_budget) + " nodes per pass (the trees grow together: one draft pass per level)");
     std::snprintf(buf, sizeof buf, "  %5s %8s %12s %11s %9s %11s %8s %8s %9s %8s %10s", "B", "resident", "plain pass s",
                   "plain tok/s", "nodes/seq", "pass tokens", "pass s", "draft s", "tok/pass", "tok/s", "vs sequoia");
     line(buf);
