@@ -51,16 +51,35 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
     draft_ = std::make_unique<BatchDraft>(*draft);
     const StaticTree& full = draft->config.shape;
     const int n = full.size();
-    for (int k = 1; k < n; ++k) {
+    if (draft->acceptance.empty() || n == 1) {
       // Smaller trees need the DP's acceptance vector; without one the shape is all there is.
-      if (draft->acceptance.empty()) break;
-      shapes_.push_back(sequoia_tree(draft->acceptance, k, full.max_depth()));
-    }
-    shapes_.push_back(full);
-    for (StaticTree& t : shapes_) {
-      if (!draft->acceptance.empty()) t.expected_tokens = expected_tokens(t, draft->acceptance);
-      tree_value_.push_back(t.expected_tokens);
-      tree_widths_.push_back(level_widths(t));
+      shapes_ = {full};
+      tree_value_ = {draft->acceptance.empty() ? full.expected_tokens : expected_tokens(full, draft->acceptance)};
+      tree_widths_ = {level_widths(full)};
+    } else {
+      // The smaller trees' values from one run of the DP; a tree itself is
+      // built when a pass first gives a sequence that many nodes (tree_of):
+      // building all of them up to a budget of 768 at depth 32 took seconds.
+      const int depth = full.max_depth();
+      const std::vector<std::vector<double>> g = sequoia_value_table(draft->acceptance, n - 1, depth);
+      shapes_.resize(static_cast<size_t>(n));
+      shapes_.back() = full;
+      tree_value_.assign(g[static_cast<size_t>(depth)].begin() + 1, g[static_cast<size_t>(depth)].end());
+      tree_value_.push_back(expected_tokens(full, draft->acceptance));
+      // The draft's passes (the node budget rule's draft time) from the trees
+      // at a grid of sizes, the smaller grid tree's levels standing in between,
+      // as `redwood plan --sequences` does.
+      tree_widths_.resize(static_cast<size_t>(n));
+      if (draft->draft_level_seconds) {
+        std::vector<int> grid;
+        for (int k = 1; k < n; k = std::max(k + 1, k * 5 / 4)) grid.push_back(k);
+        grid.push_back(n);
+        for (size_t i = 0; i < grid.size(); ++i) {
+          const std::vector<int> w = level_widths(tree_of(grid[i]));
+          const int next = i + 1 < grid.size() ? grid[i + 1] : n + 1;
+          for (int k = grid[i]; k < next; ++k) tree_widths_[static_cast<size_t>(k - 1)] = w;
+        }
+      }
     }
     min_tree_ = shapes_.size() == 1 ? n : 1;
     const LlamaHParams& dh = draft->draft->hparams();
@@ -87,6 +106,12 @@ int BatchGenerator::rows_for(const Seq& s) const {
 
 int BatchGenerator::blocks_for(const Seq& s) const {
   return (rows_for(s) + pool_.block_rows() - 1) / pool_.block_rows();
+}
+
+const StaticTree& BatchGenerator::tree_of(int k) {
+  StaticTree& t = shapes_[static_cast<size_t>(k - 1)];
+  if (t.size() == 0) t = sequoia_tree(draft_->acceptance, k, draft_->config.shape.max_depth());
+  return t;
 }
 
 int BatchGenerator::draft_blocks_for(const Seq& s) const {
@@ -286,7 +311,7 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
                                                 tree_value_, draft_->pass_seconds, draft_s);
     for (size_t i = 0; i < trees.size(); ++i) {
       Seq& s = *trees[i];
-      if (s.tree_size != k[i]) s.dec->set_shape(shapes_[static_cast<size_t>(k[i] - 1)]), s.tree_size = k[i];
+      if (s.tree_size != k[i]) s.dec->set_shape(tree_of(k[i])), s.tree_size = k[i];
     }
     grow_trees(trees);
     for (Seq* sp : trees) {

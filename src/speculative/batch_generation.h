@@ -139,6 +139,8 @@ class BatchGenerator {
   bool decoding(const Seq& s) const;
   void finish(Seq& s, std::vector<Done>& done);
   int draft_blocks_for(const Seq& s) const;
+  // The tree of k nodes (built on first use; k = shapes_.size(): the config's).
+  const StaticTree& tree_of(int k);
   // Grows the trees of these sequences level by level, one draft pass per level.
   void grow_trees(const std::vector<Seq*>& trees);
 
@@ -150,7 +152,7 @@ class BatchGenerator {
   std::unique_ptr<KvPool> draft_pool_;  // the draft's rows of every tree sequence
   int promised_draft_blocks_ = 0;
   std::vector<float> draft_logits_;
-  std::vector<StaticTree> shapes_;     // [k - 1]: the tree of k nodes
+  std::vector<StaticTree> shapes_;     // [k - 1]: the tree of k nodes (empty until tree_of(k))
   std::vector<double> tree_value_;     // [k - 1]: its expected emitted tokens
   std::vector<std::vector<int>> tree_widths_;  // [k - 1]: its levels with children (draft passes)
   int min_tree_ = 1;                   // nodes a tree sequence takes at least (a fixed shape: all of it)
