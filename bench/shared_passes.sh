@@ -12,6 +12,8 @@
 #
 #   bench/shared_passes.sh                 N=16 M=16 MEM=820MiB BUDGET=16 KV=f16 T=0
 #   N=64 M=64 T=0.6 bench/shared_passes.sh the issue's job (about 2 hours one at a time here)
+#   ARMS="shared trees" bench/shared_passes.sh   only these arms; the others' last summaries
+#                                          (same N, M, T) are reported, marked "earlier run"
 #
 # Builds what is missing the way bench/regime.sh does (the 2.4 GiB stand-in, the Q3_K
 # draft, the acceptance profile at T) into models/ and out/regime/; writes
@@ -22,6 +24,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 N="${N:-16}" M="${M:-16}" MEM="${MEM:-820MiB}" BUDGET="${BUDGET:-16}" KV="${KV:-f16}" T="${T:-0}" PASS="${PASS:-64}"
+ARMS="${ARMS:-plain sequoia shared trees}"
 RW=./build/redwood
 SRC=models/SmolLM2-135M-Instruct.Q4_1.gguf
 DATA="${REDWOOD_DATA:-../shared/data}"
@@ -58,6 +61,7 @@ ACC="out/regime/acceptance-regime-draft-Q3_K-T$T.json"
   --prompts out/regime/prompts-profile.jsonl --temperature "$T" --count 256 --quiet --out "$ACC"
 
 job() {  # name, extra TOML
+  [[ " $ARMS " == *" $1 "* ]] || { echo "shared_passes: $1 not run (ARMS); its last summary is reported" >&2; return; }
   cat > "$OUT/$1.toml" <<EOF
 name = "shared-passes-$1"
 [model]
@@ -103,9 +107,10 @@ job trees "$SPECULATION
 sequences = \"auto\"
 pass_tokens = $PASS"
 
-python3 - "$OUT" "$N" "$M" "$MEM" "$KV" "$T" <<'PY' | tee "$OUT/report.md"
+python3 - "$OUT" "$N" "$M" "$MEM" "$KV" "$T" "$ARMS" <<'PY' | tee "$OUT/report.md"
 import json, sys
-out, n, m, mem, kv, t = sys.argv[1:]
+out, n, m, mem, kv, t, arms = sys.argv[1:]
+arms = arms.split()
 rows = {}
 for name in ("plain", "sequoia", "shared", "trees"):
     s = json.load(open(f"{out}/{name}.jsonl.summary.json"))
@@ -122,7 +127,7 @@ for name in ("plain", "sequoia", "shared", "trees"):
 print(f"| {n} prompts x {m} tokens, T = {t}, --device-mem {mem}, KV {kv} | tokens | wall s | tokens/s | sequences |")
 print("|---|---:|---:|---:|---:|")
 for name, (tok, wall, tps, seqs, sp) in rows.items():
-    print(f"| {name} | {tok} | {wall:.1f} | {tps:.3f} | {seqs} |")
+    print(f"| {name}{'' if name in arms else ' (earlier run)'} | {tok} | {wall:.1f} | {tps:.3f} | {seqs} |")
 sp = rows["shared"][4]
 print()
 print(f"shared / plain = {rows['shared'][2] / rows['plain'][2]:.2f}x, shared / sequoia = {rows['shared'][2] / rows['sequoia'][2]:.2f}x, "
@@ -134,5 +139,7 @@ for arm in ("shared", "trees"):
     print(f"{arm}: {sp.get('passes')} passes, {sp.get('tokens_per_pass', 0):.1f} tokens per pass "
           f"({sp.get('decode_tokens_per_pass', 0):.1f} decode), {sp.get('pass_seconds', 0):.1f} s in passes, "
           f"at most {sp.get('max_in_flight')} in flight"
-          + (f", {sp.get('tokens_per_decode_slot', 0):.2f} tokens per decode slot" if 'tokens_per_decode_slot' in sp else ""))
+          + (f", {sp.get('tokens_per_decode_slot', 0):.2f} tokens per decode slot" if 'tokens_per_decode_slot' in sp else "")
+          + (f", {sp['draft_passes']} draft passes ({sp.get('draft_tokens_per_pass', 0):.1f} tokens each, "
+             f"{sp.get('draft_seconds', 0):.1f} s)" if 'draft_passes' in sp else ""))
 PY
