@@ -82,11 +82,14 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
       }
     }
     min_tree_ = shapes_.size() == 1 ? n : 1;
+    // The draft's rows of a sequence never outnumber its target rows' promise
+    // (rows_for: its committed tokens, then its unprocessed ones and one
+    // tree), so the draft's pool has the target pool's shape: what the
+    // planner counts for a pool per model.
     const LlamaHParams& dh = draft->draft->hparams();
-    const int tree_blocks = (n + pool.block_rows() - 1) / pool.block_rows();
     draft_pool_ = std::make_unique<KvPool>(draft->draft->backend(), dh.n_layers, dh.n_kv_heads * dh.head_dim,
-                                           pool.n_blocks() + limits.max_sequences * tree_blocks, pool.block_rows(),
-                                           pool.max_rows() + n, draft->draft->kv_type());
+                                           pool.n_blocks(), pool.block_rows(), pool.max_rows(),
+                                           draft->draft->kv_type());
     if (limits.pass_tokens < limits.max_sequences * min_tree_)
       throw Error("batched generation: a pass of " + std::to_string(limits.pass_tokens) + " tokens cannot hold " +
                   std::to_string(limits.max_sequences) + " trees of " + std::to_string(n) +
@@ -116,7 +119,8 @@ const StaticTree& BatchGenerator::tree_of(int k) {
 
 int BatchGenerator::draft_blocks_for(const Seq& s) const {
   // Its committed tokens, then the first draft pass (the tokens it has not
-  // run, the whole prompt at first) and the tree's nodes: at most rows_for.
+  // run, ending at the root: the whole prompt at first) and the tree's
+  // nodes: prompt + tokens emitted + tree - 1 < rows_for.
   return draft_pool_ ? (rows_for(s) + draft_pool_->block_rows() - 1) / draft_pool_->block_rows() : 0;
 }
 

@@ -91,9 +91,8 @@ class BatchGenerator {
   // holds no sequence; target, tok and pool outlive the generator;
   // limits positive (else throws redwood::Error). draft: trees in the passes
   // (a static tree; checked as SpecDecoder checks it); null: plain decoding.
-  // With a draft the generator allocates the draft's KvPool: pool's blocks
-  // plus one tree's per sequence, in the draft's rows (the planner's "KV pool
-  // per model").
+  // With a draft the generator allocates the draft's KvPool, of pool's
+  // blocks in the draft's rows (the planner's "KV pool per model").
   BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool& pool, BatchLimits limits,
                  const BatchDraft* draft = nullptr);
   ~BatchGenerator();
