@@ -86,6 +86,7 @@ void make_session(SessionFlags& o, std::optional<Session>& session, const std::f
                   const std::function<void()>& late_checks) {
   std::vector<std::string> inputs = {o.s.draft, o.acceptance, o.s.hardware_profile};
   if (o.tree.rfind("sequoia:", 0) == 0) inputs.push_back(o.tree.substr(8));
+  inputs.insert(inputs.end(), o.inputs.begin(), o.inputs.end());
   apply_run_options(o.s.run, inputs);
   validate(o.s.sampling);
   if (checks) checks();

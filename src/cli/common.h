@@ -28,6 +28,7 @@ struct SessionFlags {
   // Parsed by redwood (one-line errors, exit 1); empty = not given.
   std::string budget = "64", depth = "8", threshold, delta, width, is_alphabet;
   const CLI::App* cmd = nullptr;  // which flags were given
+  std::vector<std::string> inputs;  // other files the command reads (a --config): never an output
 };
 void add_session_flags(CLI::App* c, SessionFlags& f);
 // Checks the flags (`checks`: the command's own, after the sampling's;

@@ -16,6 +16,9 @@ Checks:
     solo/keys : --sequences 1 --max-queue 0 (one request at a time through generate): a second
                 concurrent request gets 429 with Retry-After; --api-key: 401 without the key.
     refused   : a non-loopback --host without --api-key exits 2 with one line.
+    config    : --config FILE (configs/serve/ keys): its max_tokens, batch and API key (from the
+                variable api_key_env names) apply, flags given win over its keys; an unknown key,
+                a wrong type, an unset key variable: one line naming file:line and key, exit 2.
     shutdown  : SIGTERM with a stream in flight: the stream ends, exit 0 within a bound.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
@@ -31,6 +34,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -51,9 +55,9 @@ PROMPTS = ["What is the capital of France?", "Name three colors.", "Write a haik
 
 
 class Server:
-    def __init__(self, rw: str, model: str, *extra: str):
+    def __init__(self, rw: str, model: str, *extra: str, env: dict | None = None):
         self.p = subprocess.Popen([rw, "serve", "-m", model, "--port", "0", "--ctx", CTX, *extra],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = self.p.stdout.readline()
         m = re.search(r"http://([^:]+):(\d+)", line)
         if not m:
@@ -363,13 +367,78 @@ def refused_and_shutdown(rw: str, model_path: str, model: str) -> None:
     check("shutdown: the stream ended (cancelled)", got.get("finish") == "cancelled" or "error" in got, str(got))
 
 
+def config_checks(rw: str, model_path: str, model: str, tmp: str) -> None:
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    cfg = os.path.join(tmp, "serve.toml")
+    with open(cfg, "w") as f:  # the flags --port 0 and -m win over port (in use) and target (no such file)
+        f.write(f"""[model]\ntarget = "no/such/model.gguf"\n[memory]\nctx = 64\nkv_type = "f16"\n
+[batch]\nsequences = 2\npass_tokens = 32\n[sampling]\ntemperature = 0.0\nmax_tokens = 5\n
+[server]\nport = {busy.getsockname()[1]}\nmax_queue = 3\napi_key_env = "REDWOOD_TEST_KEY"\ntimeout_s = 10\n""")
+    s = Server(rw, model_path, "--config", cfg, env={**os.environ, "REDWOOD_TEST_KEY": "from-env"})
+    try:
+        st, _, _ = s.request("GET", "/v1/models")
+        check("config: the key from api_key_env is required", st == 401, str(st))
+        r = s.client("from-env").completions.create(model=model, prompt="1, 2, 3, 4,")
+        check("config: sampling.max_tokens is a request's default", r.usage.completion_tokens == 5 and
+              r.choices[0].finish_reason == "length", str(r))
+        long_prompt = "one two three four five six seven eight nine ten " * 8  # > 64 tokens: --ctx 512 won
+        r = s.client("from-env").completions.create(model=model, prompt=long_prompt, max_tokens=2)
+        check("config: --ctx on the command line wins over memory.ctx", r.usage.prompt_tokens > 64, str(r.usage))
+        check("config: --port 0 and -m won (served)", True, "")
+        err = ""
+        while "ready:" not in err and s.p.poll() is None:
+            err = s.p.stderr.readline()
+        check("config: batch.sequences applies", "2 sequence(s) of 512 positions" in err, err)
+    finally:
+        check("config: exits 0 on SIGTERM", s.stop() == 0, "")
+        busy.close()
+
+    def refused(name: str, text: str, want: str, env: dict | None = None) -> None:
+        bad = os.path.join(tmp, name.replace(" ", "-") + ".toml")
+        with open(bad, "w") as f:
+            f.write(text)
+        p = subprocess.run([rw, "serve", "-m", model_path, "--config", bad, "--port", "0"], capture_output=True,
+                           text=True, timeout=60, env=env)
+        lines = p.stderr.strip().splitlines()
+        check(f"config: {name}: exit 2, one line naming it", p.returncode == 2 and len(lines) == 1 and
+              want in p.stderr and not p.stdout, f"{p.returncode} {p.stderr!r} {p.stdout!r}")
+
+    refused("unknown key", "[server]\nport = 0\nhots = \"x\"\n", "unknown-key.toml:3: unknown key 'server.hots'")
+    refused("unknown section", "[input]\nprompts = \"p.jsonl\"\n", "unknown-section.toml:1: unknown key 'input'")
+    refused("bad type", "[batch]\nsequences = \"two\"\n", "bad-type.toml:2: batch.sequences: expected an integer")
+    refused("out of range", "[server]\nport = 70000\n", "out-of-range.toml:2: server.port: must be in [0, 65535]")
+    refused("secret in file", "[server]\napi_key = \"sekrit\"\n", "unknown key 'server.api_key'")
+    refused("unset key variable", "[server]\napi_key_env = \"REDWOOD_TEST_NO_SUCH_KEY\"\n",
+            "server.api_key_env: the environment variable 'REDWOOD_TEST_NO_SUCH_KEY' is not set",
+            {k: v for k, v in os.environ.items() if k != "REDWOOD_TEST_NO_SUCH_KEY"})
+    refused("syntax", "[server\n", "syntax.toml:1:")
+    refused("speculation without draft", "[speculation]\nbudget = 8\n", "needs a draft")
+    p = subprocess.run([rw, "serve", "-m", model_path, "--config", os.path.join(tmp, "none.toml")],
+                       capture_output=True, text=True, timeout=60)
+    check("config: a missing file: exit 2, one line", p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+          and "none.toml" in p.stderr, f"{p.returncode} {p.stderr!r}")
+    shipped = os.path.join(ROOT, "configs", "serve", "default.toml")
+    s = Server(rw, model_path, "--config", shipped, "--max-tokens", "3")
+    try:
+        r = s.client().completions.create(model=model, prompt="1, 2, 3, 4,")
+        check("config: configs/serve/default.toml serves; --max-tokens wins", r.usage.completion_tokens == 3, str(r))
+    finally:
+        s.stop()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--redwood", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--only", choices=["api", "load"], help="api: API, errors, keys, 429, refusal (fast); "
-                    "load: identity, the load test, shutdown")
+    ap.add_argument("--only", choices=["api", "load", "config"], help="api: API, errors, keys, 429, refusal, "
+                    "--config (fast); load: identity, the load test, shutdown; config: --config alone")
     args = ap.parse_args()
+    if args.only == "config":
+        with tempfile.TemporaryDirectory() as tmp:
+            config_checks(args.redwood, os.path.abspath(args.model), os.path.basename(args.model)[:-5], tmp)
+        return summary()
     model = os.path.basename(args.model.rstrip("/"))
     model = model[:-5] if model.endswith(".gguf") else model
     s = Server(args.redwood, args.model)
@@ -385,6 +454,8 @@ def main() -> int:
         check("serve exits 0 on SIGTERM", rc == 0, str(rc))
     if args.only != "load":
         solo_and_key_checks(args.redwood, args.model, model)
+        with tempfile.TemporaryDirectory() as tmp:
+            config_checks(args.redwood, args.model, model, tmp)
     if args.only != "api":
         refused_and_shutdown(args.redwood, args.model, model)
     return summary()
