@@ -19,6 +19,10 @@ Checks:
     config    : --config FILE (configs/serve/ keys): its max_tokens, batch and API key (from the
                 variable api_key_env names) apply, flags given win over its keys; an unknown key,
                 a wrong type, an unset key variable: one line naming file:line and key, exit 2.
+    slow      : server.timeout_s = 2 and a connection pool of 7: 8 clients trickling their headers, one
+                trickling its body, one connection idle, one stream never read; a normal request still
+                completes in bounded time, the slow ones are closed by the server near the timeout, and
+                /metrics ends with nothing in flight.
     shutdown  : SIGTERM with a stream in flight: the stream ends, exit 0 within a bound.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
@@ -30,6 +34,7 @@ import http.client
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -428,19 +433,106 @@ def config_checks(rw: str, model_path: str, model: str, tmp: str) -> None:
         s.stop()
 
 
+def slow_client_checks(rw: str, model_path: str, model: str, tmp: str) -> None:
+    cfg = os.path.join(tmp, "slow.toml")
+    with open(cfg, "w") as f:  # a thread per connection: sequences + max_queue + 4 = 7
+        f.write("[batch]\nsequences = 2\n[server]\nmax_queue = 1\ntimeout_s = 2\n")
+    s = Server(rw, model_path, "--config", cfg)
+    stop = threading.Event()
+    closed_after = []  # seconds until the server closed a trickling connection
+
+    def trickle(head: bytes, drip: bytes) -> None:
+        t0 = time.time()
+        try:
+            sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+            sock.sendall(head)
+            while not stop.is_set():
+                sock.sendall(drip)  # fails once the server has closed it (and a reset arrived)
+                r, _, _ = select.select([sock], [], [], 0.5)
+                if r and not sock.recv(4096, socket.MSG_PEEK):
+                    break
+                if r:  # a response (an error for a cut-off request): read it, the server closes next
+                    sock.recv(65536)
+        except OSError:
+            pass
+        closed_after.append(time.time() - t0)
+
+    body = json.dumps({"prompt": "1, 2, 3,", "max_tokens": 4}).encode()
+    threads = [threading.Thread(target=trickle, args=(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n", b"X"),
+                                daemon=True) for _ in range(8)]
+    threads.append(threading.Thread(target=trickle, daemon=True, args=(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body) + 1000).encode() +
+        b"\r\n\r\n" + body[:1], b" ")))
+    for th in threads:
+        th.start()
+    idle = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.connect(("127.0.0.1", s.port))
+    stream = json.dumps({"prompt": "Tell me a long story.", "max_tokens": 200, "stream": True}).encode()
+    reader.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(stream)).encode() + b"\r\n\r\n" + stream)
+    time.sleep(1.0)
+    got = {}
+
+    def normal() -> None:
+        t0 = time.time()
+        try:
+            got["r"] = s.client().completions.create(model=model, prompt="1, 2, 3,", max_tokens=4, temperature=0)
+        except Exception as e:  # noqa: BLE001 - the check says what happened
+            got["error"] = repr(e)
+        got["s"] = time.time() - t0
+
+    th = threading.Thread(target=normal, daemon=True)
+    th.start()
+    th.join(20)
+    check("slow: a normal request completes beside slow and stalled clients",
+          "r" in got and got["s"] < 15, str(got))
+    t0 = time.time()
+    idle_closed = False
+    try:
+        idle.settimeout(15)
+        idle_closed = idle.recv(1) == b""
+    except OSError:
+        idle_closed = True
+    check("slow: an idle connection is closed", idle_closed and time.time() - t0 < 15, f"{time.time() - t0:.1f} s")
+    until = time.time() + 15
+    for th in threads:
+        th.join(max(0.0, until - time.time()))
+    stop.set()
+    for th in threads:
+        th.join(5)
+    check("slow: trickling clients are cut off near server.timeout_s", len(closed_after) == 9 and
+          max(closed_after) < 10, str([round(x, 1) for x in closed_after]))
+    reader.close()
+    idle.close()
+    deadline = time.time() + 60
+    m = {}
+    while time.time() < deadline:
+        m = s.metrics()
+        if m.get("redwood_requests_in_flight") == 0 and m.get("redwood_queue_depth") == 0:
+            break
+        time.sleep(0.2)
+    check("slow: nothing in flight or queued afterwards", m.get("redwood_requests_in_flight") == 0 and
+          m.get("redwood_queue_depth") == 0, str({k: v for k, v in m.items() if "request" in k or "queue" in k}))
+    st, _, _ = s.get("/health")
+    check("slow: the server is up", st == 200 and s.p.poll() is None, str(st))
+    check("slow: exits 0 on SIGTERM", s.stop() == 0, "")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--redwood", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--only", choices=["api", "load", "config"], help="api: API, errors, keys, 429, refusal, "
-                    "--config (fast); load: identity, the load test, shutdown; config: --config alone")
+    ap.add_argument("--only", choices=["api", "load", "config", "slow"], help="api: API, errors, keys, 429, refusal, "
+                    "--config, slow clients (fast); load: identity, the load test, shutdown; config, slow: those alone")
     args = ap.parse_args()
-    if args.only == "config":
-        with tempfile.TemporaryDirectory() as tmp:
-            config_checks(args.redwood, os.path.abspath(args.model), os.path.basename(args.model)[:-5], tmp)
-        return summary()
     model = os.path.basename(args.model.rstrip("/"))
     model = model[:-5] if model.endswith(".gguf") else model
+    if args.only in ("config", "slow"):
+        with tempfile.TemporaryDirectory() as tmp:
+            (config_checks if args.only == "config" else slow_client_checks)(args.redwood, args.model, model, tmp)
+        return summary()
     s = Server(args.redwood, args.model)
     try:
         if args.only != "load":
@@ -456,6 +548,7 @@ def main() -> int:
         solo_and_key_checks(args.redwood, args.model, model)
         with tempfile.TemporaryDirectory() as tmp:
             config_checks(args.redwood, args.model, model, tmp)
+            slow_client_checks(args.redwood, args.model, model, tmp)
     if args.only != "api":
         refused_and_shutdown(args.redwood, args.model, model)
     return summary()
