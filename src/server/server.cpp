@@ -120,7 +120,8 @@ void address_of(int fd, bool peer, std::string& ip, int& port) {
   socklen_t n = sizeof a;
   ip.clear();
   port = 0;
-  if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n) : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n)) != 0)
+  if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n)
+            : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n)) != 0)
     return;
   char text[INET6_ADDRSTRLEN] = {};
   if (a.ss_family == AF_INET) {
