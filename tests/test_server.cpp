@@ -249,6 +249,36 @@ TEST(Engine, SharedPassesGiveEachRequestItsSoloOutput) {
   EXPECT_EQ(m.queued, 0);
   EXPECT_GT(m.passes, 0);
   EXPECT_GT(m.pass_seconds, 0);
+  EXPECT_EQ(m.draft_seconds, 0);    // no draft
+  EXPECT_EQ(m.io_wait_seconds, 0);  // every layer resident
+}
+
+// With a draft the metrics split the time: the draft's work apart from the target's passes.
+TEST(Engine, DraftTimeIsCountedApart) {
+  for (const int sequences : {1, 2}) {
+    runtime::SessionConfig c;
+    c.run.model = tiny_model();
+    c.run.threads = 1;
+    const std::string draft = ::testing::TempDir() + "server_tiny_draft.gguf";
+    testutil::TinyShape ds;
+    ds.layers = 1;
+    ds.seed = 2;
+    testutil::write_tiny_llama(draft, ds);
+    c.draft = draft;
+    c.tree.tree = "chain:3";
+    runtime::Session s(c);
+    s.set_sequences(sequences);
+    s.load(128, sequences > 1 ? s.config().pass_tokens : 64, nullptr);
+    Engine e(s, {});
+    auto j = job_for(s, kPrompts[0], 12);
+    ASSERT_TRUE(e.submit(j));
+    j->wait_done();
+    EXPECT_EQ(j->error(), "");
+    const EngineMetrics m = e.metrics();
+    EXPECT_GT(m.draft_seconds, 0) << "sequences " << sequences;
+    EXPECT_GT(m.pass_seconds, 0) << "sequences " << sequences;
+    EXPECT_EQ(m.io_wait_seconds, 0);
+  }
 }
 
 TEST(Engine, StopStringsEndTheTextBeforeThem) {

@@ -315,7 +315,13 @@ std::string Server::metrics_text() const {
          double(m.decode_tokens));
   metric("redwood_tokens_per_pass", "gauge", "generated tokens per target pass, so far",
          m.passes ? double(m.decode_tokens) / double(m.passes) : 0.0);
-  metric("redwood_pass_seconds_total", "counter", "seconds inside target passes", m.pass_seconds);
+  metric("redwood_pass_seconds_total", "counter",
+         "seconds inside target passes (shared passes), or in whole generations (one request at a time)",
+         m.pass_seconds);
+  metric("redwood_draft_seconds_total", "counter", "seconds of the draft's work: its passes and tree building",
+         m.draft_seconds);
+  metric("redwood_io_wait_seconds_total", "counter",
+         "seconds target passes waited for streamed layers (0 when every layer is resident)", m.io_wait_seconds);
   return out;
 }
 

@@ -87,7 +87,9 @@ void BatchGenerator::start(Seq& s) {
   cfg.sampling = s.sampler.params();
   s.dec = std::make_unique<SpecDecoder>(target_, *draft_->draft, *draft_->target_desc, *draft_->draft_desc, cfg,
                                         rows_for(s), SpecDecoder::TargetCache::kCaller);
+  const double t0 = now_seconds();
   s.dec->start(s.prompt);  // the draft's prefill; the target's rides in the passes
+  stats_.draft_seconds += now_seconds() - t0;
 }
 
 bool BatchGenerator::decoding(const Seq& s) const {
@@ -222,7 +224,9 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
     for (size_t i = 0; i < trees.size(); ++i) {
       Seq& s = *trees[i];
       if (s.tree_size != k[i]) s.dec->set_shape(shapes_[static_cast<size_t>(k[i] - 1)]), s.tree_size = k[i];
+      const double t0 = now_seconds();
       const TreePass& tp = s.dec->draft_tree(pool_.committed(s.id));
+      stats_.draft_seconds += now_seconds() - t0;
       tree_rows.emplace_back(&s, static_cast<int>(logit_rows.size()));
       for (int j = 0; j < tp.size(); ++j) {
         logit_rows.push_back(static_cast<int32_t>(tokens.size()));

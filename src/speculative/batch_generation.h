@@ -72,6 +72,7 @@ struct BatchStats {
   int64_t pass_tokens = 0;    // tokens over all passes (prompt and generated)
   int64_t decode_tokens = 0;  // of which next-token slots of decoding sequences
   double pass_seconds = 0;    // inside Transformer::forward
+  double draft_seconds = 0;   // the draft's work: its prefills and the trees it builds (with a draft)
   int max_in_flight = 0;
   int64_t tree_nodes = 0;     // drafted nodes verified (roots excluded)
   int64_t tree_steps = 0;     // sequence steps that had a tree of more than the root

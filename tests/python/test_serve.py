@@ -211,6 +211,10 @@ def api_checks(s: Server, model: str) -> None:
           body["error"]["type"] == "invalid_request_error", str(body))
     st, body, _ = s.post("/v1/completions", b'{"prompt": "' + b"a" * (2 << 20) + b'"}')
     check("error: a 2 MiB body is a 413", st == 413, f"{st} {str(body)[:200]}")
+    m = s.metrics()
+    check("metrics: pass time split (target passes; no draft, no streamed layers here)",
+          m.get("redwood_pass_seconds_total", 0) > 0 and m.get("redwood_draft_seconds_total") == 0 and
+          m.get("redwood_io_wait_seconds_total") == 0, str({k: v for k, v in m.items() if "seconds" in k}))
 
 
 def identity_checks(s: Server, rw: str, model_path: str, model: str) -> dict:
