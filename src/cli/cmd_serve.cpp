@@ -16,6 +16,8 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--max-tokens,-n", f->o.max_tokens, "Tokens per reply at most (default 512)")
       ->transform(int_range(1, 1 << 20));
   c->add_option("--system", f->o.system, "A system message opening the conversation");
+  c->add_option("--config", f->config,
+                "A serve file (TOML): its model, memory, speculation and sampling settings; flags given win");
   return [f] { return server::chat(*f); };
 }
 

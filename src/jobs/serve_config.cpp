@@ -26,13 +26,9 @@ ServeFile parse_serve_text(std::string_view text, const std::string& name) {
   s.integer("max_queue", f.max_queue, 0, 4096);
   s.integer("timeout_s", f.timeout_s, 1, 3600);
   s.str("api_key_env", f.api_key_env);
-  if (s.has("api_key_env")) {
-    const char* key = f.api_key_env.empty() ? nullptr : std::getenv(f.api_key_env.c_str());
-    if (!key || !*key)
-      throw Error(f.run.where("server.api_key_env") + ": the environment variable '" + f.api_key_env +
-                  "' is not set or empty (it holds the API key)");
-    f.api_key = key;
-  }
+  if (s.has("api_key_env") && f.api_key_env.empty())
+    throw Error(f.run.where("server.api_key_env") + ": must not be empty");
+  if (const char* key = f.api_key_env.empty() ? nullptr : std::getenv(f.api_key_env.c_str())) f.api_key = key;
   if (!f.run.draft.empty() && f.run.draft == f.run.target)
     throw Error(f.run.where("model.draft") + ": the draft must be a different (smaller) model than the target");
   return f;

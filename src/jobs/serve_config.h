@@ -25,7 +25,7 @@ struct ServeFile {
   std::string host;
   int port = 8080;
   std::string api_key_env;  // the variable's name
-  std::string api_key;      // its value (read when parsed)
+  std::string api_key;      // its value when parsed ("": unset or empty; the server refuses to start)
   int max_queue = 64;
   int timeout_s = 30;  // receiving a request (all of it), each write of a response
 
@@ -34,7 +34,7 @@ struct ServeFile {
 };
 
 // Parses and type-checks a serve file's text; reads the API key's variable
-// from the environment. Throws redwood::Error "name:line: key: message" for
+// from the environment (serve.h's apply_serve_file refuses it unset). Throws redwood::Error "name:line: key: message" for
 // syntax errors, unknown sections or keys, wrong types and ranges.
 ServeFile parse_serve_text(std::string_view text, const std::string& name);
 ServeFile parse_serve_file(const std::string& path);

@@ -22,10 +22,11 @@ std::string number_text(double v) {
 }
 }  // namespace
 
-void apply_serve_file(ServeSettings& f) {
-  if (f.config.empty()) return;
-  f.file = jobs::parse_serve_file(f.config);
-  const jobs::ServeFile& file = f.file;
+namespace {
+// The file's setting for each flag not given: the session's keys ([model],
+// [memory], [speculation], [sampling]); memory.ctx and sampling.max_tokens into
+// ctx and max_tokens.
+void apply_session_keys(runtime::SessionSettings& f, const jobs::ServeFile& file, int& ctx, int& max_tokens) {
   const jobs::JobConfig& j = file.run;
   const auto take = [&](const char* flag, const char* key, auto& dst, const auto& v) {
     if (!(f.given && f.given(flag)) && file.has(key)) dst = v;
@@ -35,7 +36,7 @@ void apply_serve_file(ServeSettings& f) {
   take("--device-mem", "memory.device", f.s.run.device_mem, j.device_mem);
   take("--host-mem", "memory.host", f.s.run.host_mem, j.host_mem);
   take("--ring", "memory.ring", f.s.run.ring, j.ring);
-  take("--ctx", "memory.ctx", f.o.ctx, j.ctx);
+  take("--ctx", "memory.ctx", ctx, j.ctx);
   take("--threads", "memory.threads", f.s.run.threads, j.threads);
   take("--verify-io", "memory.verify_io", f.s.run.verify_io, j.verify_io);
   take("--kv-type", "memory.kv_type", f.s.run.kv_type, j.kv_type);
@@ -49,20 +50,34 @@ void apply_serve_file(ServeSettings& f) {
   take("--is-alphabet", "speculation.is_alphabet", f.is_alphabet, std::to_string(j.is_alphabet.value_or(0)));
   take("--acceptance", "speculation.acceptance", f.acceptance, j.acceptance);
   take("--prefill-chunk", "speculation.prefill_chunk", f.s.prefill_chunk, j.prefill_chunk);
-  take("--sequences", "batch.sequences", f.sequences, j.sequences);
-  if (file.has("batch.pass_tokens")) f.s.pass_tokens = j.pass_tokens;  // no flag
   take("--temperature", "sampling.temperature", f.s.sampling.temperature, j.sampling.temperature);
   take("--top-p", "sampling.top_p", f.s.sampling.top_p, j.sampling.top_p);
   take("--top-k", "sampling.top_k", f.s.sampling.top_k, j.sampling.top_k);
   take("--seed", "sampling.seed", f.s.sampling.seed, j.sampling.seed);
-  take("--max-tokens", "sampling.max_tokens", f.o.max_tokens, j.max_tokens);
+  take("--max-tokens", "sampling.max_tokens", max_tokens, j.max_tokens);
+  if (f.s.draft.empty() && file.has("speculation"))
+    throw Error(j.where("speculation") + ": [speculation] needs a draft (model.draft or --draft)");
+}
+}  // namespace
+
+void apply_serve_file(ServeSettings& f) {
+  if (f.config.empty()) return;
+  f.file = jobs::parse_serve_file(f.config);
+  const jobs::ServeFile& file = f.file;
+  apply_session_keys(f, file, f.o.ctx, f.o.max_tokens);
+  const auto take = [&](const char* flag, const char* key, auto& dst, const auto& v) {
+    if (!(f.given && f.given(flag)) && file.has(key)) dst = v;
+  };
+  take("--sequences", "batch.sequences", f.sequences, file.run.sequences);
+  if (file.has("batch.pass_tokens")) f.s.pass_tokens = file.run.pass_tokens;  // no flag
   take("--host", "server.host", f.o.host, file.host);
   take("--port", "server.port", f.o.port, file.port);
+  if (file.has("server.api_key_env") && file.api_key.empty() && !(f.given && f.given("--api-key")))
+    throw Error(file.run.where("server.api_key_env") + ": the environment variable '" + file.api_key_env +
+                "' is not set or empty (it holds the API key)");
   take("--api-key", "server.api_key_env", f.o.api_key, file.api_key);
   take("--max-queue", "server.max_queue", f.o.max_queue, file.max_queue);
   if (file.has("server.timeout_s")) f.o.timeout_s = file.timeout_s;  // no flag
-  if (f.s.draft.empty() && file.has("speculation"))
-    throw Error(j.where("speculation") + ": [speculation] needs a draft (model.draft or --draft)");
 }
 
 int serve(ServeSettings& f) {
@@ -106,9 +121,20 @@ int serve(ServeSettings& f) {
 
 int chat(ChatSettings& f) {
   std::optional<runtime::Session> session;
+  if (!f.config.empty()) {
+    try {  // as serve's
+      f.file = jobs::parse_serve_file(f.config);
+      apply_session_keys(f, f.file, f.o.ctx, f.o.max_tokens);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "redwood: %s\n", e.what());
+      return 2;
+    }
+    f.inputs.push_back(f.config);
+  }
   runtime::make_session(f, session);
   session->check_chat_template("redwood chat");
-  const LoadShape shape = size_session(*session, f.o.ctx, f.given && f.given("--ctx"), 1, false);
+  const LoadShape shape =
+      size_session(*session, f.o.ctx, (f.given && f.given("--ctx")) || f.file.has("memory.ctx"), 1, false);
   session->load(shape.ctx, shape.batch_tokens);
   runtime::install_interrupt_signals();  // Ctrl-C stops a reply; SIGTERM/SIGHUP end the conversation
   run_chat(

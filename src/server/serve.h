@@ -22,8 +22,9 @@ struct ServeSettings : runtime::SessionSettings {
   bool given_or_set(const char* flag, const char* key) const { return (given && given(flag)) || file.has(key); }
 };
 
-// Reads st.config (when set) and takes its setting for every flag not given.
-// Throws redwood::Error "file:line: key: message".
+// Reads st.config (when set) and takes its setting for every flag not given;
+// an api_key_env whose variable is unset or empty is refused (unless --api-key
+// is given). Throws redwood::Error "file:line: key: message".
 void apply_serve_file(ServeSettings& st);
 
 // redwood serve: applies the file, makes and sizes the session, binds
@@ -35,8 +36,11 @@ int serve(ServeSettings& st);
 
 struct ChatSettings : runtime::SessionSettings {
   ChatOptions o;
+  std::string config;    // a serve file: its [model], [memory], [speculation], [sampling] (max_tokens: per reply)
+  jobs::ServeFile file;  // read from it by chat()
 };
 // redwood chat on standard input and output (Ctrl-C stops a reply; SIGTERM/SIGHUP end it).
+// A serve file's errors: one line, exit 2 (as serve's); [batch] and [server] are the server's.
 int chat(ChatSettings& st);
 
 }  // namespace redwood::server
