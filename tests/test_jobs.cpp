@@ -18,6 +18,7 @@
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
 #include "src/jobs/results.h"
+#include "src/jobs/serve_config.h"
 #include "src/jobs/shard.h"
 #include "src/jobs/shard_check.h"
 #include "src/jobs/suite_config.h"
@@ -1092,6 +1093,63 @@ TEST_F(JobFiles, CheckShardsFindsEveryPromptAnsweredOnce) {
   EXPECT_TRUE(check_shards(job, 3).ok);
   EXPECT_EQ(slurp(out2), good.at(2));
   EXPECT_EQ(error_of([&] { (void)check_shards(job, 0); }), "--check-shards: expected 1 to 1048576 shards, got 0");
+}
+
+// A serve file (serve_config.h): the job's sections, read by the same code.
+TEST(ServeFile, SharedSectionsMeanWhatTheyMeanInAJob) {
+  const char* shared = "[model]\ntarget = \"t.gguf\"\ndraft = \"d.gguf\"\n[memory]\nctx = 512\nkv_type = \"f16\"\n"
+                       "[speculation]\nbudget = 16\n[batch]\nsequences = 4\npass_tokens = 32\n"
+                       "[sampling]\ntemperature = 0.5\nmax_tokens = 7\n";
+  const ServeFile f = parse_serve_text(std::string(shared) + "[server]\nport = 0\nmax_queue = 3\ntimeout_s = 5\n",
+                                       "serve.toml");
+  const JobConfig j = parse_job_text(shared, "job.toml");
+  EXPECT_EQ(f.run.target, j.target);
+  EXPECT_EQ(f.run.draft, j.draft);
+  EXPECT_EQ(f.run.ctx, j.ctx);
+  EXPECT_EQ(f.run.kv_type, j.kv_type);
+  EXPECT_EQ(f.run.budget, j.budget);
+  EXPECT_EQ(f.run.sequences, j.sequences);
+  EXPECT_EQ(f.run.pass_tokens, j.pass_tokens);
+  EXPECT_EQ(f.run.sampling.temperature, j.sampling.temperature);
+  EXPECT_EQ(f.run.max_tokens, j.max_tokens);
+  EXPECT_EQ(f.port, 0);
+  EXPECT_EQ(f.max_queue, 3);
+  EXPECT_EQ(f.timeout_s, 5);
+  EXPECT_TRUE(f.has("memory.ctx"));
+  EXPECT_FALSE(f.has("memory.ring"));  // not in the file: the flag's default stays
+  EXPECT_FALSE(f.has("server.host"));
+}
+
+TEST(ServeFile, RefusesWhatIsNotAServersWithFileLineAndKey) {
+  EXPECT_EQ(error_of([] { parse_serve_text("[server]\nport = 1\nhots = 1\n", "s.toml"); }),
+            "s.toml:3: unknown key 'server.hots' (known in [server]: host, port, api_key_env, max_queue, timeout_s)");
+  EXPECT_EQ(error_of([] { parse_serve_text("[output]\npath = \"o\"\n", "s.toml"); }),
+            "s.toml:1: unknown key 'output' (known in the top level: model, memory, speculation, batch, sampling, "
+            "server)");
+  EXPECT_EQ(error_of([] { parse_serve_text("[sampling]\nstop = [\"x\"]\n", "s.toml"); }),
+            "s.toml:2: unknown key 'sampling.stop' (known in [sampling]: temperature, top_p, top_k, seed, max_tokens)");
+  EXPECT_EQ(error_of([] { parse_serve_text("[batch]\nsequences = \"auto\"\n", "s.toml"); }),
+            "s.toml:2: batch.sequences: \"auto\" is for batch jobs; a server takes a number");
+  EXPECT_EQ(error_of([] { parse_serve_text("[server]\nport = \"80\"\n", "s.toml"); }),
+            "s.toml:2: server.port: expected an integer, got a string");
+  EXPECT_EQ(error_of([] { parse_serve_text("[server]\nhost = \"\"\n", "s.toml"); }),
+            "s.toml:2: server.host: must not be empty");
+  EXPECT_EQ(error_of([] { parse_serve_text("server = 1\n", "s.toml"); }),
+            "s.toml:1: server: expected a table, got an integer");
+  // A job file keeps its own keys.
+  EXPECT_EQ(error_of([] { parse_job_text("[model]\ntarget = \"t\"\n[server]\nport = 1\n", "j.toml"); }),
+            "j.toml:3: unknown key 'server' (known in the top level: name, model, memory, speculation, batch, sampling, "
+            "input, output)");
+}
+
+TEST(ServeFile, ApiKeyComesFromTheVariableItNames) {
+  ::setenv("REDWOOD_TEST_SERVE_KEY", "k3y", 1);
+  EXPECT_EQ(parse_serve_text("[server]\napi_key_env = \"REDWOOD_TEST_SERVE_KEY\"\n", "s.toml").api_key, "k3y");
+  ::unsetenv("REDWOOD_TEST_SERVE_KEY");  // refused by the server (apply_serve_file), not the parser: chat reads it too
+  EXPECT_EQ(parse_serve_text("[server]\napi_key_env = \"REDWOOD_TEST_SERVE_KEY\"\n", "s.toml").api_key, "");
+  EXPECT_EQ(error_of([] { parse_serve_text("[server]\napi_key_env = \"\"\n", "s.toml"); }),
+            "s.toml:2: server.api_key_env: must not be empty");
+  EXPECT_EQ(parse_serve_text("", "s.toml").api_key, "");
 }
 
 }  // namespace

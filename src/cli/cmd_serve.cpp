@@ -1,83 +1,14 @@
-// redwood serve: an OpenAI-compatible HTTP server over one loaded session
-// (src/server). Flags here; requests, scheduling and responses are the library's.
-#include <signal.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <optional>
-#include <thread>
-
+// redwood serve: an OpenAI-compatible HTTP server over one loaded session, and
+// redwood chat: the same session in the terminal. Flags here; what they do is
+// src/server's (serve.h).
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
-#include "src/server/chat.h"
-#include "src/server/server.h"
-#include "src/util/error.h"
+#include "src/server/serve.h"
 
 namespace redwood::cli {
 
-namespace {
-struct ServeFlags : SessionFlags {
-  server::ServeOptions o;
-  int sequences = 8;
-};
-
-int run_serve(ServeFlags& f) {
-  std::optional<Session> session;
-  try {
-    make_session(f, session, [&] { server::check_serve_options(f.o); });
-  } catch (const Error& e) {
-    const bool exposed = !f.o.host.empty() && !server::is_loopback(f.o.host) && f.o.api_key.empty();
-    if (!exposed) throw;
-    std::fprintf(stderr, "redwood: %s\n", e.what());
-    return 2;
-  }
-  if (f.cmd->count("--seed") > 0) f.o.default_seed = f.s.sampling.seed;
-  const server::LoadShape shape =
-      server::size_session(*session, f.o.ctx, f.cmd->count("--ctx") > 0, f.sequences, f.cmd->count("--sequences") > 0);
-  ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
-  install_stop_signals();
-  server::Server srv(*session, f.o);
-  const int port = srv.bind();
-  std::printf("redwood: listening on http://%s:%d\n", f.o.host.c_str(), port);
-  std::fflush(stdout);
-  session->load(shape.ctx, shape.batch_tokens);
-  srv.ready();
-  std::fprintf(stderr, "redwood: ready: %s, %d sequence(s) of %d positions\n", server::model_id(f.s.run.model).c_str(),
-               session->config().sequences, f.o.ctx);
-  while (stop_signal() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  srv.stop();
-  finish_run(session->target(), f.s.run);
-  std::fprintf(stderr, "redwood: stopped by %s\n", stop_signal_name());
-  return 0;
-}
-struct ChatFlags : SessionFlags {
-  server::ChatOptions o;
-};
-
-int run_chat(ChatFlags& f) {
-  std::optional<Session> session;
-  make_session(f, session);
-  session->check_chat_template("redwood chat");
-  const server::LoadShape shape = server::size_session(*session, f.o.ctx, f.cmd->count("--ctx") > 0, 1, false);
-  session->load(shape.ctx, shape.batch_tokens);
-  install_interrupt_signals();  // Ctrl-C stops a reply; SIGTERM/SIGHUP end the conversation
-  server::run_chat(
-      *session, f.o, STDIN_FILENO, stdout, [] { return stop_signal() != 0; },
-      [] {
-        if (stop_signal() != SIGINT) return false;
-        clear_stop_signal();
-        return true;
-      });
-  std::fputc('\n', stdout);
-  finish_run(session->target(), f.s.run);
-  return 0;
-}
-}  // namespace
-
 Runner add_chat(CLI::App& app) {
-  auto f = std::make_shared<ChatFlags>();
+  auto f = std::make_shared<server::ChatSettings>();
   auto* c = app.add_subcommand("chat", "A conversation in the terminal (Ctrl-C stops a reply, /exit leaves)");
   add_session_flags(c, *f);
   c->add_option("--ctx", f->o.ctx, "KV positions: the conversation + one reply (default 2048, or the model's)")
@@ -85,13 +16,18 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--max-tokens,-n", f->o.max_tokens, "Tokens per reply at most (default 512)")
       ->transform(int_range(1, 1 << 20));
   c->add_option("--system", f->o.system, "A system message opening the conversation");
-  return [f] { return run_chat(*f); };
+  c->add_option("--config", f->config,
+                "A serve file (TOML): its model, memory, speculation and sampling settings; flags given win");
+  return [f] { return server::chat(*f); };
 }
 
 Runner add_serve(CLI::App& app) {
-  auto f = std::make_shared<ServeFlags>();
+  auto f = std::make_shared<server::ServeSettings>();
   auto* c = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
   add_session_flags(c, *f);
+  c->add_option("--config", f->config,
+                "A serve file (TOML, e.g. configs/serve/default.toml): the flags' settings in a job file's sections "
+                "and [server]; flags given win");
   c->add_option("--host", f->o.host, "Address to bind (default 127.0.0.1; others need --api-key)");
   c->add_option("--port", f->o.port, "Port (default 8080; 0: a free one, printed)")->transform(int_range(0, 65535));
   c->add_option("--api-key", f->o.api_key, "Require 'Authorization: Bearer KEY' on every request but /health");
@@ -104,7 +40,7 @@ Runner add_serve(CLI::App& app) {
       ->transform(int_range(2, 1 << 20));
   c->add_option("--max-tokens,-n", f->o.max_tokens, "A request's max_tokens when it gives none (default 256)")
       ->transform(int_range(1, 1 << 20));
-  return [f] { return run_serve(*f); };
+  return [f] { return server::serve(*f); };
 }
 
 }  // namespace redwood::cli

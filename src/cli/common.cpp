@@ -9,35 +9,8 @@
 
 namespace redwood::cli {
 
-namespace {
-// The speculation flags given without --draft (they would be ignored).
-std::string spec_flags_without_draft(const SessionFlags& o) {
-  std::string given;
-  if (!o.s.draft.empty() || !o.cmd) return given;
-  for (const char* f : {"--tree", "--verify", "--budget", "--depth", "--threshold", "--delta", "--width",
-                        "--is-alphabet", "--acceptance", "--hardware-profile"})
-    if (o.cmd->count(f) > 0) given += (given.empty() ? "" : ", ") + std::string(f);
-  return given;
-}
-
-// The tree/verifier flags as make_spec_config's plain values.
-spec::TreeOptions tree_options(const SessionFlags& o) {
-  spec::TreeOptions t;
-  t.tree = o.tree;
-  t.budget = parse_int_arg(o.budget, "--budget", 1, 8192);
-  t.depth = parse_int_arg(o.depth, "--depth", 1, 1024);
-  if (!o.threshold.empty()) t.threshold = parse_double_arg(o.threshold, "--threshold");
-  if (!o.delta.empty()) t.delta = parse_double_arg(o.delta, "--delta");
-  if (!o.width.empty()) t.width = parse_int_arg(o.width, "--width", 1, 4096);
-  if (!o.is_alphabet.empty()) t.is_alphabet = parse_int_arg(o.is_alphabet, "--is-alphabet", 1, 1 << 24);
-  t.verifier = o.verify;
-  t.acceptance = o.acceptance;
-  return t;
-}
-}  // namespace
-
-void add_session_flags(CLI::App* c, SessionFlags& f) {
-  f.cmd = c;
+void add_session_flags(CLI::App* c, SessionSettings& f) {
+  f.given = [c](const char* flag) { return c->count(flag) > 0; };
   add_run_options(c, f.s.run);
   c->add_option("--temperature", f.s.sampling.temperature, "0 = greedy");
   c->add_option("--top-p", f.s.sampling.top_p, "Nucleus sampling mass (0, 1]");
@@ -80,37 +53,6 @@ void add_session_flags(CLI::App* c, SessionFlags& f) {
                 "--tree auto: use this profile-hardware file instead of the cache (with --acceptance: an "
                 "acceptance profile instead of the cache's)");
   c->add_option("--acceptance", f.acceptance, "sequoia: acceptance vector JSON {\"acceptance\": [...]}");
-}
-
-void make_session(SessionFlags& o, std::optional<Session>& session, const std::function<void()>& checks,
-                  const std::function<void()>& late_checks) {
-  std::vector<std::string> inputs = {o.s.draft, o.acceptance, o.s.hardware_profile};
-  if (o.tree.rfind("sequoia:", 0) == 0) inputs.push_back(o.tree.substr(8));
-  apply_run_options(o.s.run, inputs);
-  validate(o.s.sampling);
-  if (checks) checks();
-  if (const std::string f = spec_flags_without_draft(o); !f.empty())
-    throw Error(f + ": speculative decoding needs --draft MODEL");
-  check_draft_budget(o.s.run, o.s.draft);
-  if (late_checks) late_checks();
-  const bool auto_tree = !o.s.draft.empty() && o.tree == "auto";
-  if (!o.s.hardware_profile.empty() && !auto_tree)
-    throw Error("--hardware-profile is only for --draft ... --tree auto");
-  // Profiles given are read late (after weights load, --tree auto after measuring): not a FIFO or device.
-  if (!o.acceptance.empty()) require_regular_input(o.acceptance, "an acceptance file");
-  if (!o.s.hardware_profile.empty()) require_regular_input(o.s.hardware_profile, "a hardware profile");
-  if (!o.s.draft.empty()) o.s.tree = tree_options(o);  // flags parsed before any model loads
-  if (const spec::TreeOptions& t = o.s.tree;
-      auto_tree && (t.threshold || t.delta || t.width || !t.verifier.empty() || t.is_alphabet))
-    throw Error(
-        "--tree auto chooses the tree, its parameters and its verifier: it takes only --budget and --depth "
-        "(caps), --acceptance and --hardware-profile");
-  try {
-    session.emplace(o.s);
-  } catch (const runtime::SetupError& e) {
-    if (e.key() == "draft") throw Error(o.s.draft + ": " + e.what());
-    throw;
-  }
 }
 
 CLI::Validator kv_type_check() {  // kv_type_from_name's message, without the option's name
@@ -176,25 +118,6 @@ void refuse_empty_values(CLI::App& app, const std::vector<std::string>& allow_em
     opt->check(CLI::Validator([](std::string& s) { return s.empty() ? "expected a value, got ''" : std::string(); }, ""));
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(*sub, allow_empty);
-}
-
-int parse_int_arg(const std::string& s, const char* what, int lo, int hi) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || errno != 0 || v < lo || v > hi)
-    throw Error(std::string(what) + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                "], got '" + s + "'");
-  return static_cast<int>(v);
-}
-
-double parse_double_arg(const std::string& s, const char* what) {
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || errno != 0 || !std::isfinite(v))
-    throw Error(std::string(what) + ": expected a number, got '" + s + "'");
-  return v;
 }
 
 std::vector<int32_t> parse_int_list(const std::string& s, const char* what) {

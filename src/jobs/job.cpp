@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "src/engine/kv_type.h"
+#include "src/jobs/run_sections.h"
 #include "src/util/error.h"
 #include "src/util/io.h"
 #include "src/util/output_path.h"
@@ -53,12 +54,13 @@ std::string JobConfig::where(const std::string& key) const {
   return out;
 }
 
-JobConfig parse_job_text(std::string_view text, const std::string& name) {
-  JobConfig job;
-  job.file = name;
-  toml::table root = config::parse_toml(text, name);
+void read_run_sections(const toml::table& root, JobConfig& job, FileKind kind) {
+  const bool is_job = kind == FileKind::job;
   Section top(job.file, job.lines, &root, "");
-  top.only({"name", "model", "memory", "speculation", "batch", "sampling", "input", "output"});
+  if (is_job)
+    top.only({"name", "model", "memory", "speculation", "batch", "sampling", "input", "output"});
+  else
+    top.only({"model", "memory", "speculation", "batch", "sampling", "server"});
   top.str("name", job.name);
   auto section = [&](const char* key) -> Section {
     const toml::node* n = root.get(key);
@@ -103,8 +105,13 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   if (job.tree.empty()) throw Error(job.where("speculation.tree") + ": must not be empty");
 
   const Section ba = section("batch");
-  ba.only({"sequences", "pass_tokens", "shard"});
+  if (is_job)
+    ba.only({"sequences", "pass_tokens", "shard"});
+  else
+    ba.only({"sequences", "pass_tokens"});
   ba.integer_or_word("sequences", job.sequences, 1, 256, "auto", job.sequences_auto);
+  if (job.sequences_auto && !is_job)
+    throw Error(job.where("batch.sequences") + ": \"auto\" is for batch jobs; a server takes a number");
   ba.integer("pass_tokens", job.pass_tokens, 1, 8192);
   if (std::string shard; ba.has("shard")) {
     ba.str("shard", shard);
@@ -116,7 +123,10 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   }
 
   const Section sa = section("sampling");
-  sa.only({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop"});
+  if (is_job)
+    sa.only({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop"});
+  else  // stop strings are each request's
+    sa.only({"temperature", "top_p", "top_k", "seed", "max_tokens"});
   double temp = job.sampling.temperature, top_p = job.sampling.top_p;
   sa.number("temperature", temp, 0.0, 100.0);
   sa.number("top_p", top_p, 0.0, 1.0, /*lo_open=*/true);
@@ -128,7 +138,20 @@ JobConfig parse_job_text(std::string_view text, const std::string& name) {
   sa.strings("stop", job.stop);
   for (const auto& s : job.stop)
     if (s.empty()) throw Error(job.where("sampling.stop") + ": stop strings must not be empty");
+}
 
+JobConfig parse_job_text(std::string_view text, const std::string& name) {
+  JobConfig job;
+  job.file = name;
+  toml::table root = config::parse_toml(text, name);
+  read_run_sections(root, job, FileKind::job);
+  Section top(job.file, job.lines, &root, "");
+  auto section = [&](const char* key) -> Section {
+    const toml::node* n = root.get(key);
+    if (n && !n->is_table()) top.wrong_type(key, *n, "a table");
+    if (n) job.lines[key] = static_cast<int>(n->source().begin.line);
+    return Section(job.file, job.lines, n ? n->as_table() : nullptr, key);
+  };
   const Section in = section("input");
   in.only({"prompts", "chat", "on_bad_line"});
   in.str("prompts", job.prompts);

@@ -16,12 +16,14 @@ ApiError bad(const std::string& param, const std::string& message) {
 bool absent(const json& v) { return v.is_null(); }
 
 int int_field(const json& v, const std::string& name, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer())
-    throw bad(name, "expected an integer, got " + std::string(v.type_name()));
-  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi) : v.get<int64_t>() < lo ||
-                                                                                 v.get<int64_t>() > hi)
-    throw bad(name, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got " +
-                        v.dump());
+  if (!v.is_number_integer()) throw bad(name, "expected an integer, got " + std::string(v.type_name()));
+  // nlohmann keeps a non-negative literal unsigned: both bounds apply to it too ("max_tokens": 0).
+  const bool out = v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi) ||
+                                                (lo > 0 && v.get<uint64_t>() < static_cast<uint64_t>(lo))
+                                          : v.get<int64_t>() < lo || v.get<int64_t>() > hi;
+  if (out)
+    throw bad(name,
+              "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got " + v.dump());
   return static_cast<int>(v.get<int64_t>());
 }
 

@@ -3,6 +3,8 @@
 #include <exception>
 #include <map>
 
+#include "offload/streamer.h"
+
 namespace redwood::server {
 
 Job::Job(std::vector<int32_t> tokens, spec::GenerationRequest req) : tokens_(std::move(tokens)), req_(std::move(req)) {
@@ -103,6 +105,12 @@ std::vector<std::shared_ptr<Job>> Engine::take(bool busy, bool one) {
   return jobs;
 }
 
+// The streamer's totals are the model thread's (this one's) to read.
+double Engine::io_wait_seconds() const {
+  const offload::StreamedWeights* sw = session_.target().streamed;
+  return sw ? sw->totals().stall_seconds : 0.0;
+}
+
 // The batcher's loop: submit what arrived, cancel what was cancelled, one pass.
 void Engine::run_shared() {
   spec::BatchGenerator& gen = session_.batcher();
@@ -148,6 +156,8 @@ void Engine::run_shared() {
       m_.pass_tokens = st.pass_tokens;
       m_.decode_tokens = st.decode_tokens;
       m_.pass_seconds = st.pass_seconds;
+      m_.draft_seconds = st.draft_seconds;
+      m_.io_wait_seconds = io_wait_seconds();
       running_ = static_cast<int64_t>(gen.in_flight());
     }
     for (auto& d : done) {
@@ -189,6 +199,8 @@ void Engine::run_solo() {
       m_.decode_tokens += static_cast<int64_t>(g.tokens.size());
       m_.pass_tokens += static_cast<int64_t>(g.tokens.size() + job.prompt_tokens());
       m_.pass_seconds += g.prefill_seconds + g.decode_seconds;
+      if (g.spec) m_.draft_seconds += g.spec->draft_seconds;
+      m_.io_wait_seconds = io_wait_seconds();
     }
     ended(job, std::move(g), std::move(error));
   }

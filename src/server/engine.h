@@ -75,6 +75,8 @@ struct EngineMetrics {
   int64_t in_flight = 0, queued = 0;  // running in the model; waiting for a sequence
   int64_t passes = 0, pass_tokens = 0, decode_tokens = 0;
   double pass_seconds = 0;  // inside the target's forward passes (shared passes), or whole generations (solo)
+  double draft_seconds = 0;    // the draft's work: its passes and tree building (with a draft)
+  double io_wait_seconds = 0;  // target passes waiting for streamed layers (0 when every layer is resident)
 };
 
 class Engine {
@@ -96,6 +98,7 @@ class Engine {
  private:
   void run_shared();
   void run_solo();
+  double io_wait_seconds() const;  // REQUIRES: the scheduler thread
   void ended(Job& job, spec::Generation g, std::string error) EXCLUDES(mu_);
   // Next jobs from the inbox: waits while there is nothing to do.
   std::vector<std::shared_ptr<Job>> take(bool busy, bool one) EXCLUDES(mu_);

@@ -2,8 +2,13 @@
 
 #include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -93,6 +98,132 @@ const char* status_message(int status) {
 
 }  // namespace
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Waits up to `ms` for `events` on fd: true when they came.
+bool wait_for(int fd, short events, int ms) {
+  pollfd p{fd, events, 0};
+  int r;
+  do r = ::poll(&p, 1, std::max(ms, 0));
+  while (r < 0 && errno == EINTR);
+  return r > 0 && (p.revents & (events | POLLHUP | POLLERR)) != 0;
+}
+
+int ms_until(Clock::time_point t) {
+  return static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count());
+}
+
+void address_of(int fd, bool peer, std::string& ip, int& port) {
+  sockaddr_storage a{};
+  socklen_t n = sizeof a;
+  ip.clear();
+  port = 0;
+  if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n)
+            : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n)) != 0)
+    return;
+  char text[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
+    port = ntohs(v4->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+    port = ntohs(v6->sin6_port);
+  }
+  ip = text;
+}
+
+// One connection. A request (its line, headers and body) must arrive whole
+// before its deadline: a client that trickles a byte at a time is cut off
+// there, not kept for as long as each byte comes within a read timeout (which
+// is all cpp-httplib's own stream bounds). Each write waits at most the write
+// timeout for room, so a client that stops reading fails the write (and its
+// job is cancelled) instead of holding the thread.
+class ConnStream final : public httplib::Stream {
+ public:
+  ConnStream(int fd, int write_timeout_ms) : fd_(fd), write_ms_(write_timeout_ms) {}
+  void set_deadline(Clock::time_point t) { deadline_ = t; }
+  bool buffered() const { return pos_ < end_; }
+
+  bool is_readable() const override { return buffered() || wait_for(fd_, POLLIN, ms_until(deadline_)); }
+  bool is_writable() const override {
+    if (!wait_for(fd_, POLLOUT, write_ms_)) return false;
+    char c;  // readable with nothing to read: the client closed (or reset) the connection
+    if (!wait_for(fd_, POLLIN, 0)) return true;
+    return ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+  }
+  ssize_t read(char* ptr, size_t size) override {
+    while (!buffered()) {
+      if (!wait_for(fd_, POLLIN, ms_until(deadline_))) return -1;  // past the request's deadline
+      const ssize_t n = ::recv(fd_, buf_, sizeof buf_, MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n <= 0) return n;  // closed, or an error
+      pos_ = 0;
+      end_ = static_cast<size_t>(n);
+    }
+    const size_t n = std::min(size, end_ - pos_);
+    std::copy(buf_ + pos_, buf_ + pos_ + n, ptr);
+    pos_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    size_t done = 0;
+    while (done < size) {
+      if (!wait_for(fd_, POLLOUT, write_ms_)) return -1;
+      const ssize_t n = ::send(fd_, ptr + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n <= 0) return -1;
+      done += static_cast<size_t>(n);
+    }
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, false, ip, port); }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  int fd_;
+  int write_ms_;
+  Clock::time_point deadline_ = Clock::now();
+  char buf_[4096];
+  size_t pos_ = 0, end_ = 0;
+};
+
+// cpp-httplib's server with its connections read through ConnStream: a
+// request's deadline, bounded writes, and an idle connection closed after
+// the keep-alive timeout (or at once when the server stops).
+class HttpServer final : public httplib::Server {
+ public:
+  explicit HttpServer(int timeout_s) : timeout_(std::chrono::seconds(timeout_s)) {}
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    ConnStream strm(sock, static_cast<int>(timeout_.count()) * 1000);
+    bool ok = false;
+    for (size_t left = keep_alive_max_count_; left > 0; --left) {
+      const auto idle_until = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
+      bool ready = strm.buffered();  // the next request waits: in 0.1 s slices, so that stop() ends the wait
+      while (!ready && svr_sock_ != INVALID_SOCKET && Clock::now() < idle_until)
+        ready = wait_for(sock, POLLIN, std::min(100, std::max(1, ms_until(idle_until))));
+      if (!ready || svr_sock_ == INVALID_SOCKET) break;
+      strm.set_deadline(Clock::now() + timeout_);
+      bool closed = false;
+      ok = process_request(strm, left == 1, closed, nullptr);
+      if (!ok || closed) break;
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ok;
+  }
+
+  std::chrono::seconds timeout_;
+};
+
+}  // namespace
+
 Server::Server(runtime::Session& session, ServeOptions o) : session_(session), o_(std::move(o)) {
   check_serve_options(o_);
   if (o_.model_id.empty()) o_.model_id = model_id(session_.config().run.model);
@@ -102,14 +233,12 @@ Server::Server(runtime::Session& session, ServeOptions o) : session_(session), o
     chat_error_ = e.what();
   }
   started_ = static_cast<int64_t>(std::time(nullptr));
-  http_ = std::make_unique<httplib::Server>();
+  http_ = std::make_unique<HttpServer>(o_.timeout_s);
   // A thread per connection being answered: every request the engine may hold, and a few for /health, /metrics.
   const size_t threads = static_cast<size_t>(session_.config().sequences + o_.max_queue + 4);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(o_.max_body);
-  http_->set_read_timeout(o_.timeout_s, 0);
-  http_->set_write_timeout(o_.timeout_s, 0);
-  http_->set_keep_alive_timeout(5);
+  http_->set_keep_alive_timeout(5);  // reads and writes: HttpServer's timeout
   routes();
 }
 
@@ -186,7 +315,13 @@ std::string Server::metrics_text() const {
          double(m.decode_tokens));
   metric("redwood_tokens_per_pass", "gauge", "generated tokens per target pass, so far",
          m.passes ? double(m.decode_tokens) / double(m.passes) : 0.0);
-  metric("redwood_pass_seconds_total", "counter", "seconds inside target passes", m.pass_seconds);
+  metric("redwood_pass_seconds_total", "counter",
+         "seconds inside target passes (shared passes), or in whole generations (one request at a time)",
+         m.pass_seconds);
+  metric("redwood_draft_seconds_total", "counter", "seconds of the draft's work: its passes and tree building",
+         m.draft_seconds);
+  metric("redwood_io_wait_seconds_total", "counter",
+         "seconds target passes waited for streamed layers (0 when every layer is resident)", m.io_wait_seconds);
   return out;
 }
 

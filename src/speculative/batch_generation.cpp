@@ -228,11 +228,9 @@ void BatchGenerator::grow_trees(const std::vector<Seq*>& trees) {
     }
     if (tokens.empty()) return;
     draft_logits_.resize(logit_rows.size() * vocab);
-    const PassStats st =
-        draft_->draft->forward(SeqBatch{seqs, tokens, positions, parents}, *draft_pool_, draft_logits_, logit_rows);
+    draft_->draft->forward(SeqBatch{seqs, tokens, positions, parents}, *draft_pool_, draft_logits_, logit_rows);
     ++stats_.draft_passes;
     stats_.draft_tokens += static_cast<int64_t>(tokens.size());
-    stats_.draft_seconds += st.seconds;
     for (size_t i = 0; i < trees.size(); ++i) {
       if (!work[i]) continue;
       const std::span<const float> rows(draft_logits_.data() + first_row[i] * vocab,
@@ -317,7 +315,9 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
       Seq& s = *trees[i];
       if (s.tree_size != k[i]) s.dec->set_shape(tree_of(k[i])), s.tree_size = k[i];
     }
+    const double t0 = now_seconds();
     grow_trees(trees);
+    stats_.draft_seconds += now_seconds() - t0;
     for (Seq* sp : trees) {
       Seq& s = *sp;
       const TreePass& tp = s.dec->draft_end();

@@ -76,13 +76,13 @@ struct BatchStats {
   int64_t pass_tokens = 0;    // tokens over all passes (prompt and generated)
   int64_t decode_tokens = 0;  // of which next-token slots of decoding sequences
   double pass_seconds = 0;    // inside Transformer::forward
+  double draft_seconds = 0;   // the draft's work: its passes (prefills included) and the trees it builds
   int max_in_flight = 0;
   int64_t tree_nodes = 0;     // drafted nodes verified (roots excluded)
   int64_t tree_steps = 0;     // sequence steps that had a tree of more than the root
   int64_t emitted = 0;        // tokens the decode slots and trees emitted
   int64_t draft_passes = 0;   // draft passes (each carries every tree's nodes of one level)
   int64_t draft_tokens = 0;   // tokens over all draft passes (prompts, catch-up and tree nodes)
-  double draft_seconds = 0;   // inside the draft's forward
 };
 
 class BatchGenerator {

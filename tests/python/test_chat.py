@@ -8,6 +8,8 @@ Checks:
     history    : a second turn is answered (the conversation through the chat template).
     Ctrl-C     : stops a reply, not the program ("[stopped]", the prompt again); Ctrl-C at the prompt too.
     /exit      : ends it, exit 0.
+    --config   : a serve file's sampling.max_tokens is the reply's bound (--max-tokens wins), its
+                 [server] ignored (an unset api_key_env too); an unknown key: one line, exit 2.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pty
 import select
 import subprocess
 import sys
+import tempfile
 import time
 
 from harness import check, summary
@@ -114,7 +117,41 @@ def main() -> int:
     except TimeoutError as e:
         check("the conversation went through", False, str(e))
         t.wait(1)
+    config_checks(rw, model, q1)
     return summary()
+
+
+def config_checks(rw: str, model: str, q1: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = os.path.join(tmp, "serve.toml")
+        with open(cfg, "w") as f:
+            f.write("[memory]\nctx = 1024\n[sampling]\nmax_tokens = 4\n[batch]\nsequences = 4\n"
+                    "[server]\nport = 0\napi_key_env = \"REDWOOD_TEST_CHAT_NO_SUCH_KEY\"\n")
+        want = {}
+        for n in ("4", "6"):
+            g = subprocess.run([rw, "generate", "-m", model, "--chat", "--prompt", q1, "--max-tokens", n],
+                               capture_output=True, text=True, timeout=300)
+            want[n] = g.stdout.rstrip("\n")
+        for extra, n in (([], "4"), (["--max-tokens", "6"], "6")):
+            t = Term([rw, "chat", "-m", model, "--config", cfg, *extra])
+            try:
+                t.read_until(b"> ", 120)
+                t.send(q1.encode() + b"\n")
+                got = reply_of(t.read_until(b"\n> ", 120), q1)
+                check(f"--config: the reply is generate's with --max-tokens {n}", got == want[n],
+                      f"{got!r} vs {want[n]!r}")
+                t.send(b"/exit\n")
+                check(f"--config: exit 0 ({' '.join(extra) or 'file only'})", t.wait(30) == 0, "")
+            except TimeoutError as e:
+                check("--config: the conversation went through", False, str(e))
+                t.wait(1)
+        with open(cfg, "w") as f:
+            f.write("[sampling]\nmax_tokns = 4\n")
+        p = subprocess.run([rw, "chat", "-m", model, "--config", cfg], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        check("--config: an unknown key: one line naming it, exit 2", p.returncode == 2 and
+              len(p.stderr.strip().splitlines()) == 1 and "sampling.max_tokns" in p.stderr,
+              f"{p.returncode} {p.stderr!r}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,13 @@ Checks:
     solo/keys : --sequences 1 --max-queue 0 (one request at a time through generate): a second
                 concurrent request gets 429 with Retry-After; --api-key: 401 without the key.
     refused   : a non-loopback --host without --api-key exits 2 with one line.
+    config    : --config FILE (configs/serve/ keys): its max_tokens, batch and API key (from the
+                variable api_key_env names) apply, flags given win over its keys; an unknown key,
+                a wrong type, an unset key variable: one line naming file:line and key, exit 2.
+    slow      : server.timeout_s = 2 and a connection pool of 7: 8 clients trickling their headers, one
+                trickling its body, one connection idle, one stream never read; a normal request still
+                completes in bounded time, the slow ones are closed by the server near the timeout, and
+                /metrics ends with nothing in flight.
     shutdown  : SIGTERM with a stream in flight: the stream ends, exit 0 within a bound.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
@@ -27,10 +34,12 @@ import http.client
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -51,9 +60,9 @@ PROMPTS = ["What is the capital of France?", "Name three colors.", "Write a haik
 
 
 class Server:
-    def __init__(self, rw: str, model: str, *extra: str):
+    def __init__(self, rw: str, model: str, *extra: str, env: dict | None = None):
         self.p = subprocess.Popen([rw, "serve", "-m", model, "--port", "0", "--ctx", CTX, *extra],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = self.p.stdout.readline()
         m = re.search(r"http://([^:]+):(\d+)", line)
         if not m:
@@ -202,6 +211,10 @@ def api_checks(s: Server, model: str) -> None:
           body["error"]["type"] == "invalid_request_error", str(body))
     st, body, _ = s.post("/v1/completions", b'{"prompt": "' + b"a" * (2 << 20) + b'"}')
     check("error: a 2 MiB body is a 413", st == 413, f"{st} {str(body)[:200]}")
+    m = s.metrics()
+    check("metrics: pass time split (target passes; no draft, no streamed layers here)",
+          m.get("redwood_pass_seconds_total", 0) > 0 and m.get("redwood_draft_seconds_total") == 0 and
+          m.get("redwood_io_wait_seconds_total") == 0, str({k: v for k, v in m.items() if "seconds" in k}))
 
 
 def identity_checks(s: Server, rw: str, model_path: str, model: str) -> dict:
@@ -363,15 +376,167 @@ def refused_and_shutdown(rw: str, model_path: str, model: str) -> None:
     check("shutdown: the stream ended (cancelled)", got.get("finish") == "cancelled" or "error" in got, str(got))
 
 
+def config_checks(rw: str, model_path: str, model: str, tmp: str) -> None:
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    cfg = os.path.join(tmp, "serve.toml")
+    with open(cfg, "w") as f:  # the flags --port 0 and -m win over port (in use) and target (no such file)
+        f.write(f"""[model]\ntarget = "no/such/model.gguf"\n[memory]\nctx = 64\nkv_type = "f16"\n
+[batch]\nsequences = 2\npass_tokens = 32\n[sampling]\ntemperature = 0.0\nmax_tokens = 5\n
+[server]\nport = {busy.getsockname()[1]}\nmax_queue = 3\napi_key_env = "REDWOOD_TEST_KEY"\ntimeout_s = 10\n""")
+    s = Server(rw, model_path, "--config", cfg, env={**os.environ, "REDWOOD_TEST_KEY": "from-env"})
+    try:
+        st, _, _ = s.request("GET", "/v1/models")
+        check("config: the key from api_key_env is required", st == 401, str(st))
+        r = s.client("from-env").completions.create(model=model, prompt="1, 2, 3, 4,")
+        check("config: sampling.max_tokens is a request's default", r.usage.completion_tokens == 5 and
+              r.choices[0].finish_reason == "length", str(r))
+        long_prompt = "one two three four five six seven eight nine ten " * 8  # > 64 tokens: --ctx 512 won
+        r = s.client("from-env").completions.create(model=model, prompt=long_prompt, max_tokens=2)
+        check("config: --ctx on the command line wins over memory.ctx", r.usage.prompt_tokens > 64, str(r.usage))
+        check("config: --port 0 and -m won (served)", True, "")
+        err = ""
+        while "ready:" not in err and s.p.poll() is None:
+            err = s.p.stderr.readline()
+        check("config: batch.sequences applies", "2 sequence(s) of 512 positions" in err, err)
+    finally:
+        check("config: exits 0 on SIGTERM", s.stop() == 0, "")
+        busy.close()
+
+    def refused(name: str, text: str, want: str, env: dict | None = None) -> None:
+        bad = os.path.join(tmp, name.replace(" ", "-") + ".toml")
+        with open(bad, "w") as f:
+            f.write(text)
+        p = subprocess.run([rw, "serve", "-m", model_path, "--config", bad, "--port", "0"], capture_output=True,
+                           text=True, timeout=60, env=env)
+        lines = p.stderr.strip().splitlines()
+        check(f"config: {name}: exit 2, one line naming it", p.returncode == 2 and len(lines) == 1 and
+              want in p.stderr and not p.stdout, f"{p.returncode} {p.stderr!r} {p.stdout!r}")
+
+    refused("unknown key", "[server]\nport = 0\nhots = \"x\"\n", "unknown-key.toml:3: unknown key 'server.hots'")
+    refused("unknown section", "[input]\nprompts = \"p.jsonl\"\n", "unknown-section.toml:1: unknown key 'input'")
+    refused("bad type", "[batch]\nsequences = \"two\"\n", "bad-type.toml:2: batch.sequences: expected an integer")
+    refused("out of range", "[server]\nport = 70000\n", "out-of-range.toml:2: server.port: must be in [0, 65535]")
+    refused("secret in file", "[server]\napi_key = \"sekrit\"\n", "unknown key 'server.api_key'")
+    refused("unset key variable", "[server]\napi_key_env = \"REDWOOD_TEST_NO_SUCH_KEY\"\n",
+            "server.api_key_env: the environment variable 'REDWOOD_TEST_NO_SUCH_KEY' is not set",
+            {k: v for k, v in os.environ.items() if k != "REDWOOD_TEST_NO_SUCH_KEY"})
+    refused("syntax", "[server\n", "syntax.toml:1:")
+    refused("speculation without draft", "[speculation]\nbudget = 8\n", "needs a draft")
+    p = subprocess.run([rw, "serve", "-m", model_path, "--config", os.path.join(tmp, "none.toml")],
+                       capture_output=True, text=True, timeout=60)
+    check("config: a missing file: exit 2, one line", p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+          and "none.toml" in p.stderr, f"{p.returncode} {p.stderr!r}")
+    shipped = os.path.join(ROOT, "configs", "serve", "default.toml")
+    s = Server(rw, model_path, "--config", shipped, "--max-tokens", "3")
+    try:
+        r = s.client().completions.create(model=model, prompt="1, 2, 3, 4,")
+        check("config: configs/serve/default.toml serves; --max-tokens wins", r.usage.completion_tokens == 3, str(r))
+    finally:
+        s.stop()
+
+
+def slow_client_checks(rw: str, model_path: str, model: str, tmp: str) -> None:
+    cfg = os.path.join(tmp, "slow.toml")
+    with open(cfg, "w") as f:  # a thread per connection: sequences + max_queue + 4 = 7
+        f.write("[batch]\nsequences = 2\n[server]\nmax_queue = 1\ntimeout_s = 2\n")
+    s = Server(rw, model_path, "--config", cfg)
+    stop = threading.Event()
+    closed_after = []  # seconds until the server closed a trickling connection
+
+    def trickle(head: bytes, drip: bytes) -> None:
+        t0 = time.time()
+        try:
+            sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+            sock.sendall(head)
+            while not stop.is_set():
+                sock.sendall(drip)  # fails once the server has closed it (and a reset arrived)
+                r, _, _ = select.select([sock], [], [], 0.5)
+                if r and not sock.recv(4096, socket.MSG_PEEK):
+                    break
+                if r:  # a response (an error for a cut-off request): read it, the server closes next
+                    sock.recv(65536)
+        except OSError:
+            pass
+        closed_after.append(time.time() - t0)
+
+    body = json.dumps({"prompt": "1, 2, 3,", "max_tokens": 4}).encode()
+    threads = [threading.Thread(target=trickle, args=(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n", b"X"),
+                                daemon=True) for _ in range(8)]
+    threads.append(threading.Thread(target=trickle, daemon=True, args=(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body) + 1000).encode() +
+        b"\r\n\r\n" + body[:1], b" ")))
+    for th in threads:
+        th.start()
+    idle = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.connect(("127.0.0.1", s.port))
+    stream = json.dumps({"prompt": "Tell me a long story.", "max_tokens": 200, "stream": True}).encode()
+    reader.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(stream)).encode() + b"\r\n\r\n" + stream)
+    time.sleep(1.0)
+    got = {}
+
+    def normal() -> None:
+        t0 = time.time()
+        try:
+            got["r"] = s.client().completions.create(model=model, prompt="1, 2, 3,", max_tokens=4, temperature=0)
+        except Exception as e:  # noqa: BLE001 - the check says what happened
+            got["error"] = repr(e)
+        got["s"] = time.time() - t0
+
+    th = threading.Thread(target=normal, daemon=True)
+    th.start()
+    th.join(20)
+    check("slow: a normal request completes beside slow and stalled clients",
+          "r" in got and got["s"] < 15, str(got))
+    t0 = time.time()
+    idle_closed = False
+    try:
+        idle.settimeout(15)
+        idle_closed = idle.recv(1) == b""
+    except OSError:
+        idle_closed = True
+    check("slow: an idle connection is closed", idle_closed and time.time() - t0 < 15, f"{time.time() - t0:.1f} s")
+    until = time.time() + 15
+    for th in threads:
+        th.join(max(0.0, until - time.time()))
+    stop.set()
+    for th in threads:
+        th.join(5)
+    check("slow: trickling clients are cut off near server.timeout_s", len(closed_after) == 9 and
+          max(closed_after) < 10, str([round(x, 1) for x in closed_after]))
+    reader.close()
+    idle.close()
+    deadline = time.time() + 60
+    m = {}
+    while time.time() < deadline:
+        m = s.metrics()
+        if m.get("redwood_requests_in_flight") == 0 and m.get("redwood_queue_depth") == 0:
+            break
+        time.sleep(0.2)
+    check("slow: nothing in flight or queued afterwards", m.get("redwood_requests_in_flight") == 0 and
+          m.get("redwood_queue_depth") == 0, str({k: v for k, v in m.items() if "request" in k or "queue" in k}))
+    st, _, _ = s.get("/health")
+    check("slow: the server is up", st == 200 and s.p.poll() is None, str(st))
+    check("slow: exits 0 on SIGTERM", s.stop() == 0, "")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--redwood", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--only", choices=["api", "load"], help="api: API, errors, keys, 429, refusal (fast); "
-                    "load: identity, the load test, shutdown")
+    ap.add_argument("--only", choices=["api", "load", "config", "slow"], help="api: API, errors, keys, 429, refusal, "
+                    "--config, slow clients (fast); load: identity, the load test, shutdown; config, slow: those alone")
     args = ap.parse_args()
     model = os.path.basename(args.model.rstrip("/"))
     model = model[:-5] if model.endswith(".gguf") else model
+    if args.only in ("config", "slow"):
+        with tempfile.TemporaryDirectory() as tmp:
+            (config_checks if args.only == "config" else slow_client_checks)(args.redwood, args.model, model, tmp)
+        return summary()
     s = Server(args.redwood, args.model)
     try:
         if args.only != "load":
@@ -385,6 +550,9 @@ def main() -> int:
         check("serve exits 0 on SIGTERM", rc == 0, str(rc))
     if args.only != "load":
         solo_and_key_checks(args.redwood, args.model, model)
+        with tempfile.TemporaryDirectory() as tmp:
+            config_checks(args.redwood, args.model, model, tmp)
+            slow_client_checks(args.redwood, args.model, model, tmp)
     if args.only != "api":
         refused_and_shutdown(args.redwood, args.model, model)
     return summary()
