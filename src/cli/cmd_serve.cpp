@@ -32,7 +32,8 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--port", f->o.port, "Port (default 8080; 0: a free one, printed)")->transform(int_range(0, 65535));
   c->add_option("--api-key", f->o.api_key, "Require 'Authorization: Bearer KEY' on every request but /health");
   c->add_option("--sequences", f->sequences,
-                "Requests sharing each pass (continuous batching; default 8; with --draft 1, or N for static trees in shared passes)")
+                "Requests sharing each pass (continuous batching; default 8, also with --draft and a static tree; "
+                "1 with --tree auto or a dynamic tree)")
       ->transform(int_range(1, kMaxSequences));
   c->add_option("--max-queue", f->o.max_queue, "Requests waiting beyond --sequences; more get 429 (default 64)")
       ->transform(int_range(0, 4096));

@@ -18,6 +18,7 @@
 
 #include "src/engine/sampler.h"
 #include "src/server/api.h"
+#include "src/speculative/speculate.h"
 #include "src/util/error.h"
 
 namespace redwood::server {
@@ -51,7 +52,13 @@ void check_serve_options(const ServeOptions& o) {
 LoadShape size_session(runtime::Session& s, int& ctx, bool ctx_given, int sequences, bool sequences_given) {
   const int trained = s.target().desc.hp.ctx_len;
   if (!ctx_given && trained > 0) ctx = std::min(ctx, trained);
-  if (!s.draft() || (sequences_given && sequences > 1)) s.set_sequences(sequences);  // with a draft: its error
+  // With a draft the default shares passes when the tree is static (trees grow
+  // together, one draft pass per level); "auto" may choose a dynamic tree, which
+  // shared passes cannot take, so a lone user would lose it: one at a time.
+  // A count given is taken (a dynamic tree with several: the Session's error).
+  const std::string& tree = s.config().tree.tree;
+  const bool static_tree = tree != "auto" && spec::parse_tree_kind(tree) == spec::TreeKind::kStatic;
+  if (!s.draft() || static_tree || (sequences_given && sequences > 1)) s.set_sequences(sequences);
   const int nodes = s.tree_nodes();
   LoadShape shape;
   shape.ctx = ctx + 1 + (nodes ? nodes + 2 : 0);  // +1: the last token's row; a tree on top

@@ -241,19 +241,27 @@ def identity_checks(s: Server, rw: str, model_path: str, model: str) -> dict:
 
 
 def draft_checks(rw: str, model_path: str, model: str, solo: dict) -> None:
-    """A draft with --sequences 4: Sequoia trees in the shared passes; greedy texts equal the plain ones."""
+    """A draft and a static tree: Sequoia trees in shared passes (4 sequences given, then the default);
+    greedy texts equal the plain ones."""
     draft = os.path.join(ROOT, "models", "smollm2-draft-10L.gguf")
-    s = Server(rw, model_path, "--draft", draft, "--tree", "sequoia", "--budget", "8", "--depth", "4",
-               "--sequences", "4")
-    try:
-        cl = s.client()
-        with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
-            got = dict(zip(PROMPTS, ex.map(
-                lambda p: chat(cl, model, p, max_tokens=12, temperature=0).choices[0].message.content, PROMPTS)))
-        check("draft, 4 sequences: every greedy text equals the plain server's", got == solo,
-              str({p: (got[p], solo[p]) for p in PROMPTS if got[p] != solo[p]}))
-    finally:
-        check("draft server exits 0 on SIGTERM", s.stop() == 0)
+    for given in (["--sequences", "4"], []):
+        what = "4 sequences" if given else "default sequences"
+        s = Server(rw, model_path, "--draft", draft, "--tree", "sequoia", "--budget", "8", "--depth", "4", *given)
+        try:
+            cl = s.client()
+            with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
+                got = dict(zip(PROMPTS, ex.map(
+                    lambda p: chat(cl, model, p, max_tokens=12, temperature=0).choices[0].message.content, PROMPTS)))
+            check(f"draft, {what}: every greedy text equals the plain server's", got == solo,
+                  str({p: (got[p], solo[p]) for p in PROMPTS if got[p] != solo[p]}))
+            if not given:
+                err = ""
+                while "ready:" not in err and s.p.poll() is None:
+                    err = s.p.stderr.readline()
+                check("draft with a static tree: 8 sequences share the passes by default",
+                      "8 sequence(s)" in err, err)
+        finally:
+            check(f"draft server ({what}) exits 0 on SIGTERM", s.stop() == 0)
 
 
 def disconnecting_stream(s: Server, prompt: str) -> bool:
