@@ -270,6 +270,43 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
   }
 }
 
+// A chain as deep as it is long, with an acceptance vector (its smaller trees
+// are the DP's, whose depth cannot exceed their size): the generator builds
+// and each request's greedy text is its solo text.
+TEST_P(BatchGeneration, ChainAsDeepAsItIsLongSharesPasses) {
+  BatchInvariant inv;
+  Fixture f(GetParam());
+  auto reqs = requests(f.m->V());
+  std::vector<spec::Generation> solo;
+  for (auto& q : reqs) {
+    q.r.sampling.temperature = 0;
+    q.r.prompt = q.prompt;
+    solo.push_back(spec::generate(*f.m->tf, *f.tok, q.r, nullptr));
+  }
+  spec::TreeOptions o;
+  o.tree = "chain:4";
+  spec::BatchDraft draft;
+  draft.draft = f.m->tf.get();
+  draft.target_desc = &f.m->desc;
+  draft.draft_desc = &f.m->desc;
+  draft.config = spec::make_spec_config(o, SamplingParams{});
+  ASSERT_EQ(draft.config.shape.max_depth(), draft.config.shape.size());
+  draft.acceptance = spec::default_acceptance(16);
+  KvPool pool(*f.m->be, f.m->desc.hp.n_layers, f.m->desc.hp.n_kv_heads * f.m->desc.hp.head_dim, 60, 8, 256,
+              f.m->tf->kv_type());
+  spec::BatchGenerator gen(*f.m->tf, *f.tok, pool, {3, 7}, &draft);
+  for (auto& q : reqs) gen.submit(q.r);
+  std::vector<std::optional<spec::Generation>> got(reqs.size());
+  for (int steps = 0; !gen.idle(); ++steps) {
+    ASSERT_LT(steps, 10000);
+    for (auto& d : gen.step()) got[d.ticket - 1] = std::move(d.generation);
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(got[i].has_value());
+    expect_same(*got[i], solo[i], "chain:4, request " + std::to_string(i));
+  }
+}
+
 // A tree's draft time: one pass per level with children, of that level's width.
 TEST(SplitTreeNodes, TreeDraftSecondsCountsLevelsWithChildren) {
   spec::StaticTree t;  // root, two children, one grandchild

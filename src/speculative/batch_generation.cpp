@@ -60,7 +60,8 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
       // The smaller trees' values from one run of the DP; a tree itself is
       // built when a pass first gives a sequence that many nodes (tree_of):
       // building all of them up to a budget of 768 at depth 32 took seconds.
-      const int depth = full.max_depth();
+      // (Trees of fewer than n nodes have fewer than n levels.)
+      const int depth = std::min(full.max_depth(), n - 1);
       const std::vector<std::vector<double>> g = sequoia_value_table(draft->acceptance, n - 1, depth);
       shapes_.resize(static_cast<size_t>(n));
       shapes_.back() = full;
