@@ -74,11 +74,62 @@ TEST(SessionSetup, AHardwareProfileIsOnlyForTreeAuto) {
   EXPECT_EQ(setup_key(c), "");
 }
 
+std::string tiny_vocab_model(const std::string& name, const testutil::TinyShape& s) {
+  const std::string path = ::testing::TempDir() + "runtime_vocab_" + name + ".gguf";
+  testutil::write_tiny_llama(path, s);
+  return path;
+}
+
 TEST(SessionSetup, TheDraftsVocabularyMustBeTheTargets) {
   std::string what;
+  // A larger draft could propose ids the target lacks.
   EXPECT_EQ(setup_key(config(tiny_model("t"), tiny_model("other_vocab", 320, 2, 1)), &what), "draft");
-  EXPECT_NE(what.find("vocabulary differs"), std::string::npos) << what;
+  EXPECT_NE(what.find("is larger than the target's (288 rows"), std::string::npos) << what;
   EXPECT_EQ(setup_key(config(tiny_model("t"), tiny_model("d", 288, 2, 1))), "");
+  // Issue 46: a smaller draft whose token list is a prefix of the target's
+  // (320 rows over 288) pairs; so do equal lists under more target rows.
+  EXPECT_EQ(setup_key(config(tiny_model("other_vocab", 320, 2, 1), tiny_model("d", 288, 2, 1)), &what), "") << what;
+  testutil::TinyShape hf_target, hf_draft;
+  hf_target.vocab = 320, hf_target.listed = 290;
+  hf_draft.vocab = 320, hf_draft.rows = 300, hf_draft.listed = 290;
+  EXPECT_EQ(setup_key(config(tiny_vocab_model("hf_t", hf_target), tiny_vocab_model("hf_d", hf_draft)), &what), "")
+      << what;
+  // A genuinely different tokenizer is refused, naming the first token that differs.
+  testutil::TinyShape other = hf_draft;
+  other.word = "\xe2\x96\x81v";
+  EXPECT_EQ(setup_key(config(tiny_vocab_model("hf_t", hf_target), tiny_vocab_model("other_words", other)), &what),
+            "draft");
+  EXPECT_NE(what.find("differs from the target's ("), std::string::npos) << what;
+  EXPECT_NE(what.find("): token 285 is '\xe2\x96\x81v285' in the draft, '\xe2\x96\x81w285' in the target"),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+}
+
+// The pairing rule itself (draft_vocab_mismatch, model_desc.h) on GGUF layouts:
+// lists padded to the rows with "[PAD<id>]" (type unused), as llama.cpp's
+// converter writes Qwen2.5's, pair with each other and with an unpadded list.
+TEST(SessionSetup, PaddedVocabulariesPairByTheirRealTokens) {
+  testutil::TinyShape target, draft, hf_target;
+  target.vocab = 320, target.pad_from = 290;                      // 290 tokens, [PAD290]..[PAD319]
+  draft.vocab = 320, draft.rows = 300, draft.pad_from = 290;      // [PAD290]..[PAD299]
+  hf_target.vocab = 320, hf_target.listed = 290;                  // 290 tokens, 320 rows
+  const ModelDesc t = load_model_desc(tiny_vocab_model("pad_t", target));
+  const ModelDesc d = load_model_desc(tiny_vocab_model("pad_d", draft));
+  const ModelDesc h = load_model_desc(tiny_vocab_model("pad_hf_t", hf_target));
+  EXPECT_EQ(draft_vocab_mismatch(t, d), "");
+  EXPECT_EQ(draft_vocab_mismatch(h, d), "");  // the draft's padding past the target's list
+  EXPECT_EQ(draft_vocab_mismatch(t, t), "");
+  EXPECT_NE(draft_vocab_mismatch(d, t), "");  // more rows than the target
+  // A draft token past the target's list that is not padding.
+  testutil::TinyShape real = draft;
+  real.pad_from = 295;
+  hf_target.listed = 292;
+  const std::string e = draft_vocab_mismatch(load_model_desc(tiny_vocab_model("pad_hf_t292", hf_target)),
+                                             load_model_desc(tiny_vocab_model("pad_d295", real)));
+  EXPECT_NE(e.find("the draft's token 292 ('\xe2\x96\x81w292') is past the target's 292 tokens and is not padding"),
+            std::string::npos)
+      << e;
 }
 
 TEST(SessionSetup, BadTreeSettingsAreRefusedBeforeAnyModelLoads) {

@@ -329,6 +329,34 @@ void validate_model_desc(const ModelDesc& m) {
                 " tokens but the model's vocabulary is " + std::to_string(hp.vocab));
 }
 
+std::string draft_vocab_mismatch(const ModelDesc& target, const ModelDesc& draft) {
+  if (draft.hp.vocab > target.hp.vocab)
+    return "the draft's vocabulary (" + std::to_string(draft.hp.vocab) + " rows) is larger than the target's (" +
+           std::to_string(target.hp.vocab) + " rows, " + target.path +
+           "): the draft could propose tokens the target does not have";
+  const std::vector<std::string>& dt = draft.tokenizer.tokens;
+  const std::vector<std::string>& tt = target.tokenizer.tokens;
+  if (dt.empty() || tt.empty()) return "";  // a model config: rows only
+  const std::vector<TokenType>& types = draft.tokenizer.types;
+  const auto shown = [](std::string t) {  // one line whatever the token holds
+    for (char& c : t)
+      if (static_cast<unsigned char>(c) < 0x20) c = '?';
+    return "'" + t + "'";
+  };
+  for (size_t i = 0; i < dt.size(); ++i) {
+    if (i < tt.size()) {
+      if (dt[i] != tt[i])
+        return "the draft's vocabulary differs from the target's (" + target.path + "): token " + std::to_string(i) +
+               " is " + shown(dt[i]) + " in the draft, " + shown(tt[i]) + " in the target";
+    } else if (i >= types.size() || types[i] != TokenType::kUnused) {
+      return "the draft's vocabulary differs from the target's (" + target.path + "): the draft's token " +
+             std::to_string(i) + " (" + shown(dt[i]) + ") is past the target's " + std::to_string(tt.size()) +
+             " tokens and is not padding";
+    }
+  }
+  return "";
+}
+
 void check_tensors_used(const ModelDesc& m, const std::vector<std::string>& names) {
   std::unordered_set<std::string> used = {m.tok_embd.name, m.output_norm.name, m.lm_head.name};
   for (const auto& L : m.layers)

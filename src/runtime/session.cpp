@@ -48,9 +48,8 @@ Session::Session(SessionConfig c) : c_(std::move(c)) {
   target_ = load_model(c_.run.model, /*with_weights=*/false);
   if (!c_.draft.empty()) {
     draft_ = load_model(c_.draft, /*with_weights=*/false);
-    if (draft_->desc.hp.vocab != target_.desc.hp.vocab ||
-        draft_->desc.tokenizer.tokens != target_.desc.tokenizer.tokens)
-      throw SetupError("draft", "the draft's vocabulary differs from the target's");
+    if (const std::string e = draft_vocab_mismatch(target_.desc, draft_->desc); !e.empty())
+      throw SetupError("draft", e);
     setup_.emplace();
     setup_->target_desc = &target_.desc;
     setup_->draft_desc = &draft_->desc;
