@@ -229,6 +229,58 @@ TEST(SessionPrompt, TokenIdsOutsideTheVocabularyAndAMissingChatTemplateAreRefuse
   EXPECT_EQ(what.rfind("--chat needs a chat template, but ", 0), 0u) << what;
 }
 
+// Issue 46, item 2: tests/data/chat_templates.json holds Qwen2.5's, Qwen3's
+// and the llama.cpp vocab GGUFs' templates as shipped, with the text each
+// renders (Jinja2) for a few conversations; tests/python/test_chat_templates.py
+// checks that file against Jinja2 and llama.cpp, this against Redwood.
+// Qwen2.5's default system message ("You are Qwen, ...") behind its tools
+// branch is found; Qwen3's template has none.
+TEST(ChatTemplates, EveryShippedTemplateFormatsAsItRenders) {
+  std::ifstream f(std::string(REDWOOD_SOURCE_DIR) + "/tests/data/chat_templates.json");
+  ASSERT_TRUE(f) << "tests/data/chat_templates.json";
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  EXPECT_EQ(doc["templates"]["chatml-fallback"]["text"].get<std::string>(), std::string(kChatmlTemplate));
+  int n = 0;
+  for (const auto& c : doc["cases"]) {
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : c["messages"]) msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    const std::string name = c["template"].get<std::string>() + " / " + c["conversation"].get<std::string>();
+    EXPECT_EQ(apply_chat_template(doc["templates"][c["template"].get<std::string>()]["text"], msgs),
+              c["expected"].get<std::string>())
+        << name;
+    ++n;
+  }
+  EXPECT_EQ(n, 15);
+}
+
+// A GGUF with no chat template but ChatML's tokens is formatted as ChatML
+// (no default system message), said once on stderr; one with neither is refused.
+TEST(ChatTemplates, ATemplatelessChatmlVocabularyGetsChatml) {
+  testutil::TinyShape s;
+  s.control_tokens = {"<|im_start|>", "<|im_end|>"};
+  const std::string path = tiny_vocab_model("chatml_no_template", s);
+  const Session session(config(path));
+  testing::internal::CaptureStderr();
+  session.check_chat_template("--chat");
+  const LoadedModel m = load_model(path, /*with_weights=*/false);
+  const std::vector<int32_t> got = encode_prompt(m, {"", {{"system", "Be brief."}, {"user", "hi"}}, true, {}, "p"});
+  (void)encode_prompt(m, {"hi", {}, true, {}, "p"});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(got, m.tokenizer->encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                                     "<|im_start|>assistant\n",
+                                     true, true));
+  EXPECT_NE(std::count(got.begin(), got.end(), 287), 0);  // <|im_end|> parsed as its token
+  const std::string note = "has no chat template, but its vocabulary has <|im_start|> and <|im_end|>: chats are "
+                           "formatted as ChatML\n";
+  ASSERT_NE(err.find(note), std::string::npos) << err;
+  EXPECT_EQ(err.find(note), err.rfind(note)) << "said more than once: " << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  // Only with both tokens.
+  s.control_tokens = {"<|im_start|>"};
+  const Session half(config(tiny_vocab_model("chatml_half", s)));
+  EXPECT_EQ(testutil::error_of([&] { half.check_chat_template("--chat"); }).rfind("--chat needs a chat template", 0), 0u);
+}
+
 TEST(SessionSetup, TreeNodesCountTheTreeOrTheAutoCap) {
   const std::string t = tiny_model("t"), d = tiny_model("d", 288, 2, 1);
   EXPECT_EQ(Session(config(t)).tree_nodes(), 0);

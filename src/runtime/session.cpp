@@ -1,17 +1,33 @@
 #include "src/runtime/session.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <mutex>
 
 #include "src/jobs/job.h"
 
 namespace redwood::runtime {
 
+std::string chat_template(const ModelDesc& m) {
+  bool fallback = false;
+  std::string t = chat_template_of(m.chat_template, m.tokenizer.tokens, &fallback);
+  static std::once_flag said;
+  if (fallback)
+    std::call_once(said, [&] {
+      std::fprintf(stderr,
+                   "redwood: %s has no chat template, but its vocabulary has <|im_start|> and <|im_end|>: chats "
+                   "are formatted as ChatML\n",
+                   m.path.c_str());
+    });
+  return t;
+}
+
 std::vector<int32_t> encode_prompt(const LoadedModel& m, const PromptText& p) {
   std::string text = p.text;
   if (!p.messages.empty())
-    text = apply_chat_template(m.desc.chat_template, p.messages);
+    text = apply_chat_template(chat_template(m.desc), p.messages);
   else if (p.chat)
-    text = apply_chat_template(m.desc.chat_template, {{"user", p.text}});
+    text = apply_chat_template(chat_template(m.desc), {{"user", p.text}});
   return m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
 }
 
@@ -77,7 +93,7 @@ int Session::tree_nodes() const {
 
 void Session::check_chat_template(const std::string& who) const {
   try {
-    (void)apply_chat_template(target_.desc.chat_template, {{"user", "x"}});
+    (void)apply_chat_template(chat_template(target_.desc), {{"user", "x"}});
   } catch (const Error& e) {
     throw Error(who + " needs a chat template, but " + target_.desc.path + " has none usable (" + e.what() + ")");
   }

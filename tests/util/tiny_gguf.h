@@ -353,6 +353,10 @@ struct TinyShape {
   // before the number of the filler tokens past 'a'..'z'.
   int rows = 0, listed = 0, pad_from = -1;
   std::string word = "\xe2\x96\x81w";
+  // Control tokens written over the last ids of the list (e.g. ChatML's
+  // <|im_start|> and <|im_end|>), and tokenizer.chat_template when not empty.
+  std::vector<std::string> control_tokens;
+  std::string chat_template;
 };
 
 // Minimal GGUF v3 writer.
@@ -475,6 +479,9 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
   while ((int)toks.size() < listed) toks.push_back(s.word + std::to_string(toks.size())), types.push_back(1);
   for (int i = std::max(0, s.pad_from); s.pad_from >= 0 && i < listed; ++i)
     toks[i] = "[PAD" + std::to_string(i) + "]", types[i] = 5;
+  for (size_t i = 0; i < s.control_tokens.size(); ++i)
+    toks[toks.size() - s.control_tokens.size() + i] = s.control_tokens[i], types[toks.size() - s.control_tokens.size() + i] = 3;
+  if (!s.chat_template.empty()) w.kv_str("tokenizer.chat_template", s.chat_template);
   std::vector<float> scores(toks.size());
   for (size_t i = 0; i < scores.size(); ++i) scores[i] = -(float)i;
   w.kv_str("tokenizer.ggml.model", "llama");
