@@ -281,6 +281,38 @@ TEST(ChatTemplates, ATemplatelessChatmlVocabularyGetsChatml) {
   EXPECT_EQ(testutil::error_of([&] { half.check_chat_template("--chat"); }).rfind("--chat needs a chat template", 0), 0u);
 }
 
+// Issue 46, item 3: Mistral 7B v0.1's sliding window (here 64 tokens under a
+// 2048-token training context) is full attention while the run's context
+// fits in it: a session loads up to the window and refuses one line past it
+// (naming window and context) before any weight loads; the forward pass
+// refuses a position past the window whatever runs it.
+TEST(SessionSetup, ASlidingWindowBoundsTheRunsContext) {
+  testutil::TinyShape s;
+  s.sliding_window = 64;
+  const std::string path = tiny_vocab_model("swa64", s);
+  Session ok(config(path));
+  EXPECT_NO_THROW(ok.load(64, 8, nullptr));
+  Session past(config(path));
+  const std::string what = testutil::error_of([&] { past.load(65, 8, nullptr); });
+  EXPECT_EQ(what, path + ": the model attends within a sliding window of 64 tokens, which Redwood computes exactly "
+                         "only up to the window: a context of 65 tokens exceeds it (use at most 64)");
+  EXPECT_FALSE(past.loaded());
+  // A draft with a window bounds the run too.
+  Session with_draft(config(tiny_model("t"), path));
+  EXPECT_NE(testutil::error_of([&] { with_draft.load(100, 8, nullptr); }).find("sliding window of 64 tokens"),
+            std::string::npos);
+  // The pass itself: positions 0..63 run, 64 does not.
+  LoadedModel m = load_model(path);
+  KvCache kv = m.transformer->make_cache(128);
+  std::vector<float> lg(static_cast<size_t>(m.desc.hp.vocab));
+  std::vector<int32_t> toks(64, 5);
+  m.transformer->forward(ChainBatch(toks, 0).view(), kv, lg, LogitsRows::kLast);
+  kv.commit_prefix(64);
+  const int32_t t = 5, pos = 64, par = -1;
+  EXPECT_EQ(testutil::error_of([&] { m.transformer->forward(Batch{{&t, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast); }),
+            "forward pass: position 64 is past the model's sliding attention window of 64 tokens");
+}
+
 TEST(SessionSetup, TreeNodesCountTheTreeOrTheAutoCap) {
   const std::string t = tiny_model("t"), d = tiny_model("d", 288, 2, 1);
   EXPECT_EQ(Session(config(t)).tree_nodes(), 0);
