@@ -361,7 +361,8 @@ TEST_F(Spec, TreesInSharedPassesMatchGreedyAlone) {
 // rows, so drafts are often accepted, and the target's greedy choice is
 // sometimes a row the draft lacks (it is then the bonus token, which the draft
 // must still read). Greedy speculative output equals the target alone for
-// static and dynamic trees; a prompt holding such ids works too.
+// static and dynamic trees and in shared passes (BatchGenerator); a prompt
+// holding such ids works too.
 TEST(SpecVocabulary, ADraftWithFewerRowsIsLosslessGreedy) {
   set_cpu_batch_invariant(true);  // every pass size on the same GEMM: ties cannot flip
   testutil::TinyShape ts;
@@ -414,6 +415,37 @@ TEST(SpecVocabulary, ADraftWithFewerRowsIsLosslessGreedy) {
       for (size_t k = 1; k < a.size(); ++k) accepted += a[k] * static_cast<int64_t>(k);
     }
   }
+  // Shared passes (BatchGenerator: the draft's passes run by the generator, DraftCache::kCaller).
+  const auto tok = Tokenizer::create(target.desc.tokenizer);
+  spec::TreeOptions o;
+  o.tree = "sequoia";
+  o.budget = 8;
+  o.depth = 4;
+  spec::BatchDraft bd;
+  bd.draft = draft.tf.get();
+  bd.target_desc = &target.desc;
+  bd.draft_desc = &draft.desc;
+  bd.config = spec::make_spec_config(o, SamplingParams{});
+  bd.acceptance = spec::default_acceptance(16);
+  const auto& hp = target.desc.hp;
+  KvPool pool(*target.be, hp.n_layers, hp.n_kv_heads * hp.head_dim, 64, 16, 128, target.tf->kv_type());
+  spec::BatchGenerator gen(*target.tf, *tok, pool, {3, 24}, &bd);
+  for (const auto& p : prompts) {
+    spec::GenerationRequest r;
+    r.prompt = p;
+    r.max_tokens = n;
+    r.stop = {};
+    gen.submit(r);
+  }
+  std::vector<std::vector<int32_t>> got(prompts.size());
+  while (!gen.idle())
+    for (auto& d : gen.step()) got[d.ticket - 1] = d.generation.tokens;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<int32_t> want = reference(prompts[p]);
+    want.erase(std::find(want.begin(), want.end(), tok->eos()), want.end());  // generation stops at end of text
+    EXPECT_EQ(got[p], want) << "shared passes, prompt " << p;
+  }
+  EXPECT_GT(gen.stats().tree_steps, 0);
   set_cpu_batch_invariant(false);
   EXPECT_GT(past_draft_rows, 0) << "the target never chose a row the draft lacks: the test misses its case";
   EXPECT_GT(accepted, 0) << "no drafted token was accepted";
