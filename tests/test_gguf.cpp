@@ -246,22 +246,26 @@ TEST(Gguf, BlockListsAreCheckedStrictly) {
   EXPECT_EQ(parse_block_list("0000000000000011", 12), (std::vector<int>{11}));
 }
 
-// Issue 42: a sliding window shorter than the context is refused (Redwood
-// attends to the whole context); one that covers it changes nothing.
-TEST(Gguf, ASlidingWindowShorterThanTheContextIsAnError) {
+// Issue 42/46: a window that covers the context changes nothing; a shorter
+// one is the model's window (runs past it are refused: check_attention_window,
+// test_runtime SessionSetup.ASlidingWindowBoundsTheRunsContext).
+TEST(Gguf, ASlidingWindowShorterThanTheContextIsKept) {
   const std::string path = ::testing::TempDir() + "gguf_swa.gguf";
   testutil::TinyShape s;
   s.layers = 1;
   for (const uint32_t w : {2048u, 4096u}) {
     s.sliding_window = w;
     testutil::write_tiny_llama(path, s);
-    EXPECT_NO_THROW(load_model_desc(path)) << w;
+    EXPECT_EQ(load_model_desc(path).hp.sliding_window, 0) << w;
   }
   s.sliding_window = 1024;
   testutil::write_tiny_llama(path, s);
-  EXPECT_EQ(testutil::error_of([&] { load_model_desc(path); }),
-            path + ": metadata key 'llama.attention.sliding_window' = 1024: sliding-window attention is not supported "
-                   "(only a window >= context_length 2048)");
+  const LlamaHParams hp = load_model_desc(path).hp;
+  EXPECT_EQ(hp.sliding_window, 1024);
+  EXPECT_EQ(check_attention_window(hp, 1024), "");
+  EXPECT_EQ(check_attention_window(hp, 1025),
+            "the model attends within a sliding window of 1024 tokens, which Redwood computes exactly only up to the "
+            "window: a context of 1025 tokens exceeds it (use at most 1024)");
 }
 
 // The families as data: qwen2's biases and qwen3's per-head q/k norms are

@@ -74,11 +74,62 @@ TEST(SessionSetup, AHardwareProfileIsOnlyForTreeAuto) {
   EXPECT_EQ(setup_key(c), "");
 }
 
+std::string tiny_vocab_model(const std::string& name, const testutil::TinyShape& s) {
+  const std::string path = ::testing::TempDir() + "runtime_vocab_" + name + ".gguf";
+  testutil::write_tiny_llama(path, s);
+  return path;
+}
+
 TEST(SessionSetup, TheDraftsVocabularyMustBeTheTargets) {
   std::string what;
+  // A larger draft could propose ids the target lacks.
   EXPECT_EQ(setup_key(config(tiny_model("t"), tiny_model("other_vocab", 320, 2, 1)), &what), "draft");
-  EXPECT_NE(what.find("vocabulary differs"), std::string::npos) << what;
+  EXPECT_NE(what.find("is larger than the target's (288 rows"), std::string::npos) << what;
   EXPECT_EQ(setup_key(config(tiny_model("t"), tiny_model("d", 288, 2, 1))), "");
+  // Issue 46: a smaller draft whose token list is a prefix of the target's
+  // (320 rows over 288) pairs; so do equal lists under more target rows.
+  EXPECT_EQ(setup_key(config(tiny_model("other_vocab", 320, 2, 1), tiny_model("d", 288, 2, 1)), &what), "") << what;
+  testutil::TinyShape hf_target, hf_draft;
+  hf_target.vocab = 320, hf_target.listed = 290;
+  hf_draft.vocab = 320, hf_draft.rows = 300, hf_draft.listed = 290;
+  EXPECT_EQ(setup_key(config(tiny_vocab_model("hf_t", hf_target), tiny_vocab_model("hf_d", hf_draft)), &what), "")
+      << what;
+  // A genuinely different tokenizer is refused, naming the first token that differs.
+  testutil::TinyShape other = hf_draft;
+  other.word = "\xe2\x96\x81v";
+  EXPECT_EQ(setup_key(config(tiny_vocab_model("hf_t", hf_target), tiny_vocab_model("other_words", other)), &what),
+            "draft");
+  EXPECT_NE(what.find("differs from the target's ("), std::string::npos) << what;
+  EXPECT_NE(what.find("): token 285 is '\xe2\x96\x81v285' in the draft, '\xe2\x96\x81w285' in the target"),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+}
+
+// The pairing rule itself (draft_vocab_mismatch, model_desc.h) on GGUF layouts:
+// lists padded to the rows with "[PAD<id>]" (type unused), as llama.cpp's
+// converter writes Qwen2.5's, pair with each other and with an unpadded list.
+TEST(SessionSetup, PaddedVocabulariesPairByTheirRealTokens) {
+  testutil::TinyShape target, draft, hf_target;
+  target.vocab = 320, target.pad_from = 290;                      // 290 tokens, [PAD290]..[PAD319]
+  draft.vocab = 320, draft.rows = 300, draft.pad_from = 290;      // [PAD290]..[PAD299]
+  hf_target.vocab = 320, hf_target.listed = 290;                  // 290 tokens, 320 rows
+  const ModelDesc t = load_model_desc(tiny_vocab_model("pad_t", target));
+  const ModelDesc d = load_model_desc(tiny_vocab_model("pad_d", draft));
+  const ModelDesc h = load_model_desc(tiny_vocab_model("pad_hf_t", hf_target));
+  EXPECT_EQ(draft_vocab_mismatch(t, d), "");
+  EXPECT_EQ(draft_vocab_mismatch(h, d), "");  // the draft's padding past the target's list
+  EXPECT_EQ(draft_vocab_mismatch(t, t), "");
+  EXPECT_NE(draft_vocab_mismatch(d, t), "");  // more rows than the target
+  // A draft token past the target's list that is not padding.
+  testutil::TinyShape real = draft;
+  real.pad_from = 295;
+  hf_target.listed = 292;
+  const std::string e = draft_vocab_mismatch(load_model_desc(tiny_vocab_model("pad_hf_t292", hf_target)),
+                                             load_model_desc(tiny_vocab_model("pad_d295", real)));
+  EXPECT_NE(e.find("the draft's token 292 ('\xe2\x96\x81w292') is past the target's 292 tokens and is not padding"),
+            std::string::npos)
+      << e;
 }
 
 TEST(SessionSetup, BadTreeSettingsAreRefusedBeforeAnyModelLoads) {
@@ -176,6 +227,90 @@ TEST(SessionPrompt, TokenIdsOutsideTheVocabularyAndAMissingChatTemplateAreRefuse
             "--prompt-tokens: id 288 out of range");
   const std::string what = testutil::error_of([&] { s.check_chat_template("--chat"); });
   EXPECT_EQ(what.rfind("--chat needs a chat template, but ", 0), 0u) << what;
+}
+
+// Issue 46, item 2: tests/data/chat_templates.json holds Qwen2.5's, Qwen3's
+// and the llama.cpp vocab GGUFs' templates as shipped, with the text each
+// renders (Jinja2) for a few conversations; tests/python/test_chat_templates.py
+// checks that file against Jinja2 and llama.cpp, this against Redwood.
+// Qwen2.5's default system message ("You are Qwen, ...") behind its tools
+// branch is found; Qwen3's template has none.
+TEST(ChatTemplates, EveryShippedTemplateFormatsAsItRenders) {
+  std::ifstream f(std::string(REDWOOD_SOURCE_DIR) + "/tests/data/chat_templates.json");
+  ASSERT_TRUE(f) << "tests/data/chat_templates.json";
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  EXPECT_EQ(doc["templates"]["chatml-fallback"]["text"].get<std::string>(), std::string(kChatmlTemplate));
+  int n = 0;
+  for (const auto& c : doc["cases"]) {
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : c["messages"]) msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    const std::string name = c["template"].get<std::string>() + " / " + c["conversation"].get<std::string>();
+    EXPECT_EQ(apply_chat_template(doc["templates"][c["template"].get<std::string>()]["text"], msgs),
+              c["expected"].get<std::string>())
+        << name;
+    ++n;
+  }
+  EXPECT_EQ(n, 15);
+}
+
+// A GGUF with no chat template but ChatML's tokens is formatted as ChatML
+// (no default system message), said once on stderr; one with neither is refused.
+TEST(ChatTemplates, ATemplatelessChatmlVocabularyGetsChatml) {
+  testutil::TinyShape s;
+  s.control_tokens = {"<|im_start|>", "<|im_end|>"};
+  const std::string path = tiny_vocab_model("chatml_no_template", s);
+  const Session session(config(path));
+  testing::internal::CaptureStderr();
+  session.check_chat_template("--chat");
+  const LoadedModel m = load_model(path, /*with_weights=*/false);
+  const std::vector<int32_t> got = encode_prompt(m, {"", {{"system", "Be brief."}, {"user", "hi"}}, true, {}, "p"});
+  (void)encode_prompt(m, {"hi", {}, true, {}, "p"});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(got, m.tokenizer->encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                                     "<|im_start|>assistant\n",
+                                     true, true));
+  EXPECT_NE(std::count(got.begin(), got.end(), 287), 0);  // <|im_end|> parsed as its token
+  const std::string note = "has no chat template, but its vocabulary has <|im_start|> and <|im_end|>: chats are "
+                           "formatted as ChatML\n";
+  ASSERT_NE(err.find(note), std::string::npos) << err;
+  EXPECT_EQ(err.find(note), err.rfind(note)) << "said more than once: " << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  // Only with both tokens.
+  s.control_tokens = {"<|im_start|>"};
+  const Session half(config(tiny_vocab_model("chatml_half", s)));
+  EXPECT_EQ(testutil::error_of([&] { half.check_chat_template("--chat"); }).rfind("--chat needs a chat template", 0), 0u);
+}
+
+// Issue 46, item 3: Mistral 7B v0.1's sliding window (here 64 tokens under a
+// 2048-token training context) is full attention while the run's context
+// fits in it: a session loads up to the window and refuses one line past it
+// (naming window and context) before any weight loads; the forward pass
+// refuses a position past the window whatever runs it.
+TEST(SessionSetup, ASlidingWindowBoundsTheRunsContext) {
+  testutil::TinyShape s;
+  s.sliding_window = 64;
+  const std::string path = tiny_vocab_model("swa64", s);
+  Session ok(config(path));
+  EXPECT_NO_THROW(ok.load(64, 8, nullptr));
+  Session past(config(path));
+  const std::string what = testutil::error_of([&] { past.load(65, 8, nullptr); });
+  EXPECT_EQ(what, path + ": the model attends within a sliding window of 64 tokens, which Redwood computes exactly "
+                         "only up to the window: a context of 65 tokens exceeds it (use at most 64)");
+  EXPECT_FALSE(past.loaded());
+  // A draft with a window bounds the run too.
+  Session with_draft(config(tiny_model("t"), path));
+  EXPECT_NE(testutil::error_of([&] { with_draft.load(100, 8, nullptr); }).find("sliding window of 64 tokens"),
+            std::string::npos);
+  // The pass itself: positions 0..63 run, 64 does not.
+  LoadedModel m = load_model(path);
+  KvCache kv = m.transformer->make_cache(128);
+  std::vector<float> lg(static_cast<size_t>(m.desc.hp.vocab));
+  std::vector<int32_t> toks(64, 5);
+  m.transformer->forward(ChainBatch(toks, 0).view(), kv, lg, LogitsRows::kLast);
+  kv.commit_prefix(64);
+  const int32_t t = 5, pos = 64, par = -1;
+  EXPECT_EQ(testutil::error_of([&] { m.transformer->forward(Batch{{&t, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast); }),
+            "forward pass: position 64 is past the model's sliding attention window of 64 tokens");
 }
 
 TEST(SessionSetup, TreeNodesCountTheTreeOrTheAutoCap) {

@@ -31,6 +31,7 @@
 #include "src/tokenizer/tokenizer.h"
 #include "tests/util/spec_testing.h"
 #include "tests/util/test_model.h"
+#include "tests/util/tiny_gguf.h"
 
 using namespace redwood;
 
@@ -162,16 +163,19 @@ struct Sampled {
 };
 
 // `runs` decoders, one per seed (fresh caches, the prompt prefilled), each
-// stepped until two tokens are out; the first two are tallied.
+// stepped until two tokens are out; the first two are tallied. prompt: kPrompt
+// unless given.
 Sampled sample_first_two(Transformer& target, const ModelDesc& td, Transformer& draft, const ModelDesc& dd,
-                         spec::SpecConfig cfg, long runs, uint64_t seed0) {
+                         spec::SpecConfig cfg, long runs, uint64_t seed0,
+                         const std::vector<int32_t>* prompt = nullptr) {
+  const std::vector<int32_t>& pr = prompt ? *prompt : kPrompt;
   Sampled s;
   const auto t0 = std::chrono::steady_clock::now();
-  const int capacity = static_cast<int>(kPrompt.size()) + 2 * (cfg.max_tree_nodes() + 2) + 8;
+  const int capacity = static_cast<int>(pr.size()) + 2 * (cfg.max_tree_nodes() + 2) + 8;
   for (long i = 0; i < runs; ++i) {
     cfg.sampling.seed = seed0 + static_cast<uint64_t>(i);
     spec::SpecDecoder dec(target, draft, td, dd, cfg, capacity);
-    dec.start(kPrompt);
+    dec.start(pr);
     std::vector<int32_t> out;
     while (out.size() < 2)
       for (int32_t t : dec.step()) out.push_back(t);
@@ -371,4 +375,70 @@ TEST_F(SpecLaw, NegativeControlDraftInPlaceOfTargetFails) {
   std::printf("\n");
   EXPECT_LT(c.p, kAlpha) << "the statistic did not detect sampling from the draft's law (chi2 " << c.stat << ")";
   EXPECT_GE(own.p, kAlpha) << "chi2 " << own.stat << " dof " << own.dof;
+}
+
+// Issue 46: a draft with fewer vocabulary rows than its target. Its
+// distributions are padded with zeros to the target's vocabulary, so every
+// verifier keeps its exact law, also where the target puts mass on rows the
+// draft cannot propose. Tiny random models (fast; no SmolLM2 needed): the
+// target has 300 rows and 2 blocks, the draft is its first block and first 270
+// rows; the prompt is the first (of a fixed list) whose first-two law puts
+// 15-60% of its mass on those 30 rows. Besides the chi-square, the share of
+// runs emitting such a row must be that mass within 4.5 binomial sigmas (a
+// decoder that dropped those rows, or favoured them, fails it).
+TEST(SpecLawVocabulary, ADraftWithFewerRowsKeepsEveryVerifiersLaw) {
+  testutil::TinyShape ts;
+  ts.vocab = 300, ts.layers = 2, ts.seed = 460;
+  testutil::TinyShape ds = ts;
+  ds.layers = 1, ds.rows = 270;
+  const std::string dir = ::testing::TempDir();
+  testutil::write_tiny_llama(dir + "law_vocab_target_300.gguf", ts);
+  testutil::write_tiny_llama(dir + "law_vocab_draft_270.gguf", ds);
+  Model target(dir + "law_vocab_target_300.gguf"), draft(dir + "law_vocab_draft_270.gguf");
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 6;
+  std::vector<int32_t> prompt;
+  Law law;
+  double beyond = 0;
+  for (int32_t a = 3; a < 300 && prompt.empty(); a += 17) {
+    const std::vector<int32_t> cand = {1, a, (a * 7 + 11) % 300};
+    law = exact_first_two(*target.tf, target.V(), cand, sp);
+    beyond = 0;
+    for (const auto& [k, pr] : law)
+      if (k[0] >= draft.V() || k[1] >= draft.V()) beyond += pr;
+    if (beyond >= 0.15 && beyond <= 0.6) prompt = cand;
+  }
+  ASSERT_FALSE(prompt.empty()) << "no prompt puts enough mass on the rows the draft lacks";
+  std::printf("[ law  ] prompt %d %d %d: %zu outcomes, %.3f of the mass on rows the draft lacks\n", prompt[0],
+              prompt[1], prompt[2], law.size(), beyond);
+  const long n = std::max(3000L, runs());
+  uint64_t seed = 7000000;
+  for (const auto& [tree, verifier] : std::vector<std::pair<std::string, std::string>>{
+           {"kary:2x2", "specinfer"}, {"sequoia", "sequoia"}, {"kary:2x2", "spectr"}, {"kary:3x2", "multidraft-is"},
+           {"opt-tree", ""}}) {
+    spec::TreeOptions o;
+    o.tree = tree;
+    o.budget = 6;
+    o.depth = 3;
+    o.verifier = verifier;
+    const spec::SpecConfig cfg = spec::make_spec_config(o, sp);
+    const std::string name = tree + " " + spec::verifier_name(cfg.verifier);
+    const Sampled s = sample_first_two(*target.tf, target.desc, *draft.tf, draft.desc, cfg, n, seed, &prompt);
+    seed += 1000000;
+    const Chi2 c = pooled_chi_square(s.counts, law, n);
+    const auto& a = s.totals.accepted_by_depth;
+    long accepted = 0, past = 0;
+    for (size_t k = 1; k < a.size(); ++k) accepted += a[k];
+    for (const auto& [k, count] : s.counts)
+      if (k[0] >= draft.V() || k[1] >= draft.V()) past += count;
+    const double share = static_cast<double>(past) / n, sigma = std::sqrt(beyond * (1 - beyond) / n);
+    std::printf("[ chi2 ] %-28s %ld runs (%.1f s): dof %d, chi2 %.2f, p = %.4g; %.3f past the draft's rows\n",
+                name.c_str(), n, s.seconds, c.dof, c.stat, c.p, share);
+    EXPECT_EQ(c.impossible, 0) << name;
+    EXPECT_GE(c.p, kAlpha) << name << ": chi2 " << c.stat << " dof " << c.dof;
+    EXPECT_LT(std::fabs(share - beyond), 4.5 * sigma) << name << ": " << share << " of the runs past the draft's rows";
+    EXPECT_GT(a.empty() ? 0 : a[0], 0) << name << ": no step rejected every drafted root child";
+    EXPECT_GT(accepted, 0) << name << ": no drafted token was ever accepted";
+  }
 }

@@ -21,6 +21,7 @@
 #include "src/tokenizer/tokenizer.h"
 #include "src/util/error.h"
 #include "tests/util/test_model.h"
+#include "tests/util/tiny_gguf.h"
 
 using namespace redwood;
 
@@ -351,4 +352,101 @@ TEST_F(Spec, TreesInSharedPassesMatchGreedyAlone) {
     EXPECT_EQ(pool.free_blocks(), pool.n_blocks());
   }
   set_cpu_batch_invariant(false);
+}
+
+// Issue 46: a draft with fewer vocabulary rows than its target (Qwen2.5-0.5B's
+// 151,936 under Qwen2.5-72B's 152,064; the extra rows are padding its
+// tokenizer never produces). Tiny random models: the target has 320 rows and 3
+// blocks, the draft is the same model cut to its first 2 blocks and first 300
+// rows, so drafts are often accepted, and the target's greedy choice is
+// sometimes a row the draft lacks (it is then the bonus token, which the draft
+// must still read). Greedy speculative output equals the target alone for
+// static and dynamic trees and in shared passes (BatchGenerator); a prompt
+// holding such ids works too.
+TEST(SpecVocabulary, ADraftWithFewerRowsIsLosslessGreedy) {
+  set_cpu_batch_invariant(true);  // every pass size on the same GEMM: ties cannot flip
+  testutil::TinyShape ts;
+  ts.vocab = 320, ts.layers = 3, ts.seed = 46;
+  testutil::TinyShape ds = ts;
+  ds.layers = 2, ds.rows = 300;
+  const std::string dir = ::testing::TempDir();
+  testutil::write_tiny_llama(dir + "vocab_target_320.gguf", ts);
+  testutil::write_tiny_llama(dir + "vocab_draft_300.gguf", ds);
+  Model target(dir + "vocab_target_320.gguf"), draft(dir + "vocab_draft_300.gguf");
+  ASSERT_EQ(target.V(), 320);
+  ASSERT_EQ(draft.V(), 300);
+  const int n = 40;
+  auto reference = [&](const std::vector<int32_t>& prompt) {
+    KvCache kv = target.tf->make_cache(static_cast<int>(prompt.size()) + n + 1);
+    std::vector<float> lg(static_cast<size_t>(target.V()));
+    target.tf->forward(ChainBatch(prompt, 0).view(), kv, lg, LogitsRows::kLast);
+    kv.commit_prefix(static_cast<int>(prompt.size()));
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+      const int32_t t = argmax(lg), pos = kv.committed(), par = -1;
+      out.push_back(t);
+      target.tf->forward(Batch{{&t, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast);
+      kv.commit_prefix(1);
+    }
+    return out;
+  };
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 270, 280, 290, 262}, {1, 300, 5, 310, 319, 290}, {1, 100, 200, 299, 150, 40, 41}};
+  int past_draft_rows = 0;
+  int64_t accepted = 0;
+  for (const char* tree : {"chain:3", "kary:2x2", "sequoia", "opt-tree", "specexec", "dyspec"}) {
+    spec::TreeOptions o;
+    o.tree = tree;
+    o.budget = 8;
+    o.depth = 4;
+    const spec::SpecConfig cfg = spec::make_spec_config(o, SamplingParams{});
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      const std::vector<int32_t> want = reference(prompts[p]);
+      spec::SpecDecoder dec(*target.tf, *draft.tf, target.desc, draft.desc, cfg,
+                            static_cast<int>(prompts[p].size()) + n + cfg.max_tree_nodes() + 8);
+      dec.start(prompts[p]);
+      std::vector<int32_t> got;
+      while (static_cast<int>(got.size()) < n)
+        for (int32_t t : dec.step()) got.push_back(t);
+      got.resize(n);
+      EXPECT_EQ(got, want) << tree << ", prompt " << p;
+      for (int32_t t : want) past_draft_rows += t >= draft.V();
+      const auto& a = dec.stats().accepted_by_depth;
+      for (size_t k = 1; k < a.size(); ++k) accepted += a[k] * static_cast<int64_t>(k);
+    }
+  }
+  // Shared passes (BatchGenerator: the draft's passes run by the generator, DraftCache::kCaller).
+  const auto tok = Tokenizer::create(target.desc.tokenizer);
+  spec::TreeOptions o;
+  o.tree = "sequoia";
+  o.budget = 8;
+  o.depth = 4;
+  spec::BatchDraft bd;
+  bd.draft = draft.tf.get();
+  bd.target_desc = &target.desc;
+  bd.draft_desc = &draft.desc;
+  bd.config = spec::make_spec_config(o, SamplingParams{});
+  bd.acceptance = spec::default_acceptance(16);
+  const auto& hp = target.desc.hp;
+  KvPool pool(*target.be, hp.n_layers, hp.n_kv_heads * hp.head_dim, 64, 16, 128, target.tf->kv_type());
+  spec::BatchGenerator gen(*target.tf, *tok, pool, {3, 24}, &bd);
+  for (const auto& p : prompts) {
+    spec::GenerationRequest r;
+    r.prompt = p;
+    r.max_tokens = n;
+    r.stop = {};
+    gen.submit(r);
+  }
+  std::vector<std::vector<int32_t>> got(prompts.size());
+  while (!gen.idle())
+    for (auto& d : gen.step()) got[d.ticket - 1] = d.generation.tokens;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<int32_t> want = reference(prompts[p]);
+    want.erase(std::find(want.begin(), want.end(), tok->eos()), want.end());  // generation stops at end of text
+    EXPECT_EQ(got[p], want) << "shared passes, prompt " << p;
+  }
+  EXPECT_GT(gen.stats().tree_steps, 0);
+  set_cpu_batch_invariant(false);
+  EXPECT_GT(past_draft_rows, 0) << "the target never chose a row the draft lacks: the test misses its case";
+  EXPECT_GT(accepted, 0) << "no drafted token was accepted";
 }

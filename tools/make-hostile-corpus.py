@@ -327,8 +327,7 @@ def gguf_cases():
         extra_tensor("blk.1.attn_q.weight", "blk.0.attn_q.weight"))
     mod("unused_bias", "tensor 'blk.0.attn_q.bias' is not used by a 1-block llama model",
         extra_tensor("blk.0.attn_q.bias", "blk.0.attn_norm.weight"))
-    mod("sliding_window", "'llama.attention.sliding_window' = 32: sliding-window attention is not supported",
-        lambda g: g.set("llama.attention.sliding_window", U32, 32))
+    # (A sliding window is the model's now, bounding the runs: issue 46; no longer a load error.)
 
     def bpe(pre, merges):
         def f(g):
@@ -478,8 +477,6 @@ def safetensors_cases():
     k = "model.layers.1.self_attn.q_proj.weight"
     add("layer_past_num_hidden_layers", {"model.safetensors": st_bytes(T + [(k, "BF16", [DIM, DIM])])},
         "tensor '" + k + "' is not used by a 1-block llama model")
-    add("config_sliding_window", {"config.json": json.dumps(hf_config(sliding_window=32))},
-        "'sliding_window' = 32: sliding-window attention is not supported")
     add("untied_no_lm_head", {"config.json": json.dumps(hf_config(tie_word_embeddings=False))},
         "missing tensor 'lm_head.weight'")
     add("no_safetensors", {"model.safetensors": None}, "no *.safetensors files")

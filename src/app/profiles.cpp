@@ -15,8 +15,7 @@ spec::AcceptanceProfile profile_acceptance(const RunOptions& run, const std::str
                                            const spec::AcceptanceRun& ar) {
   LoadedModel m = load_model(run.model, /*with_weights=*/false);
   LoadedModel d = load_model(draft, /*with_weights=*/false);
-  if (d.desc.hp.vocab != m.desc.hp.vocab || d.desc.tokenizer.tokens != m.desc.tokenizer.tokens)
-    throw Error(draft + ": the draft's vocabulary differs from the target's");
+  if (const std::string e = draft_vocab_mismatch(m.desc, d.desc); !e.empty()) throw Error(draft + ": " + e);
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& it : pf.items) {
     prompts.push_back(encode_prompt(m, {it.prompt, it.messages, chat, {}, "the prompt"}));
@@ -47,7 +46,7 @@ spec::AcceptanceProfile profile_acceptance(const RunOptions& run, const std::str
 planner::MeasuredProfile profile_hardware(const RunOptions& run, const std::string& draft, const HardwareRun& hr) {
   LoadedModel m = load_model(run.model, /*with_weights=*/false);
   LoadedModel d = load_model(draft, /*with_weights=*/false);
-  if (d.desc.hp.vocab != m.desc.hp.vocab) throw Error(draft + ": the draft's vocabulary differs from the target's");
+  if (const std::string e = draft_vocab_mismatch(m.desc, d.desc); !e.empty()) throw Error(draft + ": " + e);
   planner::MeasuredProfile prof;
   prof.target = spec::identify_files(m.desc.path, m.desc.files);
   prof.draft = spec::identify_files(d.desc.path, d.desc.files);

@@ -126,7 +126,7 @@ Runner add_profile_acceptance(CLI::App& app) {
                                "Measure the draft's positional acceptance vector against the target (Sequoia's "
                                "one-level trees on real text) and chain acceptance by depth");
   c->add_option("--model,-m", o->run.model, "Target model (default: SmolLM2-135M)");
-  c->add_option("--draft", o->draft, "Draft model (same vocabulary)")->required();
+  c->add_option("--draft", o->draft, "Draft model (the target's tokenizer; it may lack padding rows)")->required();
   c->add_option("--prompts", o->prompts, "Prompts, JSONL as in batch jobs ({\"id\", \"prompt\" | \"messages\"})")
       ->required();
   c->add_option("--out", o->out, "Profile JSON to write (usable as --acceptance FILE)")->required();

@@ -19,7 +19,7 @@ void add_session_flags(CLI::App* c, SessionSettings& f) {
       ->transform(int_range(0, INT64_MAX));
   c->add_option("--prefill-chunk", f.s.prefill_chunk, "Prompt tokens per pass (bounds activation memory)")
       ->transform(int_range(1, 1 << 20));
-  c->add_option("--draft", f.s.draft, "Draft model (same vocabulary): enables speculative decoding");
+  c->add_option("--draft", f.s.draft, "Draft model (the target's tokenizer; it may lack padding rows): enables speculative decoding");
   c->add_option("--tree", f.tree,
                 "Tree: chain:K | kary:WxD | sequoia | sequoia:FILE (static shapes), dyspec | opt-tree | specexec "
                 "(built per step from the draft's probabilities), auto (the tree - Sequoia, or a dynamic policy with "

@@ -73,6 +73,9 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     if (b.parents[i] < -1 || b.parents[i] >= pend + i)
       throw Error("forward pass: parent of token " + std::to_string(i) + " must be -1 or an earlier token");
     if (b.positions[i] < 0) throw Error("forward pass: negative position");
+    if (hp_.sliding_window > 0 && b.positions[i] >= hp_.sliding_window)  // attention would be the window's
+      throw Error("forward pass: position " + std::to_string(b.positions[i]) +
+                  " is past the model's sliding attention window of " + std::to_string(hp_.sliding_window) + " tokens");
   }
   ensure_scratch(n);
 

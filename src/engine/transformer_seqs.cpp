@@ -48,6 +48,9 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
       throw Error("forward pass: parent of token " + std::to_string(i) +
                   " must be -1 or an earlier row of its sequence's block");
     if (b.positions[i] < 0) throw Error("forward pass: negative position");
+    if (hp_.sliding_window > 0 && b.positions[i] >= hp_.sliding_window)  // attention would be the window's
+      throw Error("forward pass: position " + std::to_string(b.positions[i]) +
+                  " is past the model's sliding attention window of " + std::to_string(hp_.sliding_window) + " tokens");
     q.parents.push_back(b.parents[i]);
   }
   int blocks = 0;

@@ -1,24 +1,61 @@
 #include "src/model/chat_template.h"
 
+#include <string_view>
+
 #include "src/util/error.h"
 
 namespace redwood {
 
 namespace {
-// The default system prompt a ChatML template inserts when none is given,
-// e.g. SmolLM2's "<|im_start|>system\nYou are a helpful AI assistant ...<|im_end|>".
+// The default system prompt a ChatML template inserts when the conversation
+// has none: the first "<|im_start|>system" + newline (as is, or the two
+// characters of a Jinja '\n' escape) whose text up to "<|im_end|>" is one
+// literal: no quote, brace or Jinja expression (the same opener in front of
+// messages[0]'s content, or alone before it, is not a default). SmolLM2's
+// "You are a helpful AI assistant named SmolLM, ...", Qwen2.5's "You are Qwen,
+// created by Alibaba Cloud. You are a helpful assistant." (its template's
+// else branch); Qwen3's template has none.
 std::string chatml_default_system(const std::string& t) {
-  const std::string open = "<|im_start|>system\n";
-  auto p = t.find(open);
-  if (p == std::string::npos) return "";
-  p += open.size();
-  auto e = t.find("<|im_end|>", p);
-  if (e == std::string::npos) return "";
-  std::string s = t.substr(p, e - p);
-  if (s.find("{{") != std::string::npos || s.find("{%") != std::string::npos) return "";
-  return s;
+  const std::string open = "<|im_start|>system";
+  for (size_t p = t.find(open); p != std::string::npos; p = t.find(open, p + 1)) {
+    size_t b = p + open.size();
+    if (t.compare(b, 1, "\n") == 0)
+      b += 1;
+    else if (t.compare(b, 2, "\\n") == 0)
+      b += 2;
+    else
+      continue;
+    const size_t e = t.find("<|im_end|>", b);
+    if (e == std::string::npos) return "";
+    const std::string_view lit(t.data() + b, e - b);
+    if (lit.empty() || lit.find_first_of("'\"{}") != std::string_view::npos) continue;
+    std::string s;  // Jinja's '\n' escapes as newlines
+    for (size_t i = 0; i < lit.size(); ++i) {
+      const bool esc = lit[i] == '\\' && i + 1 < lit.size() && lit[i + 1] == 'n';
+      s += esc ? '\n' : lit[i];
+      i += esc ? 1 : 0;
+    }
+    return s;
+  }
+  return "";
 }
 }  // namespace
+
+bool has_chatml_tokens(const std::vector<std::string>& tokens) {
+  bool start = false, end = false;
+  for (const std::string& t : tokens) {
+    start = start || t == "<|im_start|>";
+    end = end || t == "<|im_end|>";
+  }
+  return start && end;
+}
+
+std::string chat_template_of(const std::string& tmpl, const std::vector<std::string>& tokens, bool* fallback) {
+  if (fallback) *fallback = false;
+  if (!tmpl.empty() || !has_chatml_tokens(tokens)) return tmpl;
+  if (fallback) *fallback = true;
+  return kChatmlTemplate;
+}
 
 std::string apply_chat_template(const std::string& t, const std::vector<ChatMessage>& msgs) {
   if (t.empty()) throw Error("the model has no chat template (tokenizer.chat_template)");

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -218,12 +219,11 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
     throw Error(path + ": partial RoPE (rope.dimension_count != head dim) is not supported");
   if (hp.n_heads % hp.n_kv_heads != 0) throw Error(path + ": head_count is not a multiple of head_count_kv");
   if (hp.head_dim % 2 != 0) throw Error(path + ": head dimension must be even");
-  // Redwood attends to the whole context: a window shorter than it is another model.
+  // A window that covers the training context changes nothing; a shorter one
+  // bounds the runs (check_attention_window).
   const auto sw = f.get_uint(p + "attention.sliding_window");  // 0: none
   if (sw && *sw != 0 && !(hp.ctx_len > 0 && *sw >= static_cast<uint64_t>(hp.ctx_len)))
-    throw Error(path + ": metadata key '" + p + "attention.sliding_window' = " + std::to_string(*sw) +
-                ": sliding-window attention is not supported (only a window >= context_length " +
-                std::to_string(hp.ctx_len) + ")");
+    hp.sliding_window = static_cast<int>(std::min<uint64_t>(*sw, uint64_t{1} << 30));
   hp.rope_mode = traits.rope_mode;
   hp.rope_freq_factors = gguf_rope_factors(f, p, hp.head_dim, read);
 
@@ -327,6 +327,41 @@ void validate_model_desc(const ModelDesc& m) {
   if (!m.tokenizer.tokens.empty() && static_cast<int>(m.tokenizer.tokens.size()) > hp.vocab)
     throw Error(m.path + ": tokenizer has " + std::to_string(m.tokenizer.tokens.size()) +
                 " tokens but the model's vocabulary is " + std::to_string(hp.vocab));
+}
+
+std::string check_attention_window(const LlamaHParams& hp, int64_t ctx) {
+  if (hp.sliding_window <= 0 || ctx <= hp.sliding_window) return "";
+  return "the model attends within a sliding window of " + std::to_string(hp.sliding_window) +
+         " tokens, which Redwood computes exactly only up to the window: a context of " + std::to_string(ctx) +
+         " tokens exceeds it (use at most " + std::to_string(hp.sliding_window) + ")";
+}
+
+std::string draft_vocab_mismatch(const ModelDesc& target, const ModelDesc& draft) {
+  if (draft.hp.vocab > target.hp.vocab)
+    return "the draft's vocabulary (" + std::to_string(draft.hp.vocab) + " rows) is larger than the target's (" +
+           std::to_string(target.hp.vocab) + " rows, " + target.path +
+           "): the draft could propose tokens the target does not have";
+  const std::vector<std::string>& dt = draft.tokenizer.tokens;
+  const std::vector<std::string>& tt = target.tokenizer.tokens;
+  if (dt.empty() || tt.empty()) return "";  // a model config: rows only
+  const std::vector<TokenType>& types = draft.tokenizer.types;
+  const auto shown = [](std::string t) {  // one line whatever the token holds
+    for (char& c : t)
+      if (static_cast<unsigned char>(c) < 0x20) c = '?';
+    return "'" + t + "'";
+  };
+  for (size_t i = 0; i < dt.size(); ++i) {
+    if (i < tt.size()) {
+      if (dt[i] != tt[i])
+        return "the draft's vocabulary differs from the target's (" + target.path + "): token " + std::to_string(i) +
+               " is " + shown(dt[i]) + " in the draft, " + shown(tt[i]) + " in the target";
+    } else if (i >= types.size() || types[i] != TokenType::kUnused) {
+      return "the draft's vocabulary differs from the target's (" + target.path + "): the draft's token " +
+             std::to_string(i) + " (" + shown(dt[i]) + ") is past the target's " + std::to_string(tt.size()) +
+             " tokens and is not padding";
+    }
+  }
+  return "";
 }
 
 void check_tensors_used(const ModelDesc& m, const std::vector<std::string>& names) {

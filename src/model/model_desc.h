@@ -39,7 +39,18 @@ struct LlamaHParams {
   // q and k are RMS-normed per head (weights of head_dim, eps rms_eps) before
   // RoPE (Qwen3; LayerDesc::q_norm/k_norm).
   bool qk_norm = false;
+  // Sliding-window attention (Mistral 7B v0.1: 4096; GGUF attention.sliding_window,
+  // config.json sliding_window): a token attends to itself and the window - 1
+  // before it. 0: none (also a window that covers the training context).
+  // Redwood attends to the whole context, which is this attention exactly
+  // while every position is < the window: runs past it are refused
+  // (check_attention_window; the forward pass guards positions too).
+  int sliding_window = 0;
 };
+
+// "" when a run whose KV rows hold `ctx` positions attends exactly as the
+// model does, else why not (one line naming the window and ctx).
+std::string check_attention_window(const LlamaHParams& hp, int64_t ctx);
 
 // The per-pair RoPE inverse frequencies the backends rotate by
 // (math::rope_inv_freq with the model's base and scaling factors).
@@ -122,6 +133,20 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
 
 // Checks shapes/types against the hyperparameters (used by both loaders).
 void validate_model_desc(const ModelDesc& m);
+
+// Whether `draft` can draft for `target` (speculative decoding): "" when it
+// can, else why not (one line naming the target; callers prefix the draft's name). Their vocabularies may
+// differ only in rows the draft's tokenizer never produces: the draft has at
+// most the target's rows (embedding/output), and every token the draft's
+// tokenizer lists is the target's token of that id, or, past the end of the
+// target's list, a padding entry (type unused: a GGUF converter's "[PAD<id>]").
+// So equal lists with more target rows (Qwen2.5-0.5B's 151,936 rows under
+// Qwen2.5-72B's 152,064, one tokenizer.json), a draft list that is a prefix of
+// the target's (GGUF lists padded to the rows), and a padded GGUF draft under
+// an HF target all pair; any token that means something else does not. Model
+// configs (no token lists) compare rows only. Ids at or past the draft's rows
+// have draft probability 0 (spec::SpecDecoder pads the draft's distributions).
+std::string draft_vocab_mismatch(const ModelDesc& target, const ModelDesc& draft);
 
 // Every tensor a model file holds (`names`, less those its loader reads or
 // ignores on purpose) must be one of m's: anything else (a block past

@@ -277,14 +277,12 @@ LlamaHParams read_hparams(const Config& c, const std::string& arch) {
     throw Error(c.path + ": attention_bias / mlp_bias are unsupported");
   if (auto act = c.get_string("hidden_act"); act && *act != "silu")
     throw Error(c.path + ": hidden_act '" + *act + "' is unsupported (supported: silu)");
-  // Sliding-window attention (Mistral 7B v0.1): Redwood attends to the whole
-  // context, so only a window that covers it (or use_sliding_window false) is
-  // the same model.
+  // Sliding-window attention (Mistral 7B v0.1): a window that covers the
+  // training context (or use_sliding_window false) changes nothing; a shorter
+  // one bounds the runs (LlamaHParams::sliding_window).
   if (auto sw = c.get_int("sliding_window", int64_t{1} << 40);
-      sw && c.get_bool("use_sliding_window").value_or(true) && !(hp.ctx_len > 0 && *sw >= hp.ctx_len))
-    throw Error(c.path + ": 'sliding_window' = " + std::to_string(*sw) +
-                ": sliding-window attention is not supported (only a window >= max_position_embeddings " +
-                std::to_string(hp.ctx_len) + ")");
+      sw && *sw > 0 && c.get_bool("use_sliding_window").value_or(true) && !(hp.ctx_len > 0 && *sw >= hp.ctx_len))
+    hp.sliding_window = static_cast<int>(std::min<int64_t>(*sw, int64_t{1} << 30));
   return hp;
 }
 

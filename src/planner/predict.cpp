@@ -161,10 +161,10 @@ Prediction predict(const HardwareProfile& hw, const ModelDesc& target, const Mod
   if (o.n_past > o.ctx)
     throw Error("--past " + std::to_string(o.n_past) + " exceeds --ctx " + std::to_string(o.ctx) +
                 " (the KV cache holds at most ctx tokens)");
-  if (target.hp.vocab != draft.hp.vocab)
+  if (draft.hp.vocab > target.hp.vocab)  // configs: rows only (draft_vocab_mismatch with no token lists)
     throw Error("the draft config's vocabulary (" + std::to_string(draft.hp.vocab) + " tokens, " + draft.name +
-                ") differs from the target's (" + std::to_string(target.hp.vocab) + " tokens, " + target.name +
-                "): speculative decoding needs the same vocabulary");
+                ") is larger than the target's (" + std::to_string(target.hp.vocab) + " tokens, " + target.name +
+                "): the draft could propose tokens the target does not have");
   Prediction p;
   p.hardware = hw.name;
   p.target = target.name;

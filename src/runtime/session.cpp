@@ -1,17 +1,33 @@
 #include "src/runtime/session.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <mutex>
 
 #include "src/jobs/job.h"
 
 namespace redwood::runtime {
 
+std::string chat_template(const ModelDesc& m) {
+  bool fallback = false;
+  std::string t = chat_template_of(m.chat_template, m.tokenizer.tokens, &fallback);
+  static std::once_flag said;
+  if (fallback)
+    std::call_once(said, [&] {
+      std::fprintf(stderr,
+                   "redwood: %s has no chat template, but its vocabulary has <|im_start|> and <|im_end|>: chats "
+                   "are formatted as ChatML\n",
+                   m.path.c_str());
+    });
+  return t;
+}
+
 std::vector<int32_t> encode_prompt(const LoadedModel& m, const PromptText& p) {
   std::string text = p.text;
   if (!p.messages.empty())
-    text = apply_chat_template(m.desc.chat_template, p.messages);
+    text = apply_chat_template(chat_template(m.desc), p.messages);
   else if (p.chat)
-    text = apply_chat_template(m.desc.chat_template, {{"user", p.text}});
+    text = apply_chat_template(chat_template(m.desc), {{"user", p.text}});
   return m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
 }
 
@@ -48,9 +64,8 @@ Session::Session(SessionConfig c) : c_(std::move(c)) {
   target_ = load_model(c_.run.model, /*with_weights=*/false);
   if (!c_.draft.empty()) {
     draft_ = load_model(c_.draft, /*with_weights=*/false);
-    if (draft_->desc.hp.vocab != target_.desc.hp.vocab ||
-        draft_->desc.tokenizer.tokens != target_.desc.tokenizer.tokens)
-      throw SetupError("draft", "the draft's vocabulary differs from the target's");
+    if (const std::string e = draft_vocab_mismatch(target_.desc, draft_->desc); !e.empty())
+      throw SetupError("draft", e);
     setup_.emplace();
     setup_->target_desc = &target_.desc;
     setup_->draft_desc = &draft_->desc;
@@ -78,7 +93,7 @@ int Session::tree_nodes() const {
 
 void Session::check_chat_template(const std::string& who) const {
   try {
-    (void)apply_chat_template(target_.desc.chat_template, {{"user", "x"}});
+    (void)apply_chat_template(chat_template(target_.desc), {{"user", "x"}});
   } catch (const Error& e) {
     throw Error(who + " needs a chat template, but " + target_.desc.path + " has none usable (" + e.what() + ")");
   }
@@ -134,6 +149,12 @@ void Session::check_plan(int ctx, int batch_tokens) const {
 }
 
 void Session::load(int ctx, int batch_tokens, std::FILE* log) {
+  // Sliding-window attention is computed as full attention: exact only while
+  // the run's positions stay inside the window (Mistral 7B v0.1's 4096).
+  for (const LoadedModel* m : {&target_, draft_ ? &*draft_ : nullptr})
+    if (m)
+      if (const std::string e = check_attention_window(m->desc.hp, ctx); !e.empty())
+        throw Error(m->desc.path + ": " + e);
   ctx_ = ctx;
   // Shared passes give each sequence its solo logits only if no kernel's sums
   // depend on the pass's size (kernels/backend.h).

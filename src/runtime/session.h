@@ -90,6 +90,10 @@ class PromptError : public Error {
   using Error::Error;
 };
 
+// The template m's chats are formatted with (chat_template_of: its own, or
+// ChatML for a template-less ChatML vocabulary, said once on stderr).
+std::string chat_template(const ModelDesc& m);
+
 // The prompt's token ids: through the chat template where it asks for it,
 // tokenized with special tokens added and parsed (no checks: Session::prepare_prompt).
 std::vector<int32_t> encode_prompt(const LoadedModel& m, const PromptText& p);

@@ -9,6 +9,7 @@
 #include "src/planner/dynamic_profile.h"
 #include "src/planner/profile_cache.h"
 #include "src/speculative/acceptance_measure.h"
+#include "src/speculative/speculate.h"
 #include "src/util/cache_dir.h"
 #include "src/util/clock.h"
 #include "src/util/error.h"
@@ -63,9 +64,10 @@ void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, plan
   } else {
     prof.layers_resident = static_cast<int>(m.desc.layers.size());
   }
-  const int V = m.desc.hp.vocab;
+  // The draft may have fewer rows than the target (padding: draft_vocab_mismatch).
+  const int V = m.desc.hp.vocab, Vd = std::min(V, d.desc.hp.vocab);
   std::vector<int32_t> pre(static_cast<size_t>(r.prefix));
-  for (int i = 0; i < r.prefix; ++i) pre[static_cast<size_t>(i)] = (i * 7919) % V;
+  for (int i = 0; i < r.prefix; ++i) pre[static_cast<size_t>(i)] = (i * 7919) % Vd;  // ids both models have
   std::vector<float> logits(static_cast<size_t>(max_n + r.prefix) * static_cast<size_t>(V));
 
   // Target passes: a random tree of n nodes over the prefix, all logits rows.
@@ -100,7 +102,7 @@ void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, plan
   for (int w : r.widths) {
     TreeBatch b;
     for (int i = 0; i < w; ++i) {
-      b.tokens.push_back((i * 104729 + 17) % V);
+      b.tokens.push_back((i * 104729 + 17) % Vd);
       b.positions.push_back(r.prefix);
       b.parents.push_back(-1);
     }
@@ -109,7 +111,7 @@ void measure_hardware(LoadedModel& m, LoadedModel& d, const HardwareRun& r, plan
       const double t0 = now_seconds();
       d.transformer->forward(b.view(), dkv, logits, LogitsRows::kAll);
       for (int i = 0; i < w; ++i)
-        probs(sp, std::span<const float>(logits).subspan(static_cast<size_t>(i) * V, static_cast<size_t>(V)), q);
+        probs(sp, std::span<const float>(logits).subspan(static_cast<size_t>(i) * Vd, static_cast<size_t>(Vd)), q);
       if (k >= r.warmup) t.push_back(now_seconds() - t0);
       dkv.discard();
     }
@@ -480,7 +482,9 @@ void measure_dynamic_candidates(const AutoTreeRun& auto_run, const spec::Accepta
                  "positions (cached in %s)\n",
                  dyn.size(), kDynamicPositions, dyn_path.c_str());
   const LoadedModel& draft = auto_run.draft;
-  const std::vector<std::vector<int32_t>> texts = builtin_prompts(auto_run.target);
+  std::vector<std::vector<int32_t>> texts = builtin_prompts(auto_run.target);  // the target's tokenizer
+  for (auto& text : texts)
+    for (int32_t& t : text) t = spec::draft_token(t, draft.desc.hp.vocab);
   const planner::RankOneQ denom =
       planner::mean_rank1_q(*draft.transformer, draft.desc.hp.vocab, texts, auto_run.measuring);
   auto alpha = [&](spec::Verifier v) { return planner::calibration_scale(*rank1(v), denom.for_verifier(v)); };

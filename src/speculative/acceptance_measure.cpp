@@ -38,7 +38,7 @@ void measure_acceptance(const ModelPair& models, const std::vector<std::vector<i
   if (greedy) filt.temperature = 1.0f;
   Rng rng(sp.seed * 0x9E3779B97F4A7C15ull + 1);
   std::vector<float> p, q;
-  const int V = models.target_desc.hp.vocab;
+  const int V = models.target_desc.hp.vocab, Vd = models.draft_desc.hp.vocab;  // Vd <= V (draft_vocab_mismatch)
   int64_t positions = 0;
   std::vector<size_t> used;  // the prompts measured (the chains run on the same ones)
   for (size_t i = 0; i < prompts.size() && positions < r.count; ++i) {
@@ -58,11 +58,14 @@ void measure_acceptance(const ModelPair& models, const std::vector<std::vector<i
       if (seq.size() < 3) continue;
       first = std::min<size_t>(seq.size() - 2, 4);  // skip the first few (little context)
     }
-    const std::vector<float> lt = all_logits(models.target, seq, V), ld = all_logits(models.draft, seq, V);
+    std::vector<int32_t> dseq = seq;
+    for (int32_t& x : dseq) x = draft_token(x, Vd);
+    const std::vector<float> lt = all_logits(models.target, seq, V), ld = all_logits(models.draft, dseq, Vd);
     // Position t predicts seq[t + 1]: the continuation's positions, each with the real prefix.
     for (size_t t = first; t + 1 < seq.size() && positions < r.count; ++t, ++positions) {
       probs(filt, std::span<const float>(lt).subspan(t * static_cast<size_t>(V), static_cast<size_t>(V)), p);
-      probs(filt, std::span<const float>(ld).subspan(t * static_cast<size_t>(V), static_cast<size_t>(V)), q);
+      probs(filt, std::span<const float>(ld).subspan(t * static_cast<size_t>(Vd), static_cast<size_t>(Vd)), q);
+      q.resize(static_cast<size_t>(V), 0.0f);  // ids the draft lacks: probability 0 (as SpecDecoder::draft_probs)
       for (auto& c : counters)
         for (int k = 0; k < r.repeats; ++k) c.add(p, q, rng);
     }

@@ -24,7 +24,7 @@ struct AcceptanceRun {
   bool quiet = false;   // else progress on stderr
 };
 
-// A target and its draft, loaded (same vocabulary).
+// A target and its draft, loaded (vocabularies that pair: draft_vocab_mismatch in model_desc.h).
 struct ModelPair {
   Transformer& target;
   const ModelDesc& target_desc;

@@ -154,6 +154,7 @@ SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDes
       draft_(draft),
       cfg_(std::move(cfg)),
       vocab_(td.hp.vocab),
+      draft_vocab_(dd.hp.vocab),
       policy_(checked_policy(cfg_)),
       tkv_(where == TargetCache::kOwn ? std::optional<KvCache>(target.make_cache(capacity)) : std::nullopt),
       // The draft's pending block holds every node run through the draft,
@@ -163,8 +164,7 @@ SpecDecoder::SpecDecoder(Transformer& target, Transformer& draft, const ModelDes
                      draft.make_cache(capacity + std::max(0, policy_->max_draft_rows() - policy_->max_nodes())))
                : std::nullopt),
       rng_(cfg_.sampling.seed) {
-  if (td.hp.vocab != dd.hp.vocab || td.tokenizer.tokens != dd.tokenizer.tokens)
-    throw Error("the draft model's vocabulary differs from the target's (" + dd.path + " vs " + td.path + ")");
+  if (const std::string e = draft_vocab_mismatch(td, dd); !e.empty()) throw Error(dd.path + ": " + e);
   stats_.accepted_by_depth.assign(static_cast<size_t>(policy_->max_levels()) + 1, 0);
 }
 
@@ -200,6 +200,13 @@ void SpecDecoder::draft_probs(std::span<const float> logits, std::vector<float>&
   } else {
     probs(cfg_.sampling, logits, out, "draft");
   }
+  // A draft with fewer rows than the target (padding rows only: the pair was
+  // checked) proposes from the target's vocabulary with probability 0 on ids it
+  // lacks. Padding q here, not teaching the verifiers and tree policies two
+  // sizes, keeps them exactly as proved: each takes one q over the target's
+  // vocabulary that the children were drawn from, and zeros in q are already
+  // theirs to handle (top-k and top-p leave them); p never changes.
+  out.resize(static_cast<size_t>(vocab_), 0.0f);
 }
 
 void SpecDecoder::start(std::span<const int32_t> prompt) {
@@ -208,7 +215,11 @@ void SpecDecoder::start(std::span<const int32_t> prompt) {
     const auto head = prompt.first(prompt.size() - 1);
     std::vector<float> lg(vocab_);
     if (tkv_) prefill(target_, *tkv_, head, cfg_.prefill_chunk, lg);
-    if (dkv_) prefill(draft_, *dkv_, head, cfg_.prefill_chunk, lg);
+    if (dkv_) {
+      std::vector<int32_t> dhead(head.begin(), head.end());
+      for (int32_t& t : dhead) t = draft_token(t, draft_vocab_);
+      prefill(draft_, *dkv_, dhead, cfg_.prefill_chunk, lg);
+    }
   }
   root_ = prompt.back();
   if (dkv_)
@@ -220,12 +231,12 @@ void SpecDecoder::start(std::span<const int32_t> prompt) {
 namespace {
 
 // A draft level's batch: node v at position root_pos + depth(v), its parent's
-// block row rows[parent] (-1: the committed prefix).
+// block row rows[parent] (-1: the committed prefix); tokens as draft_token().
 void level_batch(const DraftTree& t, std::span<const int32_t> nodes, int root_pos, const std::vector<int32_t>& rows,
-                 std::vector<int32_t>& bt, std::vector<int32_t>& bp, std::vector<int32_t>& bpar) {
+                 int vocab, std::vector<int32_t>& bt, std::vector<int32_t>& bp, std::vector<int32_t>& bpar) {
   bt.clear(), bp.clear(), bpar.clear();
   for (const int32_t v : nodes) {
-    bt.push_back(t.token[static_cast<size_t>(v)]);
+    bt.push_back(draft_token(t.token[static_cast<size_t>(v)], vocab));
     bp.push_back(root_pos + t.depth[static_cast<size_t>(v)]);
     bpar.push_back(rows[static_cast<size_t>(t.parent[static_cast<size_t>(v)])]);
   }
@@ -250,7 +261,7 @@ void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<c
                       int vocab, std::vector<int32_t>& rows, int& block, std::vector<float>& lg,
                       const std::function<void(std::span<const float>, std::vector<float>&)>& to_dist) {
   std::vector<int32_t> bt, bp, bpar;
-  level_batch(t, nodes, root_pos, rows, bt, bp, bpar);
+  level_batch(t, nodes, root_pos, rows, vocab, bt, bp, bpar);
   lg.resize(nodes.size() * static_cast<size_t>(vocab));
   draft.forward(Batch{bt, bp, bpar}, kv, lg, LogitsRows::kAll);
   level_logits(t, nodes, vocab, lg, rows, block, to_dist);
@@ -338,7 +349,7 @@ const TreePass& SpecDecoder::draft_tree(int root_pos) {
   KvCache& kv = draft_cache();
   std::vector<float> lg;
   for (const DraftPass* w = draft_begin(root_pos, kv.committed()); w; w = draft_next(lg)) {
-    lg.resize(static_cast<size_t>(w->logit_rows()) * vocab_);
+    lg.resize(static_cast<size_t>(w->logit_rows()) * draft_vocab_);
     draft_.forward(Batch{w->tokens, w->positions, w->parents}, kv, lg,
                    w->last_only ? LogitsRows::kLast : LogitsRows::kAll);
   }
@@ -369,6 +380,7 @@ const SpecDecoder::DraftPass* SpecDecoder::draft_begin(int root_pos, int draft_c
   S.m = static_cast<int>(draft_todo_.size());
   S.first = true;
   ChainBatch b(draft_todo_, draft_committed);
+  for (int32_t& t : b.tokens) t = draft_token(t, draft_vocab_);
   S.work.tokens = std::move(b.tokens);
   S.work.positions = std::move(b.positions);
   S.work.parents = std::move(b.parents);
@@ -380,7 +392,7 @@ const SpecDecoder::DraftPass* SpecDecoder::draft_next(std::span<const float> lg)
   if (!step_ || (!step_->first && step_->next.empty())) throw Error("SpecDecoder::draft_next without a draft pass");
   Step& S = *step_;
   DraftTree& T = tree_;
-  if (lg.size() != static_cast<size_t>(S.work.logit_rows()) * vocab_)
+  if (lg.size() != static_cast<size_t>(S.work.logit_rows()) * draft_vocab_)
     throw Error("SpecDecoder::draft_next: " + std::to_string(lg.size()) + " logits for a draft pass of " +
                 std::to_string(S.work.logit_rows()) + " rows");
   stats_.draft_passes++;
@@ -397,7 +409,7 @@ const SpecDecoder::DraftPass* SpecDecoder::draft_next(std::span<const float> lg)
   } else {
     // One batched draft pass over the nodes the policy asked for; their parents
     // ran in an earlier pass (or are the root), so they index the draft block.
-    level_logits(T, S.next, vocab_, lg, S.draft_row, S.block_rows, to_dist);
+    level_logits(T, S.next, draft_vocab_, lg, S.draft_row, S.block_rows, to_dist);
     stats_.draft_tokens += static_cast<int64_t>(S.next.size());
     for (const int32_t u : S.next)
       if (!T.expanded(u)) throw Error("draft tree: the draft pass left node " + std::to_string(u) + " unexpanded");
@@ -408,7 +420,7 @@ const SpecDecoder::DraftPass* SpecDecoder::draft_next(std::span<const float> lg)
     return nullptr;
   }
   T.begin_batch();
-  level_batch(T, S.next, S.root_pos, S.draft_row, S.work.tokens, S.work.positions, S.work.parents);
+  level_batch(T, S.next, S.root_pos, S.draft_row, draft_vocab_, S.work.tokens, S.work.positions, S.work.parents);
   S.work.last_only = false;
   return &S.work;
 }

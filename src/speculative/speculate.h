@@ -32,10 +32,18 @@ namespace redwood::spec {
 // position root_pos + depth(v), attending to its parent's block row rows[parent]
 // (-1: the committed prefix); the nodes get block rows block, block + 1, ...
 // (rows grows to t.size(), -1 for nodes not run; block advances), and each
-// node's distribution is to_dist(its logits row). lg: scratch.
+// node's distribution is to_dist(its logits row). vocab: the draft's rows
+// (tokens past them run as draft_token()). lg: scratch.
 void draft_level_pass(Transformer& draft, KvCache& kv, DraftTree& t, std::span<const int32_t> nodes, int root_pos,
                       int vocab, std::vector<int32_t>& rows, int& block, std::vector<float>& lg,
                       const std::function<void(std::span<const float>, std::vector<float>&)>& to_dist);
+
+// The token the draft reads for a token of the target's vocabulary: itself,
+// or, for an id the draft has no row for (a padding row of a larger target
+// embedding, draft_vocab_mismatch() in model_desc.h, which only the target can
+// emit), the draft's last row. Only what the draft proposes next depends on it,
+// never the emitted law: verification uses the draft's distributions as they are.
+inline int32_t draft_token(int32_t token, int draft_vocab) { return token < draft_vocab ? token : draft_vocab - 1; }
 
 // Parses a static --tree: "chain:K", "kary:WxD", "sequoia:FILE", or "sequoia"
 // (DP with budget = nodes per target pass, root included, and max depth;
@@ -112,7 +120,7 @@ class SpecDecoder {
   // (a shared KvPool: the caller runs draft_begin()/draft_next()'s passes,
   // several sequences' in one, and commits accept()'s draft rows).
   enum class DraftCache { kOwn, kCaller };
-  // Checks vocabularies match and the verifier suits the sampling parameters
+  // Checks the vocabularies pair (draft_vocab_mismatch) and the verifier suits the sampling parameters
   // and the tree. capacity: the target cache (committed tokens + one tree);
   // the draft cache adds the policy's extra draft rows (pruned nodes).
   SpecDecoder(Transformer& target, Transformer& draft, const ModelDesc& target_desc, const ModelDesc& draft_desc,
@@ -151,7 +159,7 @@ class SpecDecoder {
   // draft's sequence holds draft_committed rows. Returns the first draft pass,
   // or null when the tree is the root alone (no draft pass this step).
   const DraftPass* draft_begin(int root_pos, int draft_committed);
-  // logits: the last pass's logit_rows() rows (x vocab). Returns the next
+  // logits: the last pass's logit_rows() rows (x the draft's vocabulary). Returns the next
   // draft pass, or null when the tree is built.
   const DraftPass* draft_next(std::span<const float> logits);
   // The target's pass over [root + tree]. REQUIRES: draft_begin() or
@@ -189,7 +197,8 @@ class SpecDecoder {
   Transformer& target_;
   Transformer& draft_;
   SpecConfig cfg_;
-  int vocab_;
+  int vocab_;        // the target's rows: every distribution the verifier sees has this size
+  int draft_vocab_;  // the draft's rows (<= vocab_)
   std::unique_ptr<TreePolicy> policy_;  // before the caches: it sizes the draft's
   std::optional<KvCache> tkv_;          // TargetCache::kOwn only
   std::optional<KvCache> dkv_;          // DraftCache::kOwn only

@@ -343,6 +343,20 @@ struct TinyShape {
   std::string arch = "llama";
   int head_dim = 0;
   uint32_t expert_count = 0;
+  // Vocabulary variants (a target and draft of one tokenizer with different
+  // row counts, as Qwen2.5-72B and Qwen2.5-0.5B): rows > 0 writes only the
+  // first rows rows of token_embd and output (drawn as for vocab rows, so the
+  // same seed gives the same model with a shorter vocabulary); listed > 0
+  // lists only the first listed tokens (fewer tokens than rows, as an HF
+  // tokenizer.json under a padded embedding); ids >= pad_from (when >= 0) are
+  // "[PAD<id>]" of type unused (a GGUF converter's padding); word: the text
+  // before the number of the filler tokens past 'a'..'z'.
+  int rows = 0, listed = 0, pad_from = -1;
+  std::string word = "\xe2\x96\x81w";
+  // Control tokens written over the last ids of the list (e.g. ChatML's
+  // <|im_start|> and <|im_end|>), and tokenizer.chat_template when not empty.
+  std::vector<std::string> control_tokens;
+  std::string chat_template;
 };
 
 // Minimal GGUF v3 writer.
@@ -460,8 +474,14 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
     snprintf(buf, sizeof buf, "<0x%02X>", b);
     toks.push_back(buf), types.push_back(6);
   }
-  for (char c = 'a'; c <= 'z' && (int)toks.size() < s.vocab; ++c) toks.push_back(std::string(1, c)), types.push_back(1);
-  while ((int)toks.size() < s.vocab) toks.push_back("\xe2\x96\x81w" + std::to_string(toks.size())), types.push_back(1);
+  const int rows = s.rows > 0 ? s.rows : s.vocab, listed = s.listed > 0 ? s.listed : rows;
+  for (char c = 'a'; c <= 'z' && (int)toks.size() < listed; ++c) toks.push_back(std::string(1, c)), types.push_back(1);
+  while ((int)toks.size() < listed) toks.push_back(s.word + std::to_string(toks.size())), types.push_back(1);
+  for (int i = std::max(0, s.pad_from); s.pad_from >= 0 && i < listed; ++i)
+    toks[i] = "[PAD" + std::to_string(i) + "]", types[i] = 5;
+  for (size_t i = 0; i < s.control_tokens.size(); ++i)
+    toks[toks.size() - s.control_tokens.size() + i] = s.control_tokens[i], types[toks.size() - s.control_tokens.size() + i] = 3;
+  if (!s.chat_template.empty()) w.kv_str("tokenizer.chat_template", s.chat_template);
   std::vector<float> scores(toks.size());
   for (size_t i = 0; i < scores.size(); ++i) scores[i] = -(float)i;
   w.kv_str("tokenizer.ggml.model", "llama");
@@ -473,14 +493,18 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
   w.kv_u32("tokenizer.ggml.unknown_token_id", 0);
   const int hd = s.head_dim > 0 ? s.head_dim : s.dim / s.heads;
   const float sc = 1.0f / std::sqrt((float)s.dim);
-  w.tensor("token_embd.weight", s.type, s.vocab, s.dim, rnd(s.vocab, s.dim, 1.0f));
+  auto first_rows = [&](std::vector<float> v) {
+    v.resize(static_cast<size_t>(rows) * s.dim);
+    return v;
+  };
+  w.tensor("token_embd.weight", s.type, rows, s.dim, first_rows(rnd(s.vocab, s.dim, 1.0f)));
   w.tensor("output_norm.weight", DType::F32, 1, s.dim, ones(s.dim));
   if (!s.rope_freqs.empty())
     w.tensor("rope_freqs.weight", DType::F32, 1, static_cast<int64_t>(s.rope_freqs.size()), s.rope_freqs);
   if (!s.tied) {
-    std::vector<float> out = rnd(s.vocab, s.dim, sc);
+    std::vector<float> out = first_rows(rnd(s.vocab, s.dim, sc));
     if (s.poison_row >= 0) out[static_cast<size_t>(s.poison_row) * s.dim] = s.poison;
-    w.tensor("output.weight", s.poison_row >= 0 ? DType::F32 : s.type, s.vocab, s.dim, out);
+    w.tensor("output.weight", s.poison_row >= 0 ? DType::F32 : s.type, rows, s.dim, out);
   }
   for (int l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
