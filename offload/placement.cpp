@@ -79,7 +79,10 @@ uint64_t kv_store_bytes(const LlamaHParams& hp, const RunShape& s) {
   if (s.sequences == 1) return kv_bytes(hp, s.ctx, s.kv_type);
   const uint64_t stride = (static_cast<uint64_t>(s.ctx) + s.kv_block_rows - 1) / s.kv_block_rows;
   const uint64_t index = static_cast<uint64_t>(s.max_tokens) * (6 + stride) * sizeof(int32_t);
-  return kv_pool_bytes(hp, s.sequences, s.ctx, s.kv_type, s.kv_block_rows) + index;
+  const uint64_t elem = s.kv_type == DType::F32 ? kF32 : 2;
+  return 2ull * hp.n_layers * static_cast<uint64_t>(kv_pool_blocks(s)) * s.kv_block_rows * hp.n_kv_heads *
+             hp.head_dim * elem +
+         index;
 }
 
 // Transformer::ensure_scratch for n rows (x, xn, q, k, v, att, gate, up), its ancestor
@@ -175,6 +178,11 @@ void add_layer_items(MemoryPlan& p) {
 
 }  // namespace
 
+int64_t kv_pool_blocks(const RunShape& s) {
+  if (s.kv_rows > 0) return (static_cast<int64_t>(s.kv_rows) + s.kv_block_rows - 1) / s.kv_block_rows;
+  return static_cast<int64_t>(s.sequences) * ((s.ctx + s.kv_block_rows - 1) / s.kv_block_rows);
+}
+
 uint64_t kv_pool_bytes(const LlamaHParams& hp, int sequences, int rows, DType kv_type, int block_rows) {
   const int64_t blocks = static_cast<int64_t>(sequences) * ((rows + block_rows - 1) / block_rows);
   const uint64_t elem = kv_type == DType::F32 ? kF32 : 2;
@@ -194,6 +202,9 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
     throw Error("memory plan: context, tokens per pass and threads must be positive");
   if (shape.sequences <= 0 || shape.kv_block_rows <= 0)
     throw Error("memory plan: sequences and KV block rows must be positive");
+  if (shape.kv_rows != 0 && (shape.sequences == 1 || shape.kv_rows < shape.ctx))
+    throw Error("memory plan: a KV pool's positions (" + std::to_string(shape.kv_rows) +
+                ") are for several sequences and at least one sequence's context (" + std::to_string(shape.ctx) + ")");
   if (shape.kv_type != DType::F32 && shape.kv_type != DType::F16 && shape.kv_type != DType::BF16)
     throw Error("memory plan: the KV cache type must be f32, f16 or bf16");
   MemoryPlan p;
@@ -205,8 +216,11 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.host_budget = budgets.host;
 
   // Fixed device costs: everything but the target's layer matrices.
-  const std::string ctx = (shape.sequences == 1 ? "" : std::to_string(shape.sequences) + " sequences x ") + "ctx " +
-                          std::to_string(shape.ctx) +
+  const std::string ctx = (shape.sequences == 1 ? ""
+                           : shape.kv_rows > 0 ? std::to_string(shape.kv_rows) + " positions for up to " +
+                                                     std::to_string(shape.sequences) + " sequences, "
+                                               : std::to_string(shape.sequences) + " sequences x ") +
+                          "ctx " + std::to_string(shape.ctx) +
                           (shape.kv_type == DType::F32 ? "" : ", " + std::string(dtype_name(shape.kv_type)));
   const char* kv_what = shape.sequences == 1 ? "KV cache" : "KV pool";
   const std::string toks = std::to_string(shape.max_tokens) + " tokens";
@@ -368,7 +382,10 @@ nlohmann::json plan_json(const MemoryPlan& p) {
   j["draft"] = p.draft.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.draft);
   j["backend"] = p.backend == BackendKind::kCuda ? "cuda" : "cpu";
   j["ctx"] = p.shape.ctx;
-  if (p.shape.sequences != 1) j["sequences"] = p.shape.sequences, j["kv_block_rows"] = p.shape.kv_block_rows;
+  if (p.shape.sequences != 1) {
+    j["sequences"] = p.shape.sequences, j["kv_block_rows"] = p.shape.kv_block_rows;
+    j["kv_pool_rows"] = kv_pool_blocks(p.shape) * p.shape.kv_block_rows;
+  }
   j["kv_type"] = std::string(dtype_name(p.shape.kv_type));
   j["max_tokens"] = p.shape.max_tokens;
   j["threads"] = p.shape.threads;

@@ -51,7 +51,15 @@ struct RunShape {
   // blocks of kv_block_rows (kv_pool_bytes), and the pass's block tables.
   int sequences = 1;
   int kv_block_rows = 16;
+  // With sequences > 1: positions of the pool for all sequences together
+  // (admission promises each sequence its own rows, so short prompts leave
+  // room for more); 0 = sequences x ctx, each sequence's ctx in whole blocks.
+  // REQUIRES: 0 or >= ctx.
+  int kv_rows = 0;
 };
+
+// Blocks of the paged KV pool a shape asks for (its kv_rows, else sequences x ctx).
+int64_t kv_pool_blocks(const RunShape& s);
 
 // Bytes of a paged KV pool (src/engine/kv_pool.h) in which each of `sequences`
 // sequences may hold `rows` positions: whole blocks of block_rows rows per

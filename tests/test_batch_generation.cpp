@@ -66,6 +66,32 @@ std::vector<Req> requests(int vocab) {
   return out;
 }
 
+// Each request run alone by generate() (greedy: at temperature 0), the
+// reference every shared run is compared with; sets each request's prompt.
+std::vector<spec::Generation> solo_runs(Fixture& f, std::vector<Req>& reqs, bool greedy) {
+  std::vector<spec::Generation> solo;
+  for (auto& q : reqs) {
+    if (greedy) q.r.sampling.temperature = 0;
+    q.r.prompt = q.prompt;
+    solo.push_back(spec::generate(*f.m->tf, *f.tok, q.r, nullptr));
+  }
+  return solo;
+}
+
+// Steps gen until idle; each request's generation by ticket (tickets 1..n).
+// A run that does not end within 10,000 steps is a failure.
+std::vector<std::optional<spec::Generation>> run_until_idle(spec::BatchGenerator& gen, size_t n) {
+  std::vector<std::optional<spec::Generation>> got(n);
+  for (int steps = 0; !gen.idle(); ++steps) {
+    if (steps == 10000) {
+      ADD_FAILURE() << "the batch did not end in 10000 steps";
+      break;
+    }
+    for (auto& d : gen.step()) got[d.ticket - 1] = std::move(d.generation);
+  }
+  return got;
+}
+
 void expect_same(const spec::Generation& a, const spec::Generation& b, const std::string& what) {
   EXPECT_EQ(a.tokens, b.tokens) << what;
   EXPECT_EQ(a.text, b.text) << what;
@@ -80,11 +106,7 @@ TEST_P(BatchGeneration, EveryRequestEqualsItsRunAlone) {
   BatchInvariant inv;
   Fixture f(GetParam());
   auto reqs = requests(f.m->V());
-  std::vector<spec::Generation> solo;
-  for (auto& q : reqs) {
-    q.r.prompt = q.prompt;
-    solo.push_back(spec::generate(*f.m->tf, *f.tok, q.r, nullptr));
-  }
+  const std::vector<spec::Generation> solo = solo_runs(f, reqs, /*greedy=*/false);
   // The control that the comparison can fail: requests differ from each other.
   EXPECT_NE(solo[1].tokens, solo[2].tokens);
 
@@ -98,12 +120,7 @@ TEST_P(BatchGeneration, EveryRequestEqualsItsRunAlone) {
     std::vector<uint64_t> tickets;
     for (size_t i = 0; i < reqs.size(); ++i)
       tickets.push_back(gen.submit(reqs[i].r, [&, i](std::string_view s) { streamed[i] += s; }));
-    std::vector<std::optional<spec::Generation>> got(reqs.size());
-    int steps = 0;
-    while (!gen.idle()) {
-      ASSERT_LT(++steps, 10000);
-      for (auto& d : gen.step()) got[d.ticket - 1] = std::move(d.generation);
-    }
+    const std::vector<std::optional<spec::Generation>> got = run_until_idle(gen, reqs.size());
     const std::string shape = "sequences " + std::to_string(seqs) + ", pass " + std::to_string(pass) +
                               ", blocks of " + std::to_string(block_rows);
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -203,12 +220,7 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
   testutil::write_tiny_llama(other_path, other);
   testutil::TestModel other_model(other_path);
   auto reqs = requests(f.m->V());
-  std::vector<spec::Generation> solo;
-  for (auto& q : reqs) {
-    q.r.sampling.temperature = 0;  // greedy: speculation must not change a token
-    q.r.prompt = q.prompt;
-    solo.push_back(spec::generate(*f.m->tf, *f.tok, q.r, nullptr));
-  }
+  const std::vector<spec::Generation> solo = solo_runs(f, reqs, /*greedy=*/true);  // speculation must not change a token
   spec::TreeOptions o;
   o.tree = "sequoia";
   o.budget = 6;
@@ -232,12 +244,7 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
       std::vector<std::string> streamed(reqs.size());
       for (size_t i = 0; i < reqs.size(); ++i)
         gen.submit(reqs[i].r, [&, i](std::string_view s) { streamed[i] += s; });
-      std::vector<std::optional<spec::Generation>> got(reqs.size());
-      int steps = 0;
-      while (!gen.idle()) {
-        ASSERT_LT(++steps, 10000);
-        for (auto& d : gen.step()) got[d.ticket - 1] = std::move(d.generation);
-      }
+      const std::vector<std::optional<spec::Generation>> got = run_until_idle(gen, reqs.size());
       // Each sequence's draft passes are the levels of its trees; shared passes
       // carry several sequences' levels at once.
       int64_t own_draft_passes = 0;
@@ -277,12 +284,7 @@ TEST_P(BatchGeneration, ChainAsDeepAsItIsLongSharesPasses) {
   BatchInvariant inv;
   Fixture f(GetParam());
   auto reqs = requests(f.m->V());
-  std::vector<spec::Generation> solo;
-  for (auto& q : reqs) {
-    q.r.sampling.temperature = 0;
-    q.r.prompt = q.prompt;
-    solo.push_back(spec::generate(*f.m->tf, *f.tok, q.r, nullptr));
-  }
+  const std::vector<spec::Generation> solo = solo_runs(f, reqs, /*greedy=*/true);
   spec::TreeOptions o;
   o.tree = "chain:4";
   spec::BatchDraft draft;
@@ -296,11 +298,7 @@ TEST_P(BatchGeneration, ChainAsDeepAsItIsLongSharesPasses) {
               f.m->tf->kv_type());
   spec::BatchGenerator gen(*f.m->tf, *f.tok, pool, {3, 7}, &draft);
   for (auto& q : reqs) gen.submit(q.r);
-  std::vector<std::optional<spec::Generation>> got(reqs.size());
-  for (int steps = 0; !gen.idle(); ++steps) {
-    ASSERT_LT(steps, 10000);
-    for (auto& d : gen.step()) got[d.ticket - 1] = std::move(d.generation);
-  }
+  const std::vector<std::optional<spec::Generation>> got = run_until_idle(gen, reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_TRUE(got[i].has_value());
     expect_same(*got[i], solo[i], "chain:4, request " + std::to_string(i));

@@ -361,6 +361,22 @@ TEST(Plan, SeveralSequencesCountAPagedPool) {
   bad = four;
   bad.kv_block_rows = 0;
   EXPECT_THROW(plan_memory(m, nullptr, Budgets{}, bad), Error);
+  // A pool sized for all sequences together (kv_rows): whole blocks of it, not sequences x ctx.
+  RunShape sized = four;
+  sized.kv_rows = 1500;  // 94 blocks of 16, where 4 x 1000 takes 252
+  EXPECT_EQ(kv_pool_blocks(sized), 94);
+  EXPECT_EQ(kv_pool_blocks(four), 4 * 63);
+  const MemoryPlan c = plan_memory(m, nullptr, Budgets{}, sized);
+  EXPECT_EQ(item_bytes(c, "KV pool (target, 1500 positions for up to 4 sequences, ctx 1000)"),
+            KvPool::bytes_for(8, kv_dim, 94, 16, DType::F32) + 64ull * (6 + 63) * 4);
+  EXPECT_EQ(plan_json(c)["kv_pool_rows"], 94 * 16);
+  EXPECT_EQ(b.device_min - c.device_min, KvPool::bytes_for(8, kv_dim, 4 * 63 - 94, 16, DType::F32));
+  bad = sized;
+  bad.kv_rows = 999;  // less than one sequence's context
+  EXPECT_THROW(plan_memory(m, nullptr, Budgets{}, bad), Error);
+  bad = sized;
+  bad.sequences = 1;  // one sequence has a KvCache of ctx rows
+  EXPECT_THROW(plan_memory(m, nullptr, Budgets{}, bad), Error);
 }
 
 TEST(Plan, ContextGrowsTheKvCaches) {

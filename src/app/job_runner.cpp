@@ -4,11 +4,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <unordered_set>
 #include <vector>
 
+#include "offload/placement.h"
 #include "src/engine/sampler.h"
 #include "src/jobs/progress.h"
 #include "src/jobs/prompts.h"
@@ -89,9 +91,17 @@ struct CheckedJob {
 // The most sequences batch.sequences = "auto" runs at once.
 constexpr int kAutoSequences = 64;
 
-// Continuous batching: a session for sequences > 1 whose plan fits. "auto":
-// as many as the prompts (up to kAutoSequences), halved until the budgets hold
-// them (1 when no more than one fits). Throws on an explicit count that does not fit.
+// Continuous batching: a session for sequences > 1 whose plan fits. Throws on
+// an explicit count that does not fit (its pool: sequences x the longest
+// prompt's rows). "auto": up to kAutoSequences (no more than the prompts) in
+// flight, and a KV pool of the most positions the budgets hold, up to what
+// that many of the longest prompts need: each sequence is promised its own
+// rows when admitted, so short prompts leave room for more of them. Positions
+// take device memory from resident layers; on a streamed pass a sequence's
+// rows cost a small share of the pass's bytes while each sequence adds its
+// tokens to the pass, so the pool takes all it can use. Fewer sequences
+// (halved) when not even one longest prompt's rows fit beside that many
+// sequences' pass; 1 when none fits.
 void choose_sequences(const jobs::JobConfig& job, CheckedJob& c) {
   Session& session = *c.session;
   const char* key = job.device_mem.empty() ? "memory.host" : "memory.device";
@@ -105,15 +115,24 @@ void choose_sequences(const jobs::JobConfig& job, CheckedJob& c) {
     }
     return;
   }
+  std::vector<int> need;  // each prompt's rows, as BatchGenerator promises them
+  for (const auto& t : c.tokens)
+    need.push_back(static_cast<int>(t.size()) + job.max_tokens + std::max(1, session.tree_nodes()));
+  std::sort(need.begin(), need.end(), std::greater<>());
+  const int block = offload::RunShape{}.kv_block_rows;  // the pool's
   for (int b = std::min<int>(kAutoSequences, static_cast<int>(c.items.size())); b > 1; b /= 2) {
     session.set_sequences(b);
-    try {
-      session.check_plan(c.rows, c.batch_tokens);
-      return;
-    } catch (const SetupError&) {
-    }
+    int64_t most = 0;  // the b longest prompts' rows, each in whole blocks
+    for (int i = 0; i < b; ++i) most += (need[static_cast<size_t>(i)] + block - 1) / block * block;
+    if (session.fit_kv_rows(c.rows, c.batch_tokens, std::max<int64_t>(most, c.rows)) > 0) return;
   }
+  session.set_kv_rows(0);
   session.set_sequences(1);
+  try {
+    session.check_plan(job.ctx, c.batch_tokens);
+  } catch (const SetupError& e) {
+    throw Error(job.where(key) + ": " + e.what());
+  }
 }
 
 // Everything that can be wrong is found before the weights load.
@@ -160,8 +179,8 @@ CheckedJob check_job_run(const jobs::JobConfig& job, const JobHooks& hooks) {
   apply_run_options(run);
   c.batch_tokens = std::min(job.ctx, job.prefill_chunk);
   c.rows = std::max(c.rows, 16);
-  try {
-    if (session.config().sequences < 2) session.check_plan(job.ctx, c.batch_tokens);
+  try {  // (batch.sequences = "auto": choose_sequences checks what it chooses)
+    if (session.config().sequences < 2 && !job.sequences_auto) session.check_plan(job.ctx, c.batch_tokens);
   } catch (const SetupError& e) {
     throw Error(job.where(job.device_mem.empty() ? "memory.host" : "memory.device") + ": " + e.what());
   }
@@ -466,6 +485,13 @@ json summarise(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoin
               {"kv_type", job.kv_type},
               {"sequences", c.session->config().sequences},
               {"pass_tokens", job.pass_tokens}};
+  if (c.session->config().sequences > 1) {  // the paged KV pool's positions, all sequences together
+    offload::RunShape pool;
+    pool.sequences = c.session->config().sequences;
+    pool.ctx = c.rows;
+    pool.kv_rows = c.session->config().kv_rows;
+    f.config["kv_pool_rows"] = offload::kv_pool_blocks(pool) * pool.kv_block_rows;
+  }
   if (job.shard.active()) f.config["shard"] = job.shard.str();
   json s = jobs::summary_json(jobs::total_results(job.output, wanted), f);
   if (c.session->target().streamed) s["offload"] = offload_stats(c.session->target());

@@ -72,17 +72,8 @@ std::vector<SequencesRow> sequences_rows(const HardwareProfile& hw, const ModelD
   const std::vector<std::vector<double>> g = spec::sequoia_value_table(o.acceptance, per_sequence, depth);
   std::vector<double> f(g[static_cast<size_t>(depth)].begin() + 1, g[static_cast<size_t>(depth)].end());
   const auto c = [&](int w) { return draft_pass(hw, draft, w, o.n_past, o.kv_type).seconds; };
-  std::vector<int> grid;
-  for (int k = 1; k < per_sequence; k = std::max(k + 1, k * 5 / 4)) grid.push_back(k);
-  grid.push_back(per_sequence);
-  // The level widths of the trees at the grid; between grid points the
-  // smaller grid tree's levels stand in (the DP's trees grow level by level).
-  std::vector<std::vector<int>> widths(static_cast<size_t>(per_sequence));
-  for (size_t i = 0; i < grid.size(); ++i) {
-    const std::vector<int> w = spec::level_widths(spec::sequoia_tree(o.acceptance, grid[i], depth));
-    const int next = i + 1 < grid.size() ? grid[i + 1] : per_sequence + 1;
-    for (int k = grid[i]; k < next; ++k) widths[static_cast<size_t>(k - 1)] = w;
-  }
+  const std::vector<std::vector<int>> widths = spec::grid_level_widths(
+      per_sequence, [&](int k) { return spec::sequoia_tree(o.acceptance, k, depth); });
   // The trees of the sequences in one pass grow together: one draft pass per level.
   const auto draft_s = [&](const std::vector<int>& ks) { return spec::shared_draft_seconds(widths, ks, c); };
   std::vector<SequencesRow> rows;

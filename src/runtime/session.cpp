@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 
 #include "src/jobs/job.h"
@@ -127,14 +128,54 @@ std::vector<int32_t> Session::prepare_prompt(const PromptText& p, const PromptRo
   return tokens;
 }
 
+void Session::set_kv_rows(int rows) {
+  if (loaded()) throw Error("Session::set_kv_rows after load()");
+  if (rows < 0) throw Error("Session::set_kv_rows: negative rows");
+  c_.kv_rows = rows;
+}
+
+int Session::fit_kv_rows(int ctx, int batch_tokens, int64_t most) {
+  if (c_.sequences < 2) throw Error("Session::fit_kv_rows: the session runs one sequence at a time");
+  const int block = offload::RunShape{}.kv_block_rows;
+  const auto blocks = [block](int64_t rows) { return (rows + block - 1) / block; };
+  int64_t lo = blocks(ctx), hi = std::min<int64_t>(blocks(most), std::numeric_limits<int>::max() / block);
+  auto fits = [&](int64_t b) {
+    set_kv_rows(static_cast<int>(b * block));
+    try {
+      check_plan(ctx, batch_tokens);
+      return true;
+    } catch (const SetupError&) {
+      return false;
+    }
+  };
+  if (hi < lo || !fits(lo)) {
+    set_kv_rows(0);
+    return 0;
+  }
+  while (lo < hi) {  // the most blocks that fit
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  set_kv_rows(static_cast<int>(lo * block));
+  return c_.kv_rows;
+}
+
 offload::RunShape Session::shape(int ctx, int batch_tokens) const {
   offload::RunShape s;
   s.ctx = ctx;
   s.max_tokens = std::max(batch_tokens, draft_ ? tree_nodes() + 1 : 0);
   if (c_.sequences > 1) {
     s.sequences = c_.sequences;
-    // Every decoding sequence has its token in each pass, whatever pass_tokens says.
-    s.max_tokens = std::max({s.max_tokens, c_.pass_tokens, c_.sequences});
+    // Every decoding sequence has its token in each pass, whatever pass_tokens
+    // says. Without a draft that is all a shared pass carries: prompts are read
+    // in chunks under pass_tokens, not batch_tokens. (With one, a sequence's
+    // first draft pass holds its whole prompt and trees may not shrink below
+    // their shape: batch_tokens and the tree stay counted.)
+    s.max_tokens = std::max({draft_ ? s.max_tokens : 1, c_.pass_tokens, c_.sequences});
+    s.kv_rows = c_.kv_rows;
   }
   return s;
 }
@@ -189,9 +230,8 @@ spec::BatchGenerator& Session::batcher() {
   if (!batcher_) {
     const offload::RunShape s = shape(ctx_, c_.pass_tokens);
     const LlamaHParams& hp = target_.desc.hp;
-    const int blocks_per_seq = (ctx_ + s.kv_block_rows - 1) / s.kv_block_rows;
     pool_ = std::make_unique<KvPool>(*target_.backend, hp.n_layers, hp.n_kv_heads * hp.head_dim,
-                                     c_.sequences * blocks_per_seq, s.kv_block_rows, ctx_,
+                                     static_cast<int>(offload::kv_pool_blocks(s)), s.kv_block_rows, ctx_,
                                      target_.transformer->kv_type());
     const spec::BatchLimits limits{c_.sequences, std::max(c_.pass_tokens, c_.sequences)};
     if (!setup_) {

@@ -48,6 +48,9 @@ struct SessionConfig {
   // for that many sequences of ctx positions and batcher().
   int sequences = 1;
   int pass_tokens = 64;  // tokens in one shared pass (decode tokens first, then prompt chunks)
+  // With sequences > 1: KV positions of the pool for all sequences together
+  // (offload::RunShape::kv_rows); 0 = sequences x ctx.
+  int kv_rows = 0;
 };
 
 // A setting that cannot work; `key` says which one ("draft", "tree", "memory")
@@ -125,6 +128,17 @@ class Session {
   // Sets config().sequences (continuous batching), checked as the constructor
   // checks it. REQUIRES: before load().
   void set_sequences(int sequences);
+  // Sets config().kv_rows. REQUIRES: before load(); 0 or, with sequences > 1,
+  // at least the ctx load() will get (else load() throws).
+  void set_kv_rows(int rows);
+  // With config().sequences > 1: sets config().kv_rows to the most KV
+  // positions, in whole blocks, from one sequence's `ctx` up to `most`, that
+  // the budgets hold beside the rest of the run (check_plan), and returns
+  // them; without budgets, `most`. Returns 0 (kv_rows unset) when not even
+  // ctx fits. A sequence is promised its own rows when admitted, so a pool
+  // of fewer than sequences x ctx positions still runs that many short ones.
+  // REQUIRES: before load(); ctx <= most.
+  int fit_kv_rows(int ctx, int batch_tokens, int64_t most);
   // Loads the draft (resident) and the target (planned under the budgets),
   // then runs --tree auto (saying what it chose on `log`, if not null).
   void load(int ctx, int batch_tokens, std::FILE* log = stderr);
@@ -146,7 +160,7 @@ class Session {
                                   std::vector<std::string> stop) const;
   // The many-sequence loop (continuous batching) over the target, for
   // config().sequences > 1 after load(): a KV pool of `sequences` x ctx
-  // positions and passes of pass_tokens tokens, made on the first call. Its
+  // positions (config().kv_rows if set) and passes of pass_tokens tokens, made on the first call. Its
   // requests run with batch-invariant CPU kernels (set at load()), so each
   // one's output is what it is alone in the batcher. Throws redwood::Error
   // before load() or with sequences == 1.

@@ -110,8 +110,11 @@ int serve(ServeSettings& f) {
   std::fflush(stdout);
   session->load(shape.ctx, shape.batch_tokens);
   srv.ready();
-  std::fprintf(stderr, "redwood: ready: %s, %d sequence(s) of %d positions\n", model_id(f.s.run.model).c_str(),
-               session->config().sequences, f.o.ctx);
+  if (session->config().sequences > 1)
+    std::fprintf(stderr, "redwood: ready: %s, %d sequences of up to %d positions sharing a KV pool of %d\n",
+                 model_id(f.s.run.model).c_str(), session->config().sequences, f.o.ctx, session->config().kv_rows);
+  else
+    std::fprintf(stderr, "redwood: ready: %s, 1 sequence of %d positions\n", model_id(f.s.run.model).c_str(), f.o.ctx);
   while (runtime::stop_signal() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   srv.stop();
   runtime::finish_run(session->target(), f.s.run);

@@ -63,6 +63,12 @@ LoadShape size_session(runtime::Session& s, int& ctx, bool ctx_given, int sequen
   LoadShape shape;
   shape.ctx = ctx + 1 + (nodes ? nodes + 2 : 0);  // +1: the last token's row; a tree on top
   shape.batch_tokens = s.config().sequences > 1 ? s.config().pass_tokens : std::min(ctx, s.config().prefill_chunk);
+  // Several sequences share a paged KV pool: the most positions the budget
+  // holds, up to sequences x ctx; each request is promised its own rows, so
+  // short requests run that many at once and long ones wait their turn.
+  if (s.config().sequences > 1 &&
+      s.fit_kv_rows(shape.ctx, shape.batch_tokens, static_cast<int64_t>(s.config().sequences) * shape.ctx) > 0)
+    return shape;
   try {
     s.check_plan(shape.ctx, shape.batch_tokens);
   } catch (const runtime::SetupError& e) {

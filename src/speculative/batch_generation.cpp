@@ -67,20 +67,12 @@ BatchGenerator::BatchGenerator(Transformer& target, const Tokenizer& tok, KvPool
       shapes_.back() = full;
       tree_value_.assign(g[static_cast<size_t>(depth)].begin() + 1, g[static_cast<size_t>(depth)].end());
       tree_value_.push_back(expected_tokens(full, draft->acceptance));
-      // The draft's passes (the node budget rule's draft time) from the trees
-      // at a grid of sizes, the smaller grid tree's levels standing in between,
-      // as `redwood plan --sequences` does.
-      tree_widths_.resize(static_cast<size_t>(n));
-      if (draft->draft_level_seconds) {
-        std::vector<int> grid;
-        for (int k = 1; k < n; k = std::max(k + 1, k * 5 / 4)) grid.push_back(k);
-        grid.push_back(n);
-        for (size_t i = 0; i < grid.size(); ++i) {
-          const std::vector<int> w = level_widths(tree_of(grid[i]));
-          const int next = i + 1 < grid.size() ? grid[i + 1] : n + 1;
-          for (int k = grid[i]; k < next; ++k) tree_widths_[static_cast<size_t>(k - 1)] = w;
-        }
-      }
+      // The draft's passes (the node budget rule's draft time), as `redwood
+      // plan --sequences` prices them.
+      if (draft->draft_level_seconds)
+        tree_widths_ = grid_level_widths(n, [this](int k) { return tree_of(k); });
+      else
+        tree_widths_.resize(static_cast<size_t>(n));
     }
     min_tree_ = shapes_.size() == 1 ? n : 1;
     // The draft's rows of a sequence never outnumber its target rows' promise

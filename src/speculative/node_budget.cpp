@@ -57,4 +57,17 @@ std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<d
   return split(best);
 }
 
+std::vector<std::vector<int>> grid_level_widths(int n, const std::function<StaticTree(int)>& tree_of) {
+  std::vector<int> grid;
+  for (int k = 1; k < n; k = std::max(k + 1, k * 5 / 4)) grid.push_back(k);
+  grid.push_back(n);
+  std::vector<std::vector<int>> widths(static_cast<size_t>(n));
+  for (size_t i = 0; i < grid.size(); ++i) {
+    const std::vector<int> w = level_widths(tree_of(grid[i]));
+    const int next = i + 1 < grid.size() ? grid[i + 1] : n + 1;
+    for (int k = grid[i]; k < next; ++k) widths[static_cast<size_t>(k - 1)] = w;
+  }
+  return widths;
+}
+
 }  // namespace redwood::spec

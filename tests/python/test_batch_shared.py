@@ -10,6 +10,8 @@ Checks:
                   the control: another job seed changes the sampled lines.
     kill/resume : a job killed (SIGKILL) with prompts in flight resumes to the same lines.
     bad lines   : a prompt too long for memory.ctx is a skipped line (on_bad_line = "skip"), the rest run.
+    auto pool   : "auto" under a tight device budget sizes the KV pool to the prompts' own rows: more in
+                  flight than that many of the longest prompt would allow (sequences = 3 refused there).
     trees       : with a draft (Sequoia trees in the shared passes: fixed, and shrunk to fit a small pass), greedy
                   lines equal the plain lines; the summary shows tree steps.
     refused     : sequences > 1 with a dynamic tree, sequences = 0, a bad word -> exit 1, one line naming the key.
@@ -132,6 +134,34 @@ def main() -> int:
                   and shared.get("tokens_per_decode_slot", 0) > 1, json.dumps(shared))
             check(f"trees, {batch.splitlines()[1]}: the draft's passes carried several sequences' levels",
                   shared.get("draft_passes", 0) > 0 and shared.get("draft_tokens_per_pass", 0) > 1, json.dumps(shared))
+
+    # "auto" under a device budget: the KV pool holds what the prompts need, not the longest one's rows
+    # for each sequence. One long prompt (656 KV positions with its tokens) and nine short ones; at
+    # 100 MiB the plan holds about 1,100 positions beside the streamed layers: the ten prompts' own rows,
+    # not two of the long one's. The controls: sequences = 3 is refused there, and the old rule (that
+    # many of the longest prompt's rows per sequence, halved until they fit) would run one at a time.
+    mixed = write(os.path.join(tmp, "mixed.jsonl"), "\n".join(
+        [json.dumps({"id": "long", "prompt": "Repeat after me: " + "one two three four " * 150})] + first[:9]) + "\n")
+    runs = {}
+    for name, batch, mem in (("auto", 'sequences = "auto"', '[memory]\ndevice = "100MiB"\n'),
+                             ("three", "sequences = 3", '[memory]\ndevice = "100MiB"\n'),
+                             ("alone", "sequences = 1", "")):
+        out = os.path.join(tmp, f"mixed-{name}.jsonl")
+        runs[name] = (run(rw, write(os.path.join(tmp, f"mixed-{name}.toml"),
+                                    job_text(model, out, batch, 0.0, 7, mixed, extra=mem))), out)
+    (p, out), (p1, out1), (p3, _) = runs["auto"], runs["alone"], runs["three"]
+    check("auto in 100 MiB: exit 0", p.returncode == 0, p.stderr[-400:])
+    if p.returncode == 0:
+        summ = json.load(open(out + ".summary.json"))
+        shared, cfg = summ.get("shared_passes", {}), summ.get("config", {})
+        check("auto in 100 MiB: more than 2 prompts in flight (the pool holds their own rows)",
+              shared.get("max_in_flight", 0) > 2, json.dumps(shared) + json.dumps(cfg))
+        check("auto in 100 MiB: a pool of one to three of the longest prompt's rows",
+              656 <= cfg.get("kv_pool_rows", 0) < 3 * 656, json.dumps(cfg))
+        check("auto in 100 MiB: every line equals the prompt run alone",
+              p1.returncode == 0 and by_id(out) == by_id(out1), p1.stderr[-300:])
+    check("the control: sequences = 3 (3 x the longest prompt's rows) does not fit 100 MiB",
+          p3.returncode == 1 and "memory.device" in p3.stderr, p3.stderr[-300:])
 
     # Refused settings: one line naming the key, exit 1, no output.
     for what, batch, extra in (("with a dynamic tree", "sequences = 2",
