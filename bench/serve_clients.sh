@@ -7,9 +7,10 @@
 #   bench/serve_clients.sh                              N=16 M=64 MEM=820MiB KV=f16 SEQ=16 on the stand-in
 #   MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf MEM= N=2 M=8 bench/serve_clients.sh   (a quick check)
 #
-# Both arms: greedy, chat prompts, max_tokens M, SEQ sequences sharing each pass, the
-# same memory settings. batch: its summary's tokens_per_second_this_run (wall after
-# loading, prefill included). serve: every client sends its request at once (streamed,
+# Both arms: greedy, chat prompts, max_tokens M, the same memory settings; the batch job
+# with sequences = "auto" (up to its N prompts, a KV pool sized to the budget), the server
+# with --sequences SEQ (its pool sized to the budget the same way, up to SEQ x ctx).
+# batch: its summary's tokens_per_second_this_run (wall after loading, prefill included). serve: every client sends its request at once (streamed,
 # usage included); aggregate = all completion tokens / (last end - first send); per
 # client: tokens / (end - send); TTFT: send -> first content chunk. Idle: the server's
 # CPU seconds (utime + stime, /proc/PID/stat) over IDLE seconds after the last reply.
@@ -55,8 +56,6 @@ device = \"$MEM\""
 COMMON="[model]
 target = \"$MODEL\"
 $MEMORY
-[batch]
-sequences = $SEQ
 [sampling]
 temperature = 0
 max_tokens = $M"
@@ -65,6 +64,8 @@ cat > "$OUT/batch.toml" <<EOF
 name = "serve-clients-batch"
 $COMMON
 seed = 1
+[batch]
+sequences = "auto"
 [input]
 prompts = "$OUT/prompts.jsonl"
 chat = true
@@ -72,11 +73,13 @@ chat = true
 path = "$OUT/batch.jsonl"
 EOF
 rm -f "$OUT/batch.jsonl" "$OUT/batch.jsonl.summary.json"
-echo "serve_clients: batch job ($N prompts x $M tokens, $SEQ sequences)" >&2
+echo "serve_clients: batch job ($N prompts x $M tokens, sequences \"auto\")" >&2
 $RW batch "$OUT/batch.toml" -q
 
 cat > "$OUT/serve.toml" <<EOF
 $COMMON
+[batch]
+sequences = $SEQ
 [server]
 port = 0
 max_queue = $N
@@ -150,7 +153,7 @@ def find(d, key):
 batch_tps, batch_tok = find(s, "tokens_per_second_this_run"), find(s, "tokens_this_run")
 print(f"| {n} clients x {m} tokens | tokens | tokens/s |")
 print("|---|---:|---:|")
-print(f"| batch job | {batch_tok} | {batch_tps:.3f} |")
+print(f"| batch job (sequences auto: {find(s, 'max_in_flight')} in flight at most) | {batch_tok} | {batch_tps:.3f} |")
 print(f"| serve, aggregate | {total} | {agg:.3f} |")
 print()
 print(f"serve / batch = {agg / batch_tps:.3f} (goal: >= 0.90); median TTFT {ttft:.2f} s; per-client tokens/s "
