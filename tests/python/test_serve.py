@@ -357,6 +357,32 @@ def solo_and_key_checks(rw: str, model_path: str, model: str) -> None:
         s.stop()
 
 
+def streamed_checks(rw: str, model_path: str, model: str) -> None:
+    """Layers streamed from storage (--device-mem): the answer is the resident server's, /metrics counts the
+    seconds passes waited for layers, and the sequences share a KV pool sized to the budget."""
+    s = Server(rw, model_path, "--device-mem", "150MiB")
+    try:
+        r = s.client().completions.create(model=model, prompt="1, 2, 3,", max_tokens=8, temperature=0)
+        m = s.metrics()
+        check("streamed: passes waited for streamed layers (redwood_io_wait_seconds_total > 0)",
+              m.get("redwood_io_wait_seconds_total", 0) > 0 and m.get("redwood_pass_seconds_total", 0) > 0,
+              str({k: v for k, v in m.items() if "seconds" in k}))
+        err = ""
+        while "ready:" not in err and s.p.poll() is None:
+            err = s.p.stderr.readline()
+        check("streamed: 8 sequences share a KV pool sized to the budget",
+              f"8 sequences of up to {CTX} positions sharing a KV pool of" in err, err)
+    finally:
+        check("streamed: exits 0 on SIGTERM", s.stop() == 0, "")
+    s = Server(rw, model_path)
+    try:
+        alone = s.client().completions.create(model=model, prompt="1, 2, 3,", max_tokens=8, temperature=0)
+        check("streamed: the greedy text equals the resident server's", r.choices[0].text == alone.choices[0].text,
+              f"{r.choices[0].text!r} {alone.choices[0].text!r}")
+    finally:
+        s.stop()
+
+
 def refused_and_shutdown(rw: str, model_path: str, model: str) -> None:
     p = subprocess.run([rw, "serve", "-m", model_path, "--host", "0.0.0.0", "--port", "0"], capture_output=True,
                        text=True, timeout=60)
@@ -560,6 +586,7 @@ def main() -> int:
         check("serve exits 0 on SIGTERM", rc == 0, str(rc))
     if args.only != "load":
         solo_and_key_checks(args.redwood, args.model, model)
+        streamed_checks(args.redwood, args.model, model)
         with tempfile.TemporaryDirectory() as tmp:
             config_checks(args.redwood, args.model, model, tmp)
             slow_client_checks(args.redwood, args.model, model, tmp)
