@@ -169,12 +169,16 @@ offload::RunShape Session::shape(int ctx, int batch_tokens) const {
   s.max_tokens = std::max(batch_tokens, draft_ ? tree_nodes() + 1 : 0);
   if (c_.sequences > 1) {
     s.sequences = c_.sequences;
-    // Every decoding sequence has its token in each pass, whatever pass_tokens
-    // says. Without a draft that is all a shared pass carries: prompts are read
-    // in chunks under pass_tokens, not batch_tokens. (With one, a sequence's
-    // first draft pass holds its whole prompt and trees may not shrink below
-    // their shape: batch_tokens and the tree stay counted.)
-    s.max_tokens = std::max({draft_ ? s.max_tokens : 1, c_.pass_tokens, c_.sequences});
+    // A shared target pass: prompt chunks under pass_tokens (not batch_tokens),
+    // and every decoding sequence's token, or its tree: at least one node
+    // where smaller Sequoia trees can stand in (sequoia, auto), else the whole
+    // shape (BatchGenerator::step). The draft's first pass for a sequence
+    // holds its whole prompt: the draft keeps batch_tokens.
+    const bool shrinks = c_.tree.tree == "sequoia" || c_.tree.tree == "auto";
+    const int per_sequence = draft_ && !shrinks ? tree_nodes() + 1 : 1;
+    const int target = std::max(c_.pass_tokens, c_.sequences * per_sequence);
+    if (draft_) s.draft_max_tokens = std::max(s.max_tokens, target);
+    s.max_tokens = target;
     s.kv_rows = c_.kv_rows;
   }
   return s;
