@@ -34,7 +34,20 @@ struct WeightView {
 // position seq_past[seq[i]] + j); n_past and n_past_at are unused. Position r
 // of sequence s is cache row kv_row(table + s * table_stride, block_rows, r).
 // One sequence with seq unset is the case where position r is cache row r.
-// Every token's arithmetic is the same whatever else shares the pass.
+//
+// Sliding-window attention (window > 0, Mistral 7B v0.1): token i, at
+// position pos[i], does not attend to a key at position kp when
+// pos[i] - kp >= window (llama.cpp's LLAMA_SWA_TYPE_STANDARD, is_masked_swa;
+// Hugging Face's sliding_window_overlay agrees: a token sees itself and the
+// window - 1 positions before it). Committed position r is key position r, so
+// token i reads committed positions max(0, pos[i] - window + 1) .. past - 1;
+// anc lists only the block rows it attends to (the forward pass drops the
+// ancestors the window masks, by their own positions). window 0: no window
+// (pos unused).
+// Every token's arithmetic is the same whatever else shares the pass: its
+// keys, and the order it sums them in, depend only on its own position,
+// prefix and ancestors (so a window changes no reduction order where it masks
+// nothing).
 struct AttentionArgs {
   const float* q = nullptr;  // [n][n_heads * head_dim] (RoPE applied)
   const void* k = nullptr;  // [>= n_past + n][n_kv_heads * head_dim] of kv_type
@@ -55,7 +68,17 @@ struct AttentionArgs {
   const int32_t* seq_past = nullptr;  // [sequences]: committed positions of each
   const int32_t* table = nullptr;     // [sequences][table_stride]: block ids
   int table_stride = 0, block_rows = 0;
+  // Sliding window (see above): each token's position ([n], backend memory,
+  // read when the op executes) and the window in positions (0: none).
+  const int32_t* pos = nullptr;
+  int window = 0;
 };
+
+// The first committed position a token at position qp attends to under a
+// sliding window of `window` positions (0: none): qp - window + 1, at least 0.
+RD_HD int window_start(int qp, int window) {
+  return window > 0 && qp - window + 1 > 0 ? qp - window + 1 : 0;
+}
 
 // The cache row of position r of a sequence whose block table is `table`
 // (blocks of block_rows rows); table null: row r.

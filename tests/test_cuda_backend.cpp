@@ -258,39 +258,48 @@ TEST_F(Cuda, OverlappingCopiesMoveLikeMemmove) {
     }
 }
 
+// With a sliding window (7: it masks committed rows and deep ancestors) too:
+// token i at position n_past + its depth, its ancestor list cut to the window
+// as the forward pass cuts it; the reference masks by positions (issue 46).
 TEST_F(Cuda, TreeAttentionMatchesReference) {
   std::mt19937 g(4);
-  for (int hd : {16, 64, 128, 80})
-    for (int n_past : {0, 1, 37})
-      for (int n : {1, 5, 64}) {
-        const int heads = 4, kv_heads = 2;
-        std::vector<int32_t> parents(n);
-        for (int i = 0; i < n; ++i) parents[i] = i == 0 ? -1 : static_cast<int32_t>(g() % (i + 1)) - 1;
-        std::vector<int32_t> off(n + 1, 0), anc;
-        for (int i = 0; i < n; ++i) {
-          std::vector<int32_t> path;
-          for (int j = i; j >= 0; j = parents[j]) path.push_back(j);
-          anc.insert(anc.end(), path.rbegin(), path.rend());
-          off[i + 1] = static_cast<int32_t>(anc.size());
+  for (int window : {0, 7})
+    for (int hd : {16, 64, 128, 80})
+      for (int n_past : {0, 1, 37})
+        for (int n : {1, 5, 64}) {
+          const int heads = 4, kv_heads = 2;
+          std::vector<int32_t> parents(n), pos(n);
+          for (int i = 0; i < n; ++i) parents[i] = i == 0 ? -1 : static_cast<int32_t>(g() % (i + 1)) - 1;
+          for (int i = 0; i < n; ++i) pos[i] = parents[i] < 0 ? n_past : pos[parents[i]] + 1;
+          std::vector<int32_t> off(n + 1, 0), anc;
+          for (int i = 0; i < n; ++i) {
+            std::vector<int32_t> path;
+            for (int j = i; j >= 0; j = parents[j])
+              if (window == 0 || pos[i] - pos[j] < window) path.push_back(j);
+            anc.insert(anc.end(), path.rbegin(), path.rend());
+            off[i + 1] = static_cast<int32_t>(anc.size());
+          }
+          const auto q = randn(static_cast<size_t>(n) * heads * hd, 1);
+          const auto k = randn(static_cast<size_t>(n_past + n) * kv_heads * hd, 2);
+          const auto v = randn(k.size(), 3);
+          std::vector<float> want(q.size());
+          AttentionArgs a;
+          a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = want.data();
+          a.n = n, a.n_past = n_past, a.n_heads = heads, a.n_kv_heads = kv_heads, a.head_dim = hd;
+          a.parents = parents.data(), a.anc_off = off.data(), a.anc = anc.data();
+          a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          a.pos = pos.data(), a.window = window;
+          cpu::attention_reference(a);
+          auto dq = up(q), dk = up(k), dv = up(v), dp = up(parents), doff = up(off), danc = up(anc), dpos = up(pos);
+          auto dout = poisoned(q.size());
+          AttentionArgs d = a;
+          d.q = dq.as<float>(), d.k = dk.as<float>(), d.v = dv.as<float>(), d.out = dout.as<float>();
+          d.parents = dp.as<int32_t>(), d.anc_off = doff.as<int32_t>(), d.anc = danc.as<int32_t>();
+          d.pos = dpos.as<int32_t>();
+          gpu->attention(d);
+          EXPECT_LT(rel_err(down<float>(dout, q.size()), want), 1e-5)
+              << "hd " << hd << " past " << n_past << " n " << n << " window " << window;
         }
-        const auto q = randn(static_cast<size_t>(n) * heads * hd, 1);
-        const auto k = randn(static_cast<size_t>(n_past + n) * kv_heads * hd, 2);
-        const auto v = randn(k.size(), 3);
-        std::vector<float> want(q.size());
-        AttentionArgs a;
-        a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = want.data();
-        a.n = n, a.n_past = n_past, a.n_heads = heads, a.n_kv_heads = kv_heads, a.head_dim = hd;
-        a.parents = parents.data(), a.anc_off = off.data(), a.anc = anc.data();
-        a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        cpu::attention_reference(a);
-        auto dq = up(q), dk = up(k), dv = up(v), dp = up(parents), doff = up(off), danc = up(anc);
-        auto dout = poisoned(q.size());
-        AttentionArgs d = a;
-        d.q = dq.as<float>(), d.k = dk.as<float>(), d.v = dv.as<float>(), d.out = dout.as<float>();
-        d.parents = dp.as<int32_t>(), d.anc_off = doff.as<int32_t>(), d.anc = danc.as<int32_t>();
-        gpu->attention(d);
-        EXPECT_LT(rel_err(down<float>(dout, q.size()), want), 1e-5) << "hd " << hd << " past " << n_past << " n " << n;
-      }
 }
 
 namespace {
@@ -480,32 +489,38 @@ TEST_F(Cuda, SeveralSequencesInOnePassMatchCpu) {
   }
 }
 
+// Also past a sliding window of 5 positions (the tree's deep nodes mask
+// their root: issue 46).
 TEST_F(Cuda, GreedySpeculativeDecodeMatchesCpu) {
-  const std::string path = ::testing::TempDir() + "cuda_spec_tiny.gguf";
-  testutil::TinyShape shape;
-  shape.layers = 4;
-  shape.type = DType::F32;  // the fp32 cuBLAS path: no 16-bit rounding to flip a near-tie
-  testutil::write_tiny_llama(path, shape);
-  const ModelDesc d = load_model_desc(path);
-  auto run = [&](Backend& be, WeightSource& tw, WeightSource& dw) {
-    Transformer target(d, tw, be), draft(d, dw, be);
-    spec::SpecConfig cfg;
-    cfg.shape = spec::make_tree_shape("kary:2x3", 0, 0, "");
-    spec::SpecDecoder dec(target, draft, d, d, cfg, 256);
-    const std::vector<int32_t> prompt = {1, 50, 60, 70};
-    dec.start(prompt);
-    std::vector<int32_t> out;
-    while (out.size() < 40) {
-      const auto step = dec.step();
-      out.insert(out.end(), step.begin(), step.end());
-    }
-    out.resize(40);
-    return out;
-  };
-  ResidentWeights host(d);
-  DeviceWeights dev(d, *gpu);
-  // F32 weights keep every path in fp32 (summation order aside), so no argmax flips.
-  EXPECT_EQ(run(*gpu, dev, dev), run(*cpu, host, host));
+  for (const uint32_t window : {0u, 5u}) {
+    const std::string path = ::testing::TempDir() + "cuda_spec_tiny.gguf";
+    testutil::TinyShape shape;
+    shape.layers = 4;
+    shape.type = DType::F32;  // the fp32 cuBLAS path: no 16-bit rounding to flip a near-tie
+    shape.sliding_window = window;
+    testutil::write_tiny_llama(path, shape);
+    const ModelDesc d = load_model_desc(path);
+    ASSERT_EQ(d.hp.sliding_window, static_cast<int>(window));
+    auto run = [&](Backend& be, WeightSource& tw, WeightSource& dw) {
+      Transformer target(d, tw, be), draft(d, dw, be);
+      spec::SpecConfig cfg;
+      cfg.shape = spec::make_tree_shape("kary:2x3", 0, 0, "");
+      spec::SpecDecoder dec(target, draft, d, d, cfg, 256);
+      const std::vector<int32_t> prompt = {1, 50, 60, 70};
+      dec.start(prompt);
+      std::vector<int32_t> out;
+      while (out.size() < 40) {
+        const auto step = dec.step();
+        out.insert(out.end(), step.begin(), step.end());
+      }
+      out.resize(40);
+      return out;
+    };
+    ResidentWeights host(d);
+    DeviceWeights dev(d, *gpu);
+    // F32 weights keep every path in fp32 (summation order aside), so no argmax flips.
+    EXPECT_EQ(run(*gpu, dev, dev), run(*cpu, host, host)) << "window " << window;
+  }
 }
 
 TEST_F(Cuda, SamplingKernelsFollowTheHostLaws) {

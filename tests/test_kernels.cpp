@@ -375,30 +375,53 @@ TEST(Kernels, Exp256IsWithinTwoUlp) {
 
 namespace {
 // A random tree of n tokens after n_past committed ones, with ancestor lists
-// (root first, self last) as the model builds them.
+// (root first, self last) as the model builds them. Under a sliding window
+// (with_window): token i at position n_past + its depth, its ancestor list
+// only the rows within the window.
 struct TreeCase {
   int n_heads, n_kv, hd, n_past, n;
   std::vector<int32_t> parents, off{0}, anc;
   std::vector<float> q, k, v;
+  std::vector<int32_t> pos;
+  int window = 0;
   AttentionArgs args(float* out) const {
-    return AttentionArgs{q.data(),
-                         k.data(),
-                         v.data(),
-                         out,
-                         n,
-                         n_past,
-                         n_heads,
-                         n_kv,
-                         hd,
-                         parents.data(),
-                         off.data(),
-                         anc.data(),
-                         1.0f / std::sqrt(float(hd))};
+    AttentionArgs a{q.data(),
+                    k.data(),
+                    v.data(),
+                    out,
+                    n,
+                    n_past,
+                    n_heads,
+                    n_kv,
+                    hd,
+                    parents.data(),
+                    off.data(),
+                    anc.data(),
+                    1.0f / std::sqrt(float(hd))};
+    a.pos = pos.empty() ? nullptr : pos.data();
+    a.window = window;
+    return a;
   }
 };
+TreeCase with_window(TreeCase c, int window) {
+  c.window = window;
+  c.pos.assign(c.n, 0);
+  for (int i = 0; i < c.n; ++i) {
+    c.pos[i] = c.n_past;
+    for (int j = c.parents[i]; j >= 0; j = c.parents[j]) ++c.pos[i];
+  }
+  std::vector<int32_t> off{0}, anc;
+  for (int i = 0; i < c.n; ++i) {
+    for (int e = c.off[i]; e < c.off[i + 1]; ++e)
+      if (c.pos[i] - c.pos[c.anc[e]] < window) anc.push_back(c.anc[e]);
+    off.push_back(static_cast<int32_t>(anc.size()));
+  }
+  c.off = off, c.anc = anc;
+  return c;
+}
 TreeCase random_tree_case(std::mt19937& rng, int n_heads, int n_kv, int hd, int n_past, int n) {
   std::normal_distribution<float> nd;
-  TreeCase c{n_heads, n_kv, hd, n_past, n, std::vector<int32_t>(n), {0}, {}, {}, {}, {}};
+  TreeCase c{n_heads, n_kv, hd, n_past, n, std::vector<int32_t>(n), {0}, {}, {}, {}, {}, {}, 0};
   for (int i = 0; i < n; ++i) c.parents[i] = i == 0 ? -1 : (int)(rng() % (i + 1)) - 1;
   for (int i = 0; i < n; ++i) {
     std::vector<int32_t> p;
@@ -513,6 +536,84 @@ TEST(Kernels, TreeAttentionMatchesDenseMaskReference) {
   }
 }
 
+// Issue 46: sliding-window attention (Mistral 7B v0.1). A token at position
+// p sees key positions p - window + 1 .. p (llama.cpp's is_masked_swa): the
+// kernel (committed rows from its window's start, ancestors as listed) agrees
+// with the reference's dense mask built from positions, on both paths
+// (head_dim 12: generic), with windows that mask committed rows, ancestors or
+// nothing. Negative control: where the window masks a key, the output differs
+// from full attention's.
+TEST(Kernels, TreeAttentionUnderASlidingWindowMatchesReference) {
+  std::mt19937 rng(46);
+  int masked = 0;
+  for (int trial = 0; trial < 48; ++trial) {
+    const int hd = std::vector<int>{16, 64, 128, 12}[trial % 4];
+    const int window = std::vector<int>{1, 3, 20, 64, 200, 9}[trial % 6];
+    const int n_past = trial % 8 == 0 ? 0 : (int)(rng() % 100);
+    const int n = trial % 3 == 0 ? 1 : 1 + (int)(rng() % 64);
+    const TreeCase full = random_tree_case(rng, 6, 2, hd, n_past, n), c = with_window(full, window);
+    std::vector<float> out(n * 6 * hd, NAN), ref(out.size()), all(out.size());
+    cpu::attention(c.args(out.data()));
+    cpu::attention_reference(c.args(ref.data()));
+    ASSERT_LT(rel_err(out, ref), 1e-5) << "trial " << trial << " hd " << hd << " window " << window << " n " << n;
+    cpu::attention(full.args(all.data()));
+    const bool masks = *std::max_element(c.pos.begin(), c.pos.end()) >= window;
+    if (masks) ++masked;
+    if (masks)
+      EXPECT_NE(out, all) << "trial " << trial << ": the window masked nothing";
+    else
+      EXPECT_EQ(out, all) << "trial " << trial << ": a window past every position changed the output";
+  }
+  EXPECT_GT(masked, 16);
+  const TreeCase small = random_tree_case(rng, 6, 2, 16, 4, 2);
+  std::vector<float> out(2 * 6 * 16);
+  AttentionArgs no_pos = small.args(out.data());
+  no_pos.window = 3;
+  EXPECT_THROW(cpu::attention(no_pos), Error);
+}
+
+// Under a sliding window a token's attention in a tree pass is still
+// bit-identical to decoding it alone after its prefix and every ancestor
+// (there the window masks committed rows only): masking keeps each token's
+// reduction order. Windows shorter than the trees' depth mask ancestors too.
+TEST(Kernels, TreeAttentionUnderAWindowOfATokenEqualsDecodingItAlone) {
+  std::mt19937 rng(47);
+  for (const int threads : {0, 1})
+    for (int hd : {16, 64, 12})
+      for (int window : {2, 4, 30}) {
+        const TreeCase full = random_tree_case(rng, 8, 2, hd, 45, 41), c = with_window(full, window);
+        std::vector<float> out(c.n * 8 * hd);
+        if (threads)
+          tbb::task_arena(threads).execute([&] { cpu::attention(c.args(out.data())); });
+        else
+          cpu::attention(c.args(out.data()));
+        const int64_t kv = 2 * hd;
+        for (int i = 0; i < c.n; ++i) {
+          TreeCase d = c;
+          d.n = 1;
+          d.n_past = c.n_past + (full.off[i + 1] - full.off[i]) - 1;
+          d.k.assign(c.k.begin(), c.k.begin() + c.n_past * kv);
+          d.v.assign(c.v.begin(), c.v.begin() + c.n_past * kv);
+          for (int j = full.off[i]; j < full.off[i + 1]; ++j) {
+            const int64_t row = (c.n_past + full.anc[j]) * kv;
+            d.k.insert(d.k.end(), c.k.begin() + row, c.k.begin() + row + kv);
+            d.v.insert(d.v.end(), c.v.begin() + row, c.v.begin() + row + kv);
+          }
+          d.q.assign(c.q.begin() + i * 8 * hd, c.q.begin() + (i + 1) * 8 * hd);
+          d.parents = {-1};
+          d.off = {0, 1};
+          d.anc = {0};
+          d.pos = {c.pos[i]};
+          ASSERT_EQ(d.pos[0], d.n_past);
+          std::vector<float> one(8 * hd);
+          cpu::attention(d.args(one.data()));
+          for (int e = 0; e < 8 * hd; ++e)
+            ASSERT_EQ(one[e], out[i * 8 * hd + e])
+                << "threads " << threads << " hd " << hd << " window " << window << " token " << i;
+        }
+      }
+}
+
 // A token's attention in a tree pass is bit-identical to the same token
 // decoded alone after its prefix and ancestors: the scores, softmax and
 // weighted sum never depend on which other tokens share the pass. The pass
@@ -562,8 +663,9 @@ struct PagedCase {
   static constexpr int kBlockRows = 8;
   std::vector<TreeCase> seqs;
   std::vector<int32_t> seq, past, table, off{0}, anc, owner_row;  // owner_row: token i is row owner_row[i] of its tree
+  std::vector<int32_t> pos;                                       // under a window
   std::vector<float> q, k, v;
-  int stride = 0, n = 0;
+  int stride = 0, n = 0, window = 0;
   AttentionArgs args(float* out) const {
     const TreeCase& c = seqs[0];
     AttentionArgs a{q.data(),
@@ -581,14 +683,18 @@ struct PagedCase {
                     1.0f / std::sqrt(float(c.hd))};
     a.seq = seq.data(), a.seq_past = past.data(), a.table = table.data();
     a.table_stride = stride, a.block_rows = kBlockRows;
+    a.pos = window > 0 ? pos.data() : nullptr, a.window = window;
     return a;
   }
 };
-PagedCase paged_case(std::mt19937& rng, int n_heads, int n_kv, int hd, const std::vector<std::pair<int, int>>& shapes) {
+PagedCase paged_case(std::mt19937& rng, int n_heads, int n_kv, int hd, const std::vector<std::pair<int, int>>& shapes,
+                     int window = 0) {
   PagedCase p;
+  p.window = window;
   int blocks = 0;
   for (auto [past, n] : shapes) {
     p.seqs.push_back(random_tree_case(rng, n_heads, n_kv, hd, past, n));
+    if (window > 0) p.seqs.back() = with_window(p.seqs.back(), window);
     p.stride = std::max(p.stride, (past + n + 7) / 8);
     blocks += (past + n + 7) / 8;
   }
@@ -622,6 +728,7 @@ PagedCase paged_case(std::mt19937& rng, int n_heads, int n_kv, int hd, const std
       const int i = taken[s]++;
       p.seq.push_back(static_cast<int32_t>(s));
       p.owner_row.push_back(i);
+      if (window > 0) p.pos.push_back(c.pos[i]);
       p.anc.insert(p.anc.end(), c.anc.begin() + c.off[i], c.anc.begin() + c.off[i + 1]);
       p.off.push_back(static_cast<int32_t>(p.anc.size()));
       p.q.insert(p.q.end(), c.q.begin() + i * n_heads * hd, c.q.begin() + (i + 1) * n_heads * hd);
@@ -635,65 +742,67 @@ PagedCase paged_case(std::mt19937& rng, int n_heads, int n_kv, int hd, const std
 // Many sequences in one pass over a paged store: every token's output is bit
 // for bit that of its own sequence's pass alone over a contiguous cache (the
 // one-sequence case of the same kernel), on the vector path (head_dim 64) and
-// the generic one (12), on all threads and on one, for F32 and F16 rows; the
+// the generic one (12), on all threads and on one, for F32 and F16 rows, with
+// and without a sliding window (6: it masks committed rows and ancestors); the
 // double-precision reference agrees. Negative control: a sequence reading
 // another's block table gives other outputs.
 TEST(Kernels, TreeAttentionOverSeveralSequencesEqualsEachAlone) {
   std::mt19937 rng(21);
   const std::vector<std::pair<int, int>> shapes = {{45, 1}, {0, 9}, {13, 12}, {70, 1}, {3, 17}};
-  for (DType t : {DType::F32, DType::F16})
-    for (int hd : {64, 12})
-      for (int threads : {0, 1}) {
-        PagedCase p = paged_case(rng, 8, 2, hd, shapes);
-        if (t == DType::F16) {
-          // Rows rounded as the store would hold them, in both layouts.
-          auto round = [](std::vector<float>& x) {
-            for (float& e : x) e = std::isnan(e) ? e : math::f16_to_f32(math::f32_to_f16(e));
-          };
-          round(p.k), round(p.v);
-          for (TreeCase& c : p.seqs) round(c.k), round(c.v);
-        }
-        std::vector<uint16_t> k16(p.k.size()), v16(p.v.size());
-        const int row = 2 * hd;
-        cpu::write_kv_rows(k16.data(), DType::F16, 0, p.k.data(), p.k.size() / row, row);
-        cpu::write_kv_rows(v16.data(), DType::F16, 0, p.v.data(), p.v.size() / row, row);
-        const size_t per_tok = 8 * hd;
-        std::vector<float> out(p.n * per_tok, NAN), ref(out.size());
-        AttentionArgs a = p.args(out.data());
-        if (t == DType::F16) a.k = k16.data(), a.v = v16.data(), a.kv_type = t;
-        auto run = [&](const AttentionArgs& x) {
-          if (threads)
-            tbb::task_arena(threads).execute([&] { cpu::attention(x); });
-          else
-            cpu::attention(x);
-        };
-        run(a);
-        const std::string what =
-            std::string(dtype_name(t)) + " hd " + std::to_string(hd) + " threads " + std::to_string(threads);
-        for (size_t s = 0; s < p.seqs.size(); ++s) {
-          const TreeCase& c = p.seqs[s];
-          std::vector<float> alone(c.n * per_tok);
-          run(c.args(alone.data()));
-          for (int i = 0; i < p.n; ++i) {
-            if (p.seq[i] != static_cast<int32_t>(s)) continue;
-            for (size_t e = 0; e < per_tok; ++e)
-              ASSERT_EQ(out[i * per_tok + e], alone[p.owner_row[i] * per_tok + e])
-                  << what << " seq " << s << " token " << i;
+  for (int window : {0, 6})
+    for (DType t : {DType::F32, DType::F16})
+      for (int hd : {64, 12})
+        for (int threads : {0, 1}) {
+          PagedCase p = paged_case(rng, 8, 2, hd, shapes, window);
+          if (t == DType::F16) {
+            // Rows rounded as the store would hold them, in both layouts.
+            auto round = [](std::vector<float>& x) {
+              for (float& e : x) e = std::isnan(e) ? e : math::f16_to_f32(math::f32_to_f16(e));
+            };
+            round(p.k), round(p.v);
+            for (TreeCase& c : p.seqs) round(c.k), round(c.v);
           }
+          std::vector<uint16_t> k16(p.k.size()), v16(p.v.size());
+          const int row = 2 * hd;
+          cpu::write_kv_rows(k16.data(), DType::F16, 0, p.k.data(), p.k.size() / row, row);
+          cpu::write_kv_rows(v16.data(), DType::F16, 0, p.v.data(), p.v.size() / row, row);
+          const size_t per_tok = 8 * hd;
+          std::vector<float> out(p.n * per_tok, NAN), ref(out.size());
+          AttentionArgs a = p.args(out.data());
+          if (t == DType::F16) a.k = k16.data(), a.v = v16.data(), a.kv_type = t;
+          auto run = [&](const AttentionArgs& x) {
+            if (threads)
+              tbb::task_arena(threads).execute([&] { cpu::attention(x); });
+            else
+              cpu::attention(x);
+          };
+          run(a);
+          const std::string what = std::string(dtype_name(t)) + " hd " + std::to_string(hd) + " threads " +
+                                   std::to_string(threads) + " window " + std::to_string(window);
+          for (size_t s = 0; s < p.seqs.size(); ++s) {
+            const TreeCase& c = p.seqs[s];
+            std::vector<float> alone(c.n * per_tok);
+            run(c.args(alone.data()));
+            for (int i = 0; i < p.n; ++i) {
+              if (p.seq[i] != static_cast<int32_t>(s)) continue;
+              for (size_t e = 0; e < per_tok; ++e)
+                ASSERT_EQ(out[i * per_tok + e], alone[p.owner_row[i] * per_tok + e])
+                    << what << " seq " << s << " token " << i;
+            }
+          }
+          AttentionArgs r = a;
+          r.out = ref.data();
+          cpu::attention_reference(r);
+          EXPECT_LT(rel_err(out, ref), 1e-5) << what;
+          // Sequence 1's tokens read sequence 4's table (it covers their positions).
+          std::vector<int32_t> table = p.table;
+          std::copy_n(p.table.begin() + 4 * p.stride, p.stride, table.begin() + 1 * p.stride);
+          std::vector<float> wrong(out.size());
+          AttentionArgs w = a;
+          w.table = table.data(), w.out = wrong.data();
+          run(w);
+          EXPECT_NE(wrong, out) << what;
         }
-        AttentionArgs r = a;
-        r.out = ref.data();
-        cpu::attention_reference(r);
-        EXPECT_LT(rel_err(out, ref), 1e-5) << what;
-        // Sequence 1's tokens read sequence 4's table (it covers their positions).
-        std::vector<int32_t> table = p.table;
-        std::copy_n(p.table.begin() + 4 * p.stride, p.stride, table.begin() + 1 * p.stride);
-        std::vector<float> wrong(out.size());
-        AttentionArgs w = a;
-        w.table = table.data(), w.out = wrong.data();
-        run(w);
-        EXPECT_NE(wrong, out) << what;
-      }
 }
 
 TEST(Kernels, RopeModesAndNorm) {

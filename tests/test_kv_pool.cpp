@@ -47,11 +47,12 @@ struct Stamped {
     const int first = pool.committed(s) + pool.pending(s);
     pool.reserve(s, first + count);
     std::vector<float> stamps;
-    std::vector<int32_t> parents;
+    std::vector<int32_t> parents, positions;
     for (int i = 0; i < count; ++i) {
       const float st = next++;
       stamps.push_back(st);
       parents.push_back(pool.pending(s) + i - 1);
+      positions.push_back(first + i);
       const int64_t r = pool.row(s, first + i);
       for (int l = 0; l < kLayers; ++l)
         for (int e = 0; e < kDim; ++e) {
@@ -59,7 +60,7 @@ struct Stamped {
           static_cast<float*>(pool.v(l))[r * kDim + e] = elem(st, l, e, true);
         }
     }
-    pool.append_pending(s, parents);
+    pool.append_pending(s, parents, positions);
     return stamps;
   }
   // Every live sequence's committed rows hold their stamps; the blocks add up.
@@ -191,8 +192,10 @@ TEST(KvPool, RefusesBadUseWithOneLineErrors) {
   EXPECT_EQ(pool.free_blocks(), 0);
   EXPECT_THROW(pool.reserve(b, 1), Error);
   EXPECT_THROW(pool.commit_prefix(a, 1), Error);  // nothing pending
-  const std::vector<int32_t> chain = {-1, 0, 1};
-  pool.append_pending(a, chain);
+  const std::vector<int32_t> chain = {-1, 0, 1}, at = {0, 1, 2};
+  EXPECT_THROW(pool.append_pending(a, chain, std::vector<int32_t>{0, 1}), Error);  // positions of every row
+  pool.append_pending(a, chain, at);
+  EXPECT_EQ(pool.block_positions(a), at);
   EXPECT_THROW(pool.commit_path(a, std::vector<int32_t>{1, 0}), Error);
   EXPECT_THROW(pool.commit_path(a, std::vector<int32_t>{3}), Error);
   pool.commit_prefix(a, 2);  // keeps one block: two rows

@@ -377,8 +377,8 @@ TEST_F(SafetensorsTest, TensorsTheModelDoesNotUseAreAnError) {
   expect_error(dir.string(), "tensor 'model.layers.0.self_attn.q_proj.bias' is not used");
 }
 
-// Issue 42/46: a window shorter than the context is the model's window (runs
-// past it are refused); use_sliding_window false, a window covering the
+// Issue 42/46: a window shorter than the context is the model's window (the
+// attention's); use_sliding_window false, a window covering the
 // context or none change nothing.
 TEST_F(SafetensorsTest, ASlidingWindowShorterThanTheContextIsKept) {
   Tiny t;

@@ -327,7 +327,7 @@ def gguf_cases():
         extra_tensor("blk.1.attn_q.weight", "blk.0.attn_q.weight"))
     mod("unused_bias", "tensor 'blk.0.attn_q.bias' is not used by a 1-block llama model",
         extra_tensor("blk.0.attn_q.bias", "blk.0.attn_norm.weight"))
-    # (A sliding window is the model's now, bounding the runs: issue 46; no longer a load error.)
+    # (A sliding window is the model's attention now, masked by position: issue 46; no longer a load error.)
 
     def bpe(pre, merges):
         def f(g):

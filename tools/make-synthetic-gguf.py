@@ -406,6 +406,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3"], default="llama",
                     help="general.architecture and its extra tensors (biases, q/k norms)")
     ap.add_argument("--head-dim", type=int, help="attention head size (default: dim / heads)")
+    ap.add_argument("--sliding-window", type=int, metavar="N",
+                    help="{arch}.attention.sliding_window (Mistral 7B v0.1's sliding-window attention)")
     ap.add_argument("--mode", choices=["auto", "exact", "pool"], default="auto")
     ap.add_argument("--name", default=None)
     a = ap.parse_args(argv)
@@ -484,6 +486,8 @@ def main(argv=None) -> int:
         w.add_value_length(D)
     w.add_rope_freq_base(float(cfg["rope_base"]))
     w.add_layer_norm_rms_eps(float(cfg["eps"]))
+    if a.sliding_window:
+        w.add_uint32(f"{a.arch}.attention.sliding_window", a.sliding_window)
     if a.rope_linear:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(a.rope_linear)

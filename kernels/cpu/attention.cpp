@@ -36,17 +36,28 @@ inline float widen(Half x) { return math::f16_to_f32(x.bits); }
 inline float widen(Bf16 x) { return math::bf16_to_f32(x.bits); }
 
 // Where token i's positions live: its sequence's committed length and block
-// table (null: one sequence, position r is row r).
+// table (null: one sequence, position r is row r), and the first committed
+// position it attends to (lo <= past; > 0 only under a sliding window). Its
+// keys, in order: committed positions lo .. past - 1 (count = past - lo),
+// then its ancestors' block rows.
 struct TokenRows {
   int past;
   const int32_t* table;
   int block_rows;
+  int lo;
   int64_t row(int64_t r) const { return kv_row(table, block_rows, r); }
+  int count() const { return past - lo; }
+  // The cache row of key j of the token (anc: its ancestor list).
+  int64_t key_row(int j, const int32_t* anc) const { return row(j < count() ? lo + j : past + anc[j - count()]); }
 };
 TokenRows token_rows(const AttentionArgs& a, int i) {
-  if (!a.seq) return {a.n_past, nullptr, 0};
-  const int s = a.seq[i];
-  return {a.seq_past[s], a.table + static_cast<int64_t>(s) * a.table_stride, a.block_rows};
+  TokenRows tr{a.n_past, nullptr, 0, 0};
+  if (a.seq) {
+    const int s = a.seq[i];
+    tr = {a.seq_past[s], a.table + static_cast<int64_t>(s) * a.table_stride, a.block_rows, 0};
+  }
+  if (a.window > 0) tr.lo = std::min(tr.past, window_start(a.pos[i], a.window));
+  return tr;
 }
 
 #ifdef REDWOOD_AVX2
@@ -96,7 +107,8 @@ struct Scratch {
 // one sequence): its keys are read once for the block while they are in L1,
 // and each token's arithmetic is the same as alone (every score is formed the
 // same way whatever its group of eight, and each output sums its positions in
-// order).
+// order). Under a sliding window each token's list starts at its own first
+// position (the shared loop is then only loop order).
 template <class T>
 void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1, Scratch& sc) {
   const T* kbase = static_cast<const T*>(a.k);
@@ -110,17 +122,17 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
     const int i = i0 + t;
     const int32_t* anc = a.anc + a.anc_off[i];
     const TokenRows tr = token_rows(a, i);
-    shared = std::min(shared, tr.past / 8 * 8);
-    len[t] = tr.past + a.anc_off[i + 1] - a.anc_off[i];
+    shared = std::min(shared, tr.count() / 8 * 8);
+    len[t] = tr.count() + a.anc_off[i + 1] - a.anc_off[i];
     padded[t] = (len[t] + 7) / 8 * 8;
     auto& krow = sc.krow[t];
     auto& vrow = sc.vrow[t];
     krow.resize(padded[t]);
     vrow.resize(len[t]);
     for (int j = 0; j < len[t]; ++j) {
-      const int64_t pos = tr.row(j < tr.past ? j : tr.past + anc[j - tr.past]);
-      krow[j] = kbase + pos * kv_stride + kh * hd;
-      vrow[j] = vbase + pos * kv_stride + kh * hd;
+      const int64_t row = tr.key_row(j, anc);
+      krow[j] = kbase + row * kv_stride + kh * hd;
+      vrow[j] = vbase + row * kv_stride + kh * hd;
     }
     for (int j = len[t]; j < padded[t]; ++j) krow[j] = krow[0];  // scores dropped below
     sc.s[t].resize(static_cast<size_t>(nh) * padded[t]);
@@ -197,11 +209,11 @@ void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::
   const int32_t* anc = a.anc + a.anc_off[i];
   const int n_anc = a.anc_off[i + 1] - a.anc_off[i];
   const TokenRows tr = token_rows(a, i);
-  const int len = tr.past + n_anc;
+  const int len = tr.count() + n_anc;
   s.resize(len);
   const T* kbase = static_cast<const T*>(a.k) + kh * hd;
   const T* vbase = static_cast<const T*>(a.v) + kh * hd;
-  auto pos = [&](int j) -> int64_t { return tr.row(j < tr.past ? j : tr.past + anc[j - tr.past]); };
+  auto pos = [&](int j) -> int64_t { return tr.key_row(j, anc); };
   auto load = [&](const T* p) -> const float* {
     if constexpr (std::is_same_v<T, float>) {
       return p;
@@ -236,7 +248,7 @@ void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::
 // too few tasks to keep every thread busy (decoding one token), one token x
 // one query head. A head's arithmetic is the same either way. Scores are
 // materialized per (token, head) over prefix + ancestors (at most n_past +
-// depth entries).
+// depth entries; under a sliding window, only those in it).
 template <class T>
 void attention_typed(const AttentionArgs& args) {
   AttentionArgs a = args;
@@ -302,6 +314,7 @@ void check_kv_type(DType t) {
 }
 
 void attention(const AttentionArgs& a) {
+  if (a.window > 0 && !a.pos) throw Error("attention: a sliding window needs the tokens' positions");
   switch (a.kv_type) {
     case DType::F32:
       return attention_typed<float>(a);
@@ -386,17 +399,22 @@ void attention_reference(const AttentionArgs& a) {
   std::vector<int64_t> rows;
   for (int i = 0; i < a.n; ++i) {
     rows.clear();
+    // The sliding window, straight from its definition: key position kp is
+    // masked when pos[i] - kp >= window (committed row r is position r).
+    auto seen = [&](int64_t kp) { return a.window <= 0 || a.pos[i] - kp < a.window; };
     if (a.seq) {  // several sequences: its committed positions, then its ancestors, through its table
       const int s = a.seq[i], past = a.seq_past[s];
       const int32_t* table = a.table + static_cast<int64_t>(s) * a.table_stride;
-      for (int r = 0; r < past; ++r) rows.push_back(kv_row(table, a.block_rows, r));
+      for (int r = 0; r < past; ++r)
+        if (seen(r)) rows.push_back(kv_row(table, a.block_rows, r));
       for (int j = a.anc_off[i]; j < a.anc_off[i + 1]; ++j)
         rows.push_back(kv_row(table, a.block_rows, past + a.anc[j]));
     } else {  // one cache: the committed rows, then the block rows on i's path (from the parent array)
       std::vector<char> on_path(static_cast<size_t>(a.n), 0);
       for (int j = i; j >= 0; j = a.parents[j]) on_path[static_cast<size_t>(j)] = 1;
       for (int j = 0; j < a.n_past + a.n; ++j)
-        if (j < a.n_past || on_path[static_cast<size_t>(j - a.n_past)]) rows.push_back(j);
+        if (j < a.n_past ? seen(j) : on_path[static_cast<size_t>(j - a.n_past)] && seen(a.pos[j - a.n_past]))
+          rows.push_back(j);
     }
     for (int h = 0; h < a.n_heads; ++h) reference_head(a, i, h, group, q_stride, kv_stride, rows);
   }

@@ -15,7 +15,8 @@ void write_kv_rows(void* base, DType type, int64_t first_row, const float* src, 
 void write_kv_rows_at(void* base, DType type, const int32_t* row_at, const float* src, int64_t rows, int row_floats);
 // Reference: double precision, single thread (tests). One sequence: a dense
 // mask built from parents, assuming an empty pending block (the n new tokens
-// are the whole block). Several (seq set): each token's positions listed from
-// its ancestor list and mapped through its block table.
+// are the whole block), and from positions under a sliding window (block row
+// j is position pos[j]). Several (seq set): each token's positions listed
+// from its ancestor list and mapped through its block table.
 void attention_reference(const AttentionArgs& a);
 }  // namespace redwood::cpu

@@ -4,7 +4,9 @@
 // mask is the CSR ancestor list the forward pass builds from the parent array:
 // token i reads the n_past committed rows and then its ancestors' block rows;
 // with several sequences (a.seq set) its own sequence's, through its block
-// table (kv_row).
+// table (kv_row). Under a sliding window (a.window > 0) the committed rows
+// start at window_start(pos[i], window) (kernels/backend.h); the forward pass
+// has already dropped the ancestors the window masks.
 //
 // One block per (token, query head), kWarps warps; warp w takes keys w, w +
 // kWarps, ...; lane l owns head dimensions l, l + 32, ... (E per lane), so a
@@ -47,7 +49,9 @@ __global__ void tree_attention_kernel(AttentionArgs a) {
     table = a.table + static_cast<int64_t>(s) * a.table_stride;
   }
   const int32_t* anc = a.anc + a.anc_off[i];
-  const int len = a.n_past + (a.anc_off[i + 1] - a.anc_off[i]);
+  const int lo = a.window > 0 ? min(a.n_past, window_start(a.pos[i], a.window)) : 0;
+  const int past = a.n_past - lo;  // committed keys: positions lo .. n_past - 1
+  const int len = past + (a.anc_off[i + 1] - a.anc_off[i]);
 
   float q[E], acc[E];
 #pragma unroll
@@ -58,7 +62,7 @@ __global__ void tree_attention_kernel(AttentionArgs a) {
   }
   float m = -INFINITY, l = 0.0f;
   for (int j = warp; j < len; j += kWarps) {
-    const int64_t row = kv_row(table, a.block_rows, j < a.n_past ? j : a.n_past + anc[j - a.n_past]);
+    const int64_t row = kv_row(table, a.block_rows, j < past ? lo + j : a.n_past + anc[j - past]);
     const T* k = static_cast<const T*>(a.k) + row * kv_stride + kh * hd;
     float s = 0.0f;
 #pragma unroll
@@ -109,6 +113,7 @@ void attention(cudaStream_t st, const AttentionArgs& a) {
     throw Error("CUDA attention: the KV cache type must be F32, F16 or BF16");
   if (a.seq && (!a.seq_past || !a.table || a.block_rows <= 0))
     throw Error("CUDA attention: several sequences need their committed lengths, block tables and block size");
+  if (a.window > 0 && !a.pos) throw Error("CUDA attention: a sliding window needs the tokens' positions");
   const unsigned grid = static_cast<unsigned>(a.n) * static_cast<unsigned>(a.n_heads);
   const unsigned threads = 32 * kWarps;
   switch ((a.head_dim + 31) / 32) {

@@ -51,7 +51,8 @@ KvCache::KvCache(const KvCache& o)
       capacity_(o.capacity_),
       type_(o.type_),
       committed_(o.committed_),
-      block_parent_(o.block_parent_) {
+      block_parent_(o.block_parent_),
+      block_pos_(o.block_pos_) {
   const size_t used = static_cast<size_t>(committed_ + pending()) * kv_dim_ * elem_bytes(type_);
   for (size_t l = 0; l < o.k_.size(); ++l) {
     k_.emplace_back(*be_, o.k_[l].size());
@@ -65,16 +66,18 @@ uint64_t KvCache::bytes() const {
   return 2ull * k_.size() * capacity_ * kv_dim_ * elem_bytes(type_);
 }
 
-void KvCache::append_pending(std::span<const int32_t> parents) {
+void KvCache::append_pending(std::span<const int32_t> parents, std::span<const int32_t> positions) {
+  if (positions.size() != parents.size()) throw Error("KV cache: pending rows' parents and positions differ in length");
   if (committed_ + pending() + static_cast<int>(parents.size()) > capacity_)
     throw Error("KV cache: pending block past capacity");
   block_parent_.insert(block_parent_.end(), parents.begin(), parents.end());
+  block_pos_.insert(block_pos_.end(), positions.begin(), positions.end());
 }
 
 void KvCache::commit_prefix(int n) {
   if (n < 0 || n > pending()) throw Error("KV cache: commit_prefix beyond the pending block");
   committed_ += n;
-  block_parent_.clear();
+  clear_block();
 }
 
 void KvCache::commit_path(std::span<const int32_t> rows) {
@@ -103,13 +106,13 @@ void KvCache::commit_path(std::span<const int32_t> rows) {
     j = e;
   }
   committed_ += static_cast<int>(rows.size());
-  block_parent_.clear();
+  clear_block();
 }
 
 void KvCache::truncate(int n) {
   if (n < 0 || n > committed_) throw Error("KV cache truncate out of range");
   committed_ = n;
-  block_parent_.clear();
+  clear_block();
 }
 
 }  // namespace redwood

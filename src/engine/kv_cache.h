@@ -35,8 +35,12 @@ class KvCache {
   int pending() const { return static_cast<int>(block_parent_.size()); }
   // Parent of each pending row (block-relative, -1 = attends to the prefix only).
   const std::vector<int32_t>& block_parents() const { return block_parent_; }
-  // Called by the forward pass after writing n rows.
-  void append_pending(std::span<const int32_t> parents);
+  // Position of each pending row (what a sliding window masks by; committed
+  // row r is position r).
+  const std::vector<int32_t>& block_positions() const { return block_pos_; }
+  // Called by the forward pass after writing n rows: their parents and
+  // positions (equal lengths, else throws).
+  void append_pending(std::span<const int32_t> parents, std::span<const int32_t> positions);
   int kv_dim() const { return kv_dim_; }
   DType type() const { return type_; }
   int n_layers() const { return static_cast<int>(k_.size()); }
@@ -51,18 +55,19 @@ class KvCache {
   // Commit pending rows rows[0] < rows[1] < ... (block indices) as consecutive
   // positions: rows are moved down in place, the rest dropped.
   void commit_path(std::span<const int32_t> rows);
-  void discard() { block_parent_.clear(); }
+  void discard() { clear_block(); }
   // Forget everything from position n on.
   void truncate(int n);
 
  private:
   static uint64_t next_id();
+  void clear_block() { block_parent_.clear(), block_pos_.clear(); }
   Backend* be_;
   uint64_t id_ = next_id();
   int kv_dim_, capacity_;
   DType type_ = DType::F32;
   int committed_ = 0;
-  std::vector<int32_t> block_parent_;
+  std::vector<int32_t> block_parent_, block_pos_;
   std::vector<BackendBuffer> k_, v_;
 };
 

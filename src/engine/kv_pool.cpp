@@ -96,6 +96,10 @@ const std::vector<int32_t>& KvPool::block_parents(int s) const {
   return seq(s).parents;
 }
 
+const std::vector<int32_t>& KvPool::block_positions(int s) const {
+  return seq(s).positions;
+}
+
 int KvPool::blocks_needed(int s, int rows) const {
   const int want = (rows + block_rows_ - 1) / block_rows_;
   return std::max(0, want - seq(s).blocks);
@@ -126,11 +130,13 @@ void KvPool::shrink(int s, int rows) {
   }
 }
 
-void KvPool::append_pending(int s, std::span<const int32_t> parents) {
+void KvPool::append_pending(int s, std::span<const int32_t> parents, std::span<const int32_t> positions) {
   Seq& q = seq(s);
+  if (positions.size() != parents.size()) throw Error("KV pool: pending rows' parents and positions differ in length");
   const int rows = q.committed + static_cast<int>(q.parents.size() + parents.size());
   if (rows > q.blocks * block_rows_) throw Error("KV pool: pending rows past the reserved blocks");
   q.parents.insert(q.parents.end(), parents.begin(), parents.end());
+  q.positions.insert(q.positions.end(), positions.begin(), positions.end());
 }
 
 int64_t KvPool::row(int s, int r) const {
@@ -146,7 +152,7 @@ void KvPool::commit_prefix(int s, int n) {
   Seq& q = seq(s);
   if (n < 0 || n > static_cast<int>(q.parents.size())) throw Error("KV pool: commit_prefix beyond the pending block");
   q.committed += n;
-  q.parents.clear();
+  q.clear_block();
   shrink(s, q.committed);
 }
 
@@ -178,13 +184,13 @@ void KvPool::commit_path(int s, std::span<const int32_t> rows) {
     j = e;
   }
   q.committed += static_cast<int>(rows.size());
-  q.parents.clear();
+  q.clear_block();
   shrink(s, q.committed);
 }
 
 void KvPool::discard(int s) {
   Seq& q = seq(s);
-  q.parents.clear();
+  q.clear_block();
   shrink(s, q.committed);
 }
 
@@ -192,7 +198,7 @@ void KvPool::truncate(int s, int n) {
   Seq& q = seq(s);
   if (n < 0 || n > q.committed) throw Error("KV pool truncate out of range");
   q.committed = n;
-  q.parents.clear();
+  q.clear_block();
   shrink(s, n);
 }
 

@@ -45,14 +45,18 @@ class KvPool {
   int pending(int s) const;
   // Parent of each pending row (block-relative, -1 = attends to the committed rows only).
   const std::vector<int32_t>& block_parents(int s) const;
+  // Position of each pending row (what a sliding window masks by; committed
+  // position r is position r).
+  const std::vector<int32_t>& block_positions(int s) const;
   // Backs positions 0..rows-1 of s with blocks. Throws redwood::Error, taking
   // nothing, when rows > max_rows() or the pool lacks free blocks.
   void reserve(int s, int rows);
   // Blocks s would have to take for rows positions (0 if it has them).
   int blocks_needed(int s, int rows) const;
-  // Called by the forward pass after writing s's rows.
+  // Called by the forward pass after writing s's rows: their parents and
+  // positions (equal lengths, else throws).
   // REQUIRES: committed + pending + parents.size() positions reserved.
-  void append_pending(int s, std::span<const int32_t> parents);
+  void append_pending(int s, std::span<const int32_t> parents, std::span<const int32_t> positions);
   // The cache row of position r of s. REQUIRES: r reserved.
   int64_t row(int s, int r) const;
   // The block table of s: table_stride() entries, -1 past its blocks.
@@ -85,7 +89,8 @@ class KvPool {
   struct Seq {
     bool live = false;
     int committed = 0, blocks = 0;
-    std::vector<int32_t> parents;  // pending rows' parents
+    std::vector<int32_t> parents, positions;  // pending rows' parents and positions
+    void clear_block() { parents.clear(), positions.clear(); }
   };
   const Seq& seq(int s) const;
   Seq& seq(int s);

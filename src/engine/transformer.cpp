@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <tuple>
 
@@ -73,23 +74,20 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
     if (b.parents[i] < -1 || b.parents[i] >= pend + i)
       throw Error("forward pass: parent of token " + std::to_string(i) + " must be -1 or an earlier token");
     if (b.positions[i] < 0) throw Error("forward pass: negative position");
-    if (hp_.sliding_window > 0 && b.positions[i] >= hp_.sliding_window)  // attention would be the window's
-      throw Error("forward pass: position " + std::to_string(b.positions[i]) +
-                  " is past the model's sliding attention window of " + std::to_string(hp_.sliding_window) + " tokens");
   }
   ensure_scratch(n);
 
   // Parents of the whole block (pending rows, then this batch) and each new
-  // token's ancestor list (block rows, ascending, self included): CSR.
+  // token's ancestor list (block rows, ascending, self included; under a
+  // sliding window only those within it, by their positions): CSR.
   block_parents_ = kv.block_parents();
   block_parents_.insert(block_parents_.end(), b.parents.begin(), b.parents.end());
+  block_pos_ = kv.block_positions();
+  block_pos_.insert(block_pos_.end(), b.positions.begin(), b.positions.end());
   anc_off_.assign(n + 1, 0);
   anc_.clear();
-  std::vector<int32_t> path;
   for (int i = 0; i < n; ++i) {
-    path.clear();
-    for (int j = pend + i; j >= 0; j = block_parents_[j]) path.push_back(j);
-    anc_.insert(anc_.end(), path.rbegin(), path.rend());
+    add_ancestors(block_parents_, block_pos_, pend + i);
     anc_off_[i + 1] = static_cast<int32_t>(anc_.size());
   }
 
@@ -124,13 +122,21 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   const int m = static_cast<int>(out_rows);
   w_.begin_pass();
   run_pass(RecordKey{n, m, kv.id(), false}, pp, n, m, PassKv{&kv, nullptr}, out);
-  kv.append_pending(b.parents);
+  kv.append_pending(b.parents, b.positions);
   if (!be_.host_memory()) be_.download(logits.data(), logits_.as(), sizeof(float) * out_rows * hp_.vocab);
   w_.end_pass();
   PassStats s;
   s.n_tokens = n;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
+}
+
+void Transformer::add_ancestors(std::span<const int32_t> parents, std::span<const int32_t> positions, int row) {
+  const size_t first = anc_.size();
+  const int32_t qp = positions[static_cast<size_t>(row)];
+  for (int j = row; j >= 0; j = parents[static_cast<size_t>(j)])
+    if (hp_.sliding_window <= 0 || qp - positions[static_cast<size_t>(j)] < hp_.sliding_window) anc_.push_back(j);
+  std::reverse(anc_.begin() + static_cast<std::ptrdiff_t>(first), anc_.end());
 }
 
 // The backend ops: recorded once per shape and replayed where the backend
@@ -250,6 +256,8 @@ void Transformer::issue_ops(const PassPointers& p, int n, int m, PassKv kv, floa
     a.anc_off = p.anc_off;
     a.anc = p.anc;
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.pos = p.positions;
+    a.window = hp_.sliding_window;
     be_.attention(a);
     be_.matmul(L.wo, att, n, xn);
     // residual, then the feed-forward block's norm (one fused op)

@@ -1,6 +1,8 @@
 // The Llama forward pass, tree-ready. One call takes n new tokens, each with a
 // position and a parent among the n (-1: attends only to the committed prefix).
-// Token i attends to the committed KV prefix plus its ancestors (and itself).
+// Token i attends to the committed KV prefix plus its ancestors (and itself);
+// under a sliding window (LlamaHParams::sliding_window) only to those whose
+// position is within the window of its own (committed row r is position r).
 // Prefill is a chain (parents i-1), decoding n = 1, verification a tree.
 // A pass over a KvPool takes tokens of several sequences at once (SeqBatch):
 // every weight is acquired once per pass and multiplied against all of them.
@@ -116,6 +118,10 @@ class Transformer {
   // Every backend op of one pass, from the embedding to the LM head.
   void issue_ops(const PassPointers& p, int n, int m, PassKv kv, float* logits);
   void drop_recordings();
+  // Appends to anc_ the ancestors of block row `row` (root first, the row
+  // itself last) under the block's parents; under a sliding window only those
+  // whose position is within the window of the row's (AttentionArgs::window).
+  void add_ancestors(std::span<const int32_t> parents, std::span<const int32_t> positions, int row);
 
   LlamaHParams hp_;
   DType kv_type_ = DType::F32;
@@ -127,7 +133,7 @@ class Transformer {
   BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, logits_;
   // The pass's index arrays (host), and their copy in backend memory:
   // tokens | positions | block parents | ancestor offsets | ancestors.
-  std::vector<int32_t> anc_off_, anc_, block_parents_, meta_;
+  std::vector<int32_t> anc_off_, anc_, block_parents_, block_pos_, meta_;
   BackendBuffer meta_dev_;
   static constexpr int kSeenOnce = -1, kNoRecording = -2;
   static constexpr size_t kMaxRecordings = 256;

@@ -29,7 +29,7 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   // with its block's parents (pending rows, then this batch's tokens).
   struct Local {
     int id, committed, pending;
-    std::vector<int32_t> parents;  // the whole block's
+    std::vector<int32_t> parents, positions;  // the whole block's
   };
   std::vector<Local> seqs;
   std::map<int, int> local_of;
@@ -38,7 +38,8 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
     const int s = b.seqs[i];
     if (!pool.live(s)) throw Error("forward pass: no sequence " + std::to_string(s) + " in the KV pool");
     auto [it, fresh] = local_of.emplace(s, static_cast<int>(seqs.size()));
-    if (fresh) seqs.push_back(Local{s, pool.committed(s), pool.pending(s), pool.block_parents(s)});
+    if (fresh)
+      seqs.push_back(Local{s, pool.committed(s), pool.pending(s), pool.block_parents(s), pool.block_positions(s)});
     Local& q = seqs[it->second];
     local[i] = it->second;
     block_row[i] = static_cast<int32_t>(q.parents.size());
@@ -48,10 +49,8 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
       throw Error("forward pass: parent of token " + std::to_string(i) +
                   " must be -1 or an earlier row of its sequence's block");
     if (b.positions[i] < 0) throw Error("forward pass: negative position");
-    if (hp_.sliding_window > 0 && b.positions[i] >= hp_.sliding_window)  // attention would be the window's
-      throw Error("forward pass: position " + std::to_string(b.positions[i]) +
-                  " is past the model's sliding attention window of " + std::to_string(hp_.sliding_window) + " tokens");
     q.parents.push_back(b.parents[i]);
+    q.positions.push_back(b.positions[i]);
   }
   int blocks = 0;
   for (const Local& q : seqs) {
@@ -76,12 +75,9 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
                o_tab = 6 * cap, o_off = o_tab + cap * stride, o_anc = o_off + cap + 1;
   anc_off_.assign(n + 1, 0);
   anc_.clear();
-  std::vector<int32_t> path;
   for (int i = 0; i < n; ++i) {
     const Local& q = seqs[local[i]];
-    path.clear();
-    for (int j = block_row[i]; j >= 0; j = q.parents[j]) path.push_back(j);
-    anc_.insert(anc_.end(), path.rbegin(), path.rend());
+    add_ancestors(q.parents, q.positions, block_row[i]);
     anc_off_[i + 1] = static_cast<int32_t>(anc_.size());
   }
   const size_t n_seqs = seqs.size(), total = o_anc + anc_.size();
@@ -114,7 +110,8 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   w_.begin_pass();
   run_pass(RecordKey{n, m, pool.id(), true}, pp, n, m, PassKv{nullptr, &pool}, out);
   for (const Local& q : seqs)
-    pool.append_pending(q.id, std::span<const int32_t>(q.parents).subspan(static_cast<size_t>(q.pending)));
+    pool.append_pending(q.id, std::span<const int32_t>(q.parents).subspan(static_cast<size_t>(q.pending)),
+                        std::span<const int32_t>(q.positions).subspan(static_cast<size_t>(q.pending)));
   if (!be_.host_memory() && m > 0) be_.download(logits.data(), logits_.as(), sizeof(float) * m * hp_.vocab);
   w_.end_pass();
   PassStats st;

@@ -220,7 +220,7 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
   if (hp.n_heads % hp.n_kv_heads != 0) throw Error(path + ": head_count is not a multiple of head_count_kv");
   if (hp.head_dim % 2 != 0) throw Error(path + ": head dimension must be even");
   // A window that covers the training context changes nothing; a shorter one
-  // bounds the runs (check_attention_window).
+  // is the attention's (AttentionArgs::window).
   const auto sw = f.get_uint(p + "attention.sliding_window");  // 0: none
   if (sw && *sw != 0 && !(hp.ctx_len > 0 && *sw >= static_cast<uint64_t>(hp.ctx_len)))
     hp.sliding_window = static_cast<int>(std::min<uint64_t>(*sw, uint64_t{1} << 30));
@@ -327,13 +327,6 @@ void validate_model_desc(const ModelDesc& m) {
   if (!m.tokenizer.tokens.empty() && static_cast<int>(m.tokenizer.tokens.size()) > hp.vocab)
     throw Error(m.path + ": tokenizer has " + std::to_string(m.tokenizer.tokens.size()) +
                 " tokens but the model's vocabulary is " + std::to_string(hp.vocab));
-}
-
-std::string check_attention_window(const LlamaHParams& hp, int64_t ctx) {
-  if (hp.sliding_window <= 0 || ctx <= hp.sliding_window) return "";
-  return "the model attends within a sliding window of " + std::to_string(hp.sliding_window) +
-         " tokens, which Redwood computes exactly only up to the window: a context of " + std::to_string(ctx) +
-         " tokens exceeds it (use at most " + std::to_string(hp.sliding_window) + ")";
 }
 
 std::string draft_vocab_mismatch(const ModelDesc& target, const ModelDesc& draft) {

@@ -41,16 +41,11 @@ struct LlamaHParams {
   bool qk_norm = false;
   // Sliding-window attention (Mistral 7B v0.1: 4096; GGUF attention.sliding_window,
   // config.json sliding_window): a token attends to itself and the window - 1
-  // before it. 0: none (also a window that covers the training context).
-  // Redwood attends to the whole context, which is this attention exactly
-  // while every position is < the window: runs past it are refused
-  // (check_attention_window; the forward pass guards positions too).
+  // positions before it (llama.cpp's convention; the attention kernels mask by
+  // position: AttentionArgs::window). 0: none (also a window that covers the
+  // training context).
   int sliding_window = 0;
 };
-
-// "" when a run whose KV rows hold `ctx` positions attends exactly as the
-// model does, else why not (one line naming the window and ctx).
-std::string check_attention_window(const LlamaHParams& hp, int64_t ctx);
 
 // The per-pair RoPE inverse frequencies the backends rotate by
 // (math::rope_inv_freq with the model's base and scaling factors).

@@ -279,7 +279,7 @@ LlamaHParams read_hparams(const Config& c, const std::string& arch) {
     throw Error(c.path + ": hidden_act '" + *act + "' is unsupported (supported: silu)");
   // Sliding-window attention (Mistral 7B v0.1): a window that covers the
   // training context (or use_sliding_window false) changes nothing; a shorter
-  // one bounds the runs (LlamaHParams::sliding_window).
+  // one is the attention's (LlamaHParams::sliding_window).
   if (auto sw = c.get_int("sliding_window", int64_t{1} << 40);
       sw && *sw > 0 && c.get_bool("use_sliding_window").value_or(true) && !(hp.ctx_len > 0 && *sw >= hp.ctx_len))
     hp.sliding_window = static_cast<int>(std::min<int64_t>(*sw, int64_t{1} << 30));

@@ -194,12 +194,6 @@ void Session::check_plan(int ctx, int batch_tokens) const {
 }
 
 void Session::load(int ctx, int batch_tokens, std::FILE* log) {
-  // Sliding-window attention is computed as full attention: exact only while
-  // the run's positions stay inside the window (Mistral 7B v0.1's 4096).
-  for (const LoadedModel* m : {&target_, draft_ ? &*draft_ : nullptr})
-    if (m)
-      if (const std::string e = check_attention_window(m->desc.hp, ctx); !e.empty())
-        throw Error(m->desc.path + ": " + e);
   ctx_ = ctx;
   // Shared passes give each sequence its solo logits only if no kernel's sums
   // depend on the pass's size (kernels/backend.h).

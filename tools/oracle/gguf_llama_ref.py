@@ -18,6 +18,7 @@ Model (llama):
         h  = rmsnorm(x) * attn_norm
         q  = rope(Wq h), k = rope(Wk h), v = Wv h            (pairs (2i, 2i+1), angle pos*base^(-2i/n_rot))
         x += Wo · softmax(q k^T / sqrt(head_dim) + causal) v    (GQA: head h uses kv head h // (n_head/n_kv))
+                                                              (sliding window W: also masked where pos_q - pos_k >= W)
         h  = rmsnorm(x) * ffn_norm
         x += Wdown · (silu(Wgate h) * Wup h)
     logits = (output.weight or token_embd.weight) · (rmsnorm(x) * output_norm)
@@ -28,7 +29,7 @@ CLI:
     gguf_llama_ref.py greedy --model M --tokens 1,2,3 --n 64             # JSON array of generated ids
     gguf_llama_ref.py info   --model M                                   # hyperparameters as JSON
 Module:
-    load_model(path, dtype=np.float64, cache_budget_gb=6.0) -> RefModel
+    load_model(path, dtype=np.float64, cache_budget_gb=6.0, ignore_window=False) -> RefModel
     logits(model, tokens) -> np.ndarray float32 [n, vocab]
     greedy(model, tokens, n, stop_at_eos=False) -> list[int]
 """
@@ -60,7 +61,7 @@ def _field(reader, key, default=None):
 
 
 class RefModel:
-    def __init__(self, path: str, dtype=np.float64, cache_budget_gb: float = 6.0):
+    def __init__(self, path: str, dtype=np.float64, cache_budget_gb: float = 6.0, ignore_window: bool = False):
         self.path = path
         self.dtype = np.dtype(dtype)
         self.reader = GGUFReader(path, "r")
@@ -88,6 +89,12 @@ class RefModel:
         self.eps = float(_field(r, f"{a}.attention.layer_norm_rms_epsilon", 1e-5))
         self.n_ctx_train = int(_field(r, f"{a}.context_length", 0) or 0)
         self.eos = _field(r, "tokenizer.ggml.eos_token_id")
+        # Sliding-window attention (Mistral 7B v0.1): attention.sliding_window,
+        # 0 or absent is none. llama.cpp's convention (is_masked_swa,
+        # LLAMA_SWA_TYPE_STANDARD): query position p does not see key position
+        # k when p - k >= window (itself and window - 1 before it).
+        # ignore_window: full attention (a test's negative control).
+        self.window = 0 if ignore_window else int(_field(r, f"{a}.attention.sliding_window", 0) or 0)
         # Linear RoPE scaling as llama.cpp reads it: rope.scaling.factor, else
         # rope.scale_linear; 0 or absent is none; the type defaults to linear
         # and "none" switches the factor off.
@@ -259,6 +266,8 @@ def _forward(m: RefModel, tokens, cache: KVCache, all_rows: bool) -> np.ndarray:
     t_total = cache.n + n
     # causal mask: query i (absolute pos cache.n + i) sees keys j <= cache.n + i
     mask = np.arange(t_total)[None, :] > pos[:, None]  # (n, t_total)
+    if m.window > 0:  # and only keys j > pos - window
+        mask |= pos[:, None] - np.arange(t_total)[None, :] >= m.window
     for il in range(m.n_layer):
         p = f"blk.{il}."
         h = m.rmsnorm(x, p + "attn_norm.weight")
@@ -308,8 +317,8 @@ def _lm_head(m: RefModel, h: np.ndarray) -> np.ndarray:
 
 
 # -------------------------------------------------------------------- public API
-def load_model(path: str, dtype=np.float64, cache_budget_gb: float = 6.0) -> RefModel:
-    return RefModel(path, dtype=dtype, cache_budget_gb=cache_budget_gb)
+def load_model(path: str, dtype=np.float64, cache_budget_gb: float = 6.0, ignore_window: bool = False) -> RefModel:
+    return RefModel(path, dtype=dtype, cache_budget_gb=cache_budget_gb, ignore_window=ignore_window)
 
 
 def logits(model: RefModel, tokens) -> np.ndarray:
@@ -372,7 +381,7 @@ def main(argv=None) -> int:
     if a.cmd == "info":
         print(json.dumps({k: getattr(m, k) for k in (
             "arch", "n_layer", "n_embd", "n_ff", "n_head", "n_head_kv", "head_dim", "n_rot",
-            "rope_base", "eps", "n_vocab", "lm_head_name", "eos")}))
+            "rope_base", "eps", "n_vocab", "lm_head_name", "eos", "window")}))
     elif a.cmd == "logits":
         lg = logits(m, _parse_tokens(a.tokens))
         np.save(a.out, lg)
