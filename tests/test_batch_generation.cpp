@@ -388,18 +388,7 @@ TEST(SpecWindow, TreesAndSharedPassesPastTheWindowMatchGreedyAlone) {
         full(dir + "swa_full.gguf");
     ASSERT_EQ(target.desc.hp.sliding_window, static_cast<int>(window));
     auto reference = [&](testutil::TestModel& m, const std::vector<int32_t>& prompt) {
-      KvCache kv = m.tf->make_cache(static_cast<int>(prompt.size()) + n + 1);
-      std::vector<float> lg(static_cast<size_t>(m.V()));
-      m.tf->forward(ChainBatch(prompt, 0).view(), kv, lg, LogitsRows::kLast);
-      kv.commit_prefix(static_cast<int>(prompt.size()));
-      std::vector<int32_t> out;
-      for (int i = 0; i < n; ++i) {
-        const int32_t t = argmax(lg), pos = kv.committed(), par = -1;
-        out.push_back(t);
-        m.tf->forward(Batch{{&t, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast);
-        kv.commit_prefix(1);
-      }
-      return out;
+      return testutil::greedy_alone(*m.tf, prompt, n);
     };
     std::vector<std::vector<int32_t>> want;
     for (const auto& p : prompts) want.push_back(reference(target, p));

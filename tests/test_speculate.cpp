@@ -47,19 +47,7 @@ class Spec : public ::testing::Test {
     if (!target_) GTEST_SKIP() << "model missing: run tools/fetch-models.sh";
   }
   static std::vector<int32_t> greedy_reference(const std::vector<int32_t>& prompt, int n) {
-    KvCache kv = target_->tf->make_cache(static_cast<int>(prompt.size()) + n + 1);
-    std::vector<float> lg(target_->desc.hp.vocab);
-    ChainBatch b(prompt, 0);
-    target_->tf->forward(b.view(), kv, lg, LogitsRows::kLast);
-    kv.commit_prefix(static_cast<int>(prompt.size()));
-    std::vector<int32_t> out;
-    for (int i = 0; i < n; ++i) {
-      const int32_t t = argmax(lg), pos = kv.committed(), par = -1;
-      out.push_back(t);
-      target_->tf->forward(Batch{{&t, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast);
-      kv.commit_prefix(1);
-    }
-    return out;
+    return testutil::greedy_alone(*target_->tf, prompt, n);
   }
   static std::vector<int32_t> speculative(const std::vector<int32_t>& prompt, int n, const spec::StaticTree& shape,
                                           Transformer* target = nullptr) {
@@ -376,20 +364,7 @@ TEST(SpecVocabulary, ADraftWithFewerRowsIsLosslessGreedy) {
   ASSERT_EQ(target.V(), 320);
   ASSERT_EQ(draft.V(), 300);
   const int n = 40;
-  auto reference = [&](const std::vector<int32_t>& prompt) {
-    KvCache kv = target.tf->make_cache(static_cast<int>(prompt.size()) + n + 1);
-    std::vector<float> lg(static_cast<size_t>(target.V()));
-    target.tf->forward(ChainBatch(prompt, 0).view(), kv, lg, LogitsRows::kLast);
-    kv.commit_prefix(static_cast<int>(prompt.size()));
-    std::vector<int32_t> out;
-    for (int i = 0; i < n; ++i) {
-      const int32_t t = argmax(lg), pos = kv.committed(), par = -1;
-      out.push_back(t);
-      target.tf->forward(Batch{{&t, 1}, {&pos, 1}, {&par, 1}}, kv, lg, LogitsRows::kLast);
-      kv.commit_prefix(1);
-    }
-    return out;
-  };
+  auto reference = [&](const std::vector<int32_t>& prompt) { return testutil::greedy_alone(*target.tf, prompt, n); };
   const std::vector<std::vector<int32_t>> prompts = {
       {1, 270, 280, 290, 262}, {1, 300, 5, 310, 319, 290}, {1, 100, 200, 299, 150, 40, 41}};
   int past_draft_rows = 0;
