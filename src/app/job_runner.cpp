@@ -120,7 +120,8 @@ void choose_sequences(const jobs::JobConfig& job, CheckedJob& c) {
     need.push_back(static_cast<int>(t.size()) + job.max_tokens + std::max(1, session.tree_nodes()));
   std::sort(need.begin(), need.end(), std::greater<>());
   const int block = offload::RunShape{}.kv_block_rows;  // the pool's
-  for (int b = std::min<int>(kAutoSequences, static_cast<int>(c.items.size())); b > 1; b /= 2) {
+  const int first = std::min({kAutoSequences, static_cast<int>(c.items.size()), session.max_shared_sequences()});
+  for (int b = first; b > 1; b /= 2) {
     session.set_sequences(b);
     int64_t most = 0;  // the b longest prompts' rows, each in whole blocks
     for (int i = 0; i < b; ++i) most += (need[static_cast<size_t>(i)] + block - 1) / block * block;

@@ -134,6 +134,11 @@ void Session::set_kv_rows(int rows) {
   c_.kv_rows = rows;
 }
 
+int Session::max_shared_sequences() const {
+  if (!draft_ || c_.tree.tree == "sequoia" || c_.tree.tree == "auto") return kMaxSequences;
+  return std::max(1, c_.pass_tokens / std::max(1, tree_nodes()));
+}
+
 int Session::fit_kv_rows(int ctx, int batch_tokens, int64_t most) {
   if (c_.sequences < 2) throw Error("Session::fit_kv_rows: the session runs one sequence at a time");
   const int block = offload::RunShape{}.kv_block_rows;
@@ -169,14 +174,14 @@ offload::RunShape Session::shape(int ctx, int batch_tokens) const {
   s.max_tokens = std::max(batch_tokens, draft_ ? tree_nodes() + 1 : 0);
   if (c_.sequences > 1) {
     s.sequences = c_.sequences;
-    // A shared target pass: prompt chunks under pass_tokens (not batch_tokens),
-    // and every decoding sequence's token, or its tree: at least one node
-    // where smaller Sequoia trees can stand in (sequoia, auto), else the whole
-    // shape (BatchGenerator::step). The draft's first pass for a sequence
-    // holds its whole prompt: the draft keeps batch_tokens.
-    const bool shrinks = c_.tree.tree == "sequoia" || c_.tree.tree == "auto";
-    const int per_sequence = draft_ && !shrinks ? tree_nodes() + 1 : 1;
-    const int target = std::max(c_.pass_tokens, c_.sequences * per_sequence);
+    // A shared target pass carries at most max(pass_tokens, sequences):
+    // prompt chunks under pass_tokens (not batch_tokens), every decoding
+    // sequence's token or tree (a fixed tree's whole shape fits pass_tokens,
+    // BatchGenerator refuses otherwise). --tree auto also measures the
+    // target's passes at load, up to its budget: those stay counted. The
+    // draft's first pass for a sequence holds its whole prompt: the draft
+    // keeps batch_tokens.
+    const int target = std::max({auto_ ? s.max_tokens : 1, c_.pass_tokens, c_.sequences});
     if (draft_) s.draft_max_tokens = std::max(s.max_tokens, target);
     s.max_tokens = target;
     s.kv_rows = c_.kv_rows;
@@ -194,6 +199,9 @@ void Session::check_plan(int ctx, int batch_tokens) const {
 }
 
 void Session::load(int ctx, int batch_tokens, std::FILE* log) {
+  if (c_.sequences > 1 && c_.kv_rows != 0 && c_.kv_rows < ctx)
+    throw Error("Session::load: a KV pool of " + std::to_string(c_.kv_rows) +
+                " positions cannot hold one sequence of " + std::to_string(ctx));
   ctx_ = ctx;
   // Shared passes give each sequence its solo logits only if no kernel's sums
   // depend on the pass's size (kernels/backend.h).

@@ -139,6 +139,10 @@ class Session {
   // of fewer than sequences x ctx positions still runs that many short ones.
   // REQUIRES: before load(); ctx <= most.
   int fit_kv_rows(int ctx, int batch_tokens, int64_t most);
+  // The most sequences a shared pass can decode: with a fixed tree (chain,
+  // kary), whose whole shape each decoding sequence takes, pass_tokens / its
+  // nodes; else kMaxSequences.
+  int max_shared_sequences() const;
   // Loads the draft (resident) and the target (planned under the budgets),
   // then runs --tree auto (saying what it chose on `log`, if not null).
   void load(int ctx, int batch_tokens, std::FILE* log = stderr);

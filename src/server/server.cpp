@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <random>
 
+#include "offload/placement.h"
 #include "src/engine/sampler.h"
 #include "src/server/api.h"
 #include "src/speculative/speculate.h"
@@ -66,8 +67,9 @@ LoadShape size_session(runtime::Session& s, int& ctx, bool ctx_given, int sequen
   // Several sequences share a paged KV pool: the most positions the budget
   // holds, up to sequences x ctx; each request is promised its own rows, so
   // short requests run that many at once and long ones wait their turn.
-  if (s.config().sequences > 1 &&
-      s.fit_kv_rows(shape.ctx, shape.batch_tokens, static_cast<int64_t>(s.config().sequences) * shape.ctx) > 0)
+  const int block = offload::RunShape{}.kv_block_rows;  // each request's rows in whole blocks, as admitted
+  const int64_t each = (static_cast<int64_t>(shape.ctx) + block - 1) / block * block;
+  if (s.config().sequences > 1 && s.fit_kv_rows(shape.ctx, shape.batch_tokens, s.config().sequences * each) > 0)
     return shape;
   try {
     s.check_plan(shape.ctx, shape.batch_tokens);

@@ -135,6 +135,16 @@ def main() -> int:
             check(f"trees, {batch.splitlines()[1]}: the draft's passes carried several sequences' levels",
                   shared.get("draft_passes", 0) > 0 and shared.get("draft_tokens_per_pass", 0) > 1, json.dumps(shared))
 
+    # "auto" with a fixed tree (chain:3, 4 nodes each, never shrunk): no more prompts than a 16-token pass
+    # holds whole trees for (4), where 10 were chosen before and refused after the weights loaded.
+    out = os.path.join(tmp, "chain-auto.jsonl")
+    p = run(rw, write(os.path.join(tmp, "chain-auto.toml"), job_text(
+        model, out, 'sequences = "auto"\npass_tokens = 16', 0.0, 7, prompts,
+        extra=f'draft = "{draft}"\n[speculation]\ntree = "chain:3"\n')))
+    check("auto with a fixed tree: exit 0, 2 to 4 in flight, every line the plain greedy line",
+          p.returncode == 0 and 1 < json.load(open(out + ".summary.json"))["shared_passes"]["max_in_flight"] <= 4
+          and by_id(out) == ref, p.stderr[-400:])
+
     # "auto" under a device budget: the KV pool holds what the prompts need, not the longest one's rows
     # for each sequence. One long prompt (656 KV positions with its tokens) and nine short ones; at
     # 100 MiB the plan holds about 1,100 positions beside the streamed layers: the ten prompts' own rows,
