@@ -413,7 +413,8 @@ void attention_reference(const AttentionArgs& a) {
       std::vector<char> on_path(static_cast<size_t>(a.n), 0);
       for (int j = i; j >= 0; j = a.parents[j]) on_path[static_cast<size_t>(j)] = 1;
       for (int j = 0; j < a.n_past + a.n; ++j)
-        if (j < a.n_past ? seen(j) : on_path[static_cast<size_t>(j - a.n_past)] && seen(a.pos[j - a.n_past]))
+        if (j < a.n_past ? seen(j)
+                         : on_path[static_cast<size_t>(j - a.n_past)] && (a.window <= 0 || seen(a.pos[j - a.n_past])))
           rows.push_back(j);
     }
     for (int h = 0; h < a.n_heads; ++h) reference_head(a, i, h, group, q_stride, kv_stride, rows);
