@@ -85,7 +85,8 @@ struct CheckedJob {
   std::vector<jobs::PromptItem> items;
   std::vector<std::vector<int32_t>> tokens;  // per item
   int batch_tokens = 0;
-  int rows = 0;  // KV positions the longest prompt and its tokens take (a shared pass's pool: per sequence)
+  std::vector<int> item_rows;  // per item: KV positions the prompt, its tokens and one tree take (as admitted)
+  int rows = 0;  // the most of item_rows (a shared pass's pool: per sequence)
 };
 
 // The most sequences batch.sequences = "auto" runs at once.
@@ -115,9 +116,7 @@ void choose_sequences(const jobs::JobConfig& job, CheckedJob& c) {
     }
     return;
   }
-  std::vector<int> need;  // each prompt's rows, as BatchGenerator promises them
-  for (const auto& t : c.tokens)
-    need.push_back(static_cast<int>(t.size()) + job.max_tokens + std::max(1, session.tree_nodes()));
+  std::vector<int> need = c.item_rows;  // longest first
   std::sort(need.begin(), need.end(), std::greater<>());
   const int block = offload::RunShape{}.kv_block_rows;  // the pool's
   const int first = std::min({kAutoSequences, static_cast<int>(c.items.size()), session.max_shared_sequences()});
@@ -172,7 +171,8 @@ CheckedJob check_job_run(const jobs::JobConfig& job, const JobHooks& hooks) {
       continue;
     }
     // The prompt, its tokens and one step's pending rows (a tree with a draft).
-    c.rows = std::max(c.rows, static_cast<int>(t.size()) + job.max_tokens + std::max(1, session.tree_nodes()));
+    c.item_rows.push_back(static_cast<int>(t.size()) + job.max_tokens + std::max(1, session.tree_nodes()));
+    c.rows = std::max(c.rows, c.item_rows.back());
     c.tokens.push_back(std::move(t));
     c.items.push_back(std::move(it));
   }
