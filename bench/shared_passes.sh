@@ -14,6 +14,11 @@
 #   N=64 M=64 T=0.6 bench/shared_passes.sh the issue's job (about 2 hours one at a time here)
 #   ARMS="shared trees" bench/shared_passes.sh   only these arms; the others' last summaries
 #                                          (same N, M, T) are reported, marked "earlier run"
+#   SHARD=1/8 N=64 M=64 bench/shared_passes.sh   the one-prompt-at-a-time arms (plain, sequoia)
+#                                          run only shard 1 of 8 of the prompts (batch --shard:
+#                                          by prompt id): one at a time, each prompt's time is its
+#                                          own, so the shard's tokens/s estimates the whole job's
+#                                          (the report marks them "shard 1/8")
 #
 # Builds what is missing the way bench/regime.sh does (the 2.4 GiB stand-in, the Q3_K
 # draft, the acceptance profile at T) into models/ and out/regime/; writes
@@ -23,6 +28,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+SHARD="${SHARD:-}"
 N="${N:-16}" M="${M:-16}" MEM="${MEM:-820MiB}" BUDGET="${BUDGET:-16}" KV="${KV:-f16}" T="${T:-0}" PASS="${PASS:-64}"
 ARMS="${ARMS:-plain sequoia shared trees}"
 RW=./build/redwood
@@ -77,7 +83,7 @@ chat = true
 [output]
 path = "$OUT/$1.jsonl"
 EOF
-  rm -f "$OUT/$1.jsonl" "$OUT/$1.jsonl.summary.json"
+  rm -f "$OUT/$1".jsonl "$OUT/$1".jsonl.summary.json "$OUT/$1".shard-*.jsonl "$OUT/$1".shard-*.jsonl.summary.json
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
   echo "shared_passes: $1" >&2
   $RW batch "$OUT/$1.toml" -q
@@ -86,9 +92,12 @@ MEMORY="[memory]
 device = \"$MEM\"
 kv_type = \"$KV\"
 ctx = 1024"
+SHARD_KEY=""
+[[ -z $SHARD ]] || SHARD_KEY="shard = \"$SHARD\""
 job plain "$MEMORY
 [batch]
-sequences = 1"
+sequences = 1
+$SHARD_KEY"
 SPECULATION="draft = \"models/regime-draft-Q3_K.gguf\"
 [memory]
 device = \"$MEM+draft\"
@@ -98,7 +107,10 @@ ctx = 1024
 tree = \"sequoia\"
 budget = $BUDGET
 acceptance = \"$ACC\""
-job sequoia "$SPECULATION"
+job sequoia "$SPECULATION
+[batch]
+sequences = 1
+$SHARD_KEY"
 job shared "$MEMORY
 [batch]
 sequences = \"auto\""
@@ -107,13 +119,19 @@ job trees "$SPECULATION
 sequences = \"auto\"
 pass_tokens = $PASS"
 
-python3 - "$OUT" "$N" "$M" "$MEM" "$KV" "$T" "$ARMS" <<'PY' | tee "$OUT/report.md"
-import json, sys
-out, n, m, mem, kv, t, arms = sys.argv[1:]
+python3 - "$OUT" "$N" "$M" "$MEM" "$KV" "$T" "$ARMS" "$SHARD" <<'PY' | tee "$OUT/report.md"
+import glob, json, os, sys
+out, n, m, mem, kv, t, arms, shard = sys.argv[1:]
 arms = arms.split()
-rows = {}
+rows, where = {}, {}
 for name in ("plain", "sequoia", "shared", "trees"):
-    s = json.load(open(f"{out}/{name}.jsonl.summary.json"))
+    path = f"{out}/{name}.jsonl.summary.json"
+    if name in ("plain", "sequoia") and not os.path.exists(path):
+        found = glob.glob(f"{out}/{name}.shard-*.jsonl.summary.json")
+        if found:
+            path = found[0]
+            where[name] = " (shard " + path.split(".shard-")[1].split(".")[0].replace("-of-", "/") + ")"
+    s = json.load(open(path))
     run = s.get("run", s)
     def find(d, key):
         if isinstance(d, dict):
@@ -127,7 +145,7 @@ for name in ("plain", "sequoia", "shared", "trees"):
 print(f"| {n} prompts x {m} tokens, T = {t}, --device-mem {mem}, KV {kv} | tokens | wall s | tokens/s | sequences |")
 print("|---|---:|---:|---:|---:|")
 for name, (tok, wall, tps, seqs, sp) in rows.items():
-    print(f"| {name}{'' if name in arms else ' (earlier run)'} | {tok} | {wall:.1f} | {tps:.3f} | {seqs} |")
+    print(f"| {name}{where.get(name, '')}{'' if name in arms else ' (earlier run)'} | {tok} | {wall:.1f} | {tps:.3f} | {seqs} |")
 sp = rows["shared"][4]
 print()
 print(f"shared / plain = {rows['shared'][2] / rows['plain'][2]:.2f}x, shared / sequoia = {rows['shared'][2] / rows['sequoia'][2]:.2f}x, "
