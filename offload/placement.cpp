@@ -202,7 +202,6 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
     throw Error("memory plan: context, tokens per pass and threads must be positive");
   if (shape.sequences <= 0 || shape.kv_block_rows <= 0)
     throw Error("memory plan: sequences and KV block rows must be positive");
-  if (shape.draft_max_tokens < 0) throw Error("memory plan: the draft's tokens per pass must not be negative");
   if (shape.kv_rows != 0 && (shape.sequences == 1 || shape.kv_rows < shape.ctx))
     throw Error("memory plan: a KV pool's positions (" + std::to_string(shape.kv_rows) +
                 ") are for several sequences and at least one sequence's context (" + std::to_string(shape.ctx) + ")");
@@ -231,21 +230,18 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   p.items.push_back(
       {"activations + logits (target, " + toks + ")", Tier::kDevice, activation_bytes(target.hp, shape.max_tokens)});
   const bool cuda = budgets.backend == BackendKind::kCuda;
-  RunShape draft_shape = shape;  // the draft's passes
-  if (shape.draft_max_tokens > 0) draft_shape.max_tokens = shape.draft_max_tokens;
-  auto workspace_of = [&](const ModelDesc& m) {
-    return workspace_bytes(budgets.backend, m, &m == &target ? shape : draft_shape);
-  };
+  // The draft's passes are no larger than the target's (shared passes: a
+  // prompt reaches the draft in chunks, spec::BatchLimits).
+  auto workspace_of = [&](const ModelDesc& m) { return workspace_bytes(budgets.backend, m, shape); };
   uint64_t workspace = workspace_of(target);
   uint64_t device_budget = budgets.device;
   if (draft) {
     const uint64_t target_workspace = workspace;
-    const uint64_t weights = resident_model_bytes(*draft), kv = kv_store_bytes(draft->hp, draft_shape),
-                   act = activation_bytes(draft->hp, draft_shape.max_tokens);
+    const uint64_t weights = resident_model_bytes(*draft), kv = kv_store_bytes(draft->hp, shape),
+                   act = activation_bytes(draft->hp, shape.max_tokens);
     p.items.push_back({"draft weights (all resident)", Tier::kDevice, weights});
     p.items.push_back({std::string(kv_what) + " (draft, " + ctx + ")", Tier::kDevice, kv});
-    p.items.push_back({"activations + logits (draft, " + std::to_string(draft_shape.max_tokens) + " tokens)",
-                       Tier::kDevice, act});
+    p.items.push_back({"activations + logits (draft, " + toks + ")", Tier::kDevice, act});
     // CPU: the models run one after the other on one thread pool; CUDA: the
     // draft has its own backend instance, with its own workspace.
     workspace = cuda ? workspace + workspace_of(*draft) : std::max(workspace, workspace_of(*draft));

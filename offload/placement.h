@@ -56,9 +56,6 @@ struct RunShape {
   // room for more); 0 = sequences x ctx, each sequence's ctx in whole blocks.
   // REQUIRES: 0 or >= ctx.
   int kv_rows = 0;
-  // The draft's largest pass when it differs from the target's (shared passes:
-  // a sequence's first draft pass holds its whole prompt); 0 = max_tokens.
-  int draft_max_tokens = 0;
 };
 
 // Blocks of the paged KV pool a shape asks for (its kv_rows, else sequences x ctx).

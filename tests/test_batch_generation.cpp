@@ -266,12 +266,23 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
       EXPECT_EQ(pool.free_blocks(), pool.n_blocks()) << shape;
       const auto& st = gen.stats();
       EXPECT_LE(st.pass_tokens, st.passes * pass) << shape << ": a pass exceeded the node budget";
+      // Prompts of up to 23 tokens: a new sequence's prompt reaches the draft
+      // in chunks, so no draft pass is larger than a target pass (what the
+      // planner counts for the draft).
+      EXPECT_LE(st.max_pass_tokens, pass) << shape;
+      EXPECT_LE(st.max_draft_pass_tokens, pass) << shape << ": a draft pass exceeded pass_tokens";
+      EXPECT_GT(st.max_draft_pass_tokens, 0) << shape;
       EXPECT_GT(st.tree_steps, 0) << shape << ": no sequence ever had a tree";
       EXPECT_GT(st.draft_passes, 0) << shape;
+      // (The prompts' catch-up chains are the generator's passes, not a tree's.)
+      const int64_t level_passes = st.draft_passes - st.draft_catch_up_passes;
       if (seqs > 1 && !curved) {
-        EXPECT_LT(st.draft_passes, own_draft_passes) << shape << ": the sequences' draft levels never shared a pass";
+        EXPECT_LT(level_passes, own_draft_passes) << shape << ": the sequences' draft levels never shared a pass";
       } else if (seqs == 1) {
-        EXPECT_EQ(st.draft_passes, own_draft_passes) << shape;
+        EXPECT_EQ(level_passes, own_draft_passes) << shape;
+      }
+      if (pass < 23) {
+        EXPECT_GT(st.draft_catch_up_passes, 0) << shape;
       }
       if (self) {
         // The self-draft is always right: trees cut the passes below one per token.
@@ -307,6 +318,7 @@ TEST_P(BatchGeneration, ChainAsDeepAsItIsLongSharesPasses) {
     ASSERT_TRUE(got[i].has_value());
     expect_same(*got[i], solo[i], "chain:4, request " + std::to_string(i));
   }
+  EXPECT_LE(gen.stats().max_draft_pass_tokens, 7) << "a draft pass exceeded pass_tokens";
 }
 
 // A tree's draft time: one pass per level with children, of that level's width.

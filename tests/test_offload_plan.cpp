@@ -291,27 +291,6 @@ TEST(Plan, DraftIsAccounted) {
   EXPECT_NE(e.find("at least " + format_size(with.device_min)), std::string::npos) << e;
 }
 
-// Shared passes: the target's passes carry pass_tokens, the draft's first
-// pass a whole prompt; each model's activations are counted at its own size.
-TEST(Plan, DraftPassesHaveTheirOwnSize) {
-  const ModelDesc m = synthetic(8);
-  const ModelDesc d = synthetic(2, 256, 512, 4096, 1);
-  RunShape same;
-  same.sequences = 4, same.ctx = 256, same.max_tokens = 512;
-  RunShape own = same;
-  own.max_tokens = 64, own.draft_max_tokens = 512;
-  const MemoryPlan a = plan_memory(m, &d, Budgets{}, same), b = plan_memory(m, &d, Budgets{}, own);
-  EXPECT_EQ(item_bytes(b, "activations + logits (draft, 512 tokens)"),
-            item_bytes(a, "activations + logits (draft, 512 tokens)"));
-  EXPECT_GT(item_bytes(b, "activations + logits (draft"), 0u);
-  EXPECT_LT(item_bytes(b, "activations + logits (target, 64 tokens)"),
-            item_bytes(a, "activations + logits (target, 512 tokens)"));
-  EXPECT_EQ(item_bytes(b, "KV pool (draft"), item_bytes(a, "KV pool (draft"));  // its index arrays: 512 tokens
-  EXPECT_LT(b.device_min, a.device_min);
-  own.draft_max_tokens = -1;
-  EXPECT_THROW(plan_memory(m, &d, Budgets{}, own), Error);
-}
-
 // "SIZE+draft": the same target residency with and without the draft, for
 // every budget from the minimum up; parsing of the suffix.
 TEST(Plan, DraftOnTopKeepsTheTargetPlan) {

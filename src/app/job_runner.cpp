@@ -502,6 +502,7 @@ json summarise(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoin
                           {"tokens_per_pass", b.passes ? static_cast<double>(b.pass_tokens) / b.passes : 0.0},
                           {"decode_tokens_per_pass", b.passes ? static_cast<double>(b.decode_tokens) / b.passes : 0.0},
                           {"pass_seconds", b.pass_seconds},
+                          {"max_pass_tokens", b.max_pass_tokens},
                           {"max_in_flight", b.max_in_flight}};
     if (c.session->spec_config()) {
       // Trees in the shared passes: drafted nodes per tree step, tokens per decode slot.
@@ -514,6 +515,7 @@ json summarise(const jobs::JobConfig& job, const CheckedJob& c, const ResumePoin
       s["shared_passes"]["draft_tokens_per_pass"] =
           b.draft_passes ? static_cast<double>(b.draft_tokens) / b.draft_passes : 0.0;
       s["shared_passes"]["draft_seconds"] = b.draft_seconds;
+      s["shared_passes"]["max_draft_pass_tokens"] = b.max_draft_pass_tokens;
     }
   }
   return s;

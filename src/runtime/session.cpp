@@ -178,12 +178,10 @@ offload::RunShape Session::shape(int ctx, int batch_tokens) const {
     // prompt chunks under pass_tokens (not batch_tokens), every decoding
     // sequence's token or tree (a fixed tree's whole shape fits pass_tokens,
     // BatchGenerator refuses otherwise). --tree auto also measures the
-    // target's passes at load, up to its budget: those stay counted. The
-    // draft's first pass for a sequence holds its whole prompt: the draft
-    // keeps batch_tokens.
-    const int target = std::max({auto_ ? s.max_tokens : 1, c_.pass_tokens, c_.sequences});
-    if (draft_) s.draft_max_tokens = std::max(s.max_tokens, target);
-    s.max_tokens = target;
+    // target's and the draft's passes at load, up to its budget: those stay
+    // counted. The draft's passes are no larger (spec::BatchLimits: a prompt
+    // reaches the draft in chunks of pass_tokens).
+    s.max_tokens = std::max({auto_ ? s.max_tokens : 1, c_.pass_tokens, c_.sequences});
     s.kv_rows = c_.kv_rows;
   }
   return s;

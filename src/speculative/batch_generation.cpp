@@ -111,8 +111,8 @@ const StaticTree& BatchGenerator::tree_of(int k) {
 }
 
 int BatchGenerator::draft_blocks_for(const Seq& s) const {
-  // Its committed tokens, then the first draft pass (the tokens it has not
-  // run, ending at the root: the whole prompt at first) and the tree's
+  // Its committed tokens (the catch-up chains' among them), then the first
+  // draft pass (the tokens it has not run, ending at the root) and the tree's
   // nodes: prompt + tokens emitted + tree - 1 < rows_for.
   return draft_pool_ ? (rows_for(s) + draft_pool_->block_rows() - 1) / draft_pool_->block_rows() : 0;
 }
@@ -197,8 +197,45 @@ void BatchGenerator::finish(Seq& s, std::vector<Done>& done) {
   done.push_back(Done{s.ticket, std::move(g), s.error});
 }
 
+void BatchGenerator::count_draft_pass(size_t tokens) {
+  ++stats_.draft_passes;
+  stats_.draft_tokens += static_cast<int64_t>(tokens);
+  stats_.max_draft_pass_tokens = std::max(stats_.max_draft_pass_tokens, static_cast<int>(tokens));
+}
+
+void BatchGenerator::draft_catch_up(const std::vector<Seq*>& trees) {
+  const size_t cap = static_cast<size_t>(limits_.pass_tokens);
+  std::vector<int32_t> seqs, tokens, positions, parents;
+  std::vector<std::pair<Seq*, int>> ran;
+  for (;;) {
+    size_t pending = 0;
+    for (const Seq* s : trees) pending += s->dec->draft_pending_tokens().size();
+    // (cap >= max_sequences >= the roots: while pending > cap, some tree has tokens before its root.)
+    if (pending <= cap) return;
+    seqs.clear(), tokens.clear(), positions.clear(), parents.clear(), ran.clear();
+    for (Seq* s : trees) {
+      if (tokens.size() == cap) break;
+      const SpecDecoder::DraftPass w =
+          s->dec->draft_catch_up(draft_pool_->committed(s->did), static_cast<int>(cap - tokens.size()));
+      if (w.tokens.empty()) continue;
+      for (size_t j = 0; j < w.tokens.size(); ++j)
+        seqs.push_back(s->did), tokens.push_back(w.tokens[j]), positions.push_back(w.positions[j]),
+            parents.push_back(w.parents[j]);
+      ran.emplace_back(s, static_cast<int>(w.tokens.size()));
+    }
+    draft_->draft->forward(SeqBatch{seqs, tokens, positions, parents}, *draft_pool_, {}, {});
+    count_draft_pass(tokens.size());
+    ++stats_.draft_catch_up_passes;
+    for (auto [s, n] : ran) {
+      draft_pool_->commit_prefix(s->did, n);
+      s->dec->draft_caught_up(n);
+    }
+  }
+}
+
 void BatchGenerator::grow_trees(const std::vector<Seq*>& trees) {
   using DraftPass = SpecDecoder::DraftPass;
+  draft_catch_up(trees);
   std::vector<const DraftPass*> work(trees.size());
   for (size_t i = 0; i < trees.size(); ++i)
     work[i] = trees[i]->dec->draft_begin(pool_.committed(trees[i]->id), draft_pool_->committed(trees[i]->did));
@@ -222,8 +259,7 @@ void BatchGenerator::grow_trees(const std::vector<Seq*>& trees) {
     if (tokens.empty()) return;
     draft_logits_.resize(logit_rows.size() * vocab);
     draft_->draft->forward(SeqBatch{seqs, tokens, positions, parents}, *draft_pool_, draft_logits_, logit_rows);
-    ++stats_.draft_passes;
-    stats_.draft_tokens += static_cast<int64_t>(tokens.size());
+    count_draft_pass(tokens.size());
     for (size_t i = 0; i < trees.size(); ++i) {
       if (!work[i]) continue;
       const std::span<const float> rows(draft_logits_.data() + first_row[i] * vocab,
@@ -373,6 +409,7 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
     }
     ++stats_.passes;
     stats_.pass_tokens += static_cast<int64_t>(tokens.size());
+    stats_.max_pass_tokens = std::max(stats_.max_pass_tokens, static_cast<int>(tokens.size()));
     stats_.decode_tokens += decode_tokens;
     stats_.pass_seconds += st.seconds;
   }

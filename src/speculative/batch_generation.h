@@ -43,7 +43,11 @@ namespace redwood::spec {
 
 struct BatchLimits {
   int max_sequences = 16;  // sequences in flight (decoding or prefilling)
-  int pass_tokens = 64;    // prompt tokens fill a pass up to this; every decoding sequence has its token anyway
+  // Prompt tokens fill a pass up to this; every decoding sequence has its token
+  // anyway (with trees, pass_tokens >= max_sequences x the smallest tree: no
+  // target pass exceeds it). The draft's passes hold at most this too: a new
+  // tree sequence's prompt reaches the draft in chunks.
+  int pass_tokens = 64;
 };
 
 // Trees in shared passes. The tree is a static Sequoia tree: config.shape is
@@ -82,7 +86,10 @@ struct BatchStats {
   int64_t tree_steps = 0;     // sequence steps that had a tree of more than the root
   int64_t emitted = 0;        // tokens the decode slots and trees emitted
   int64_t draft_passes = 0;   // draft passes (each carries every tree's nodes of one level)
+  int64_t draft_catch_up_passes = 0;  // of which chains of prompts before the trees' first level
   int64_t draft_tokens = 0;   // tokens over all draft passes (prompts, catch-up and tree nodes)
+  int max_pass_tokens = 0;    // the largest target pass (at most BatchLimits::pass_tokens)
+  int max_draft_pass_tokens = 0;  // the largest draft pass (at most BatchLimits::pass_tokens)
 };
 
 class BatchGenerator {
@@ -142,6 +149,11 @@ class BatchGenerator {
   const StaticTree& tree_of(int k);
   // Grows the trees of these sequences level by level, one draft pass per level.
   void grow_trees(const std::vector<Seq*>& trees);
+  // Runs the tokens the draft has not run before these trees' roots (a new
+  // sequence: its prompt) in passes of at most pass_tokens, until the trees'
+  // first draft pass (their pending tokens, roots included) fits one.
+  void draft_catch_up(const std::vector<Seq*>& trees);
+  void count_draft_pass(size_t tokens);
 
   Transformer& target_;
   const Tokenizer& tok_;

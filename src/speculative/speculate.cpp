@@ -388,6 +388,27 @@ const SpecDecoder::DraftPass* SpecDecoder::draft_begin(int root_pos, int draft_c
   return &S.work;
 }
 
+SpecDecoder::DraftPass SpecDecoder::draft_catch_up(int draft_committed, int max_tokens) const {
+  if (dkv_) throw Error("SpecDecoder::draft_catch_up: the decoder runs its own draft cache");
+  if (step_ && (step_->first || !step_->next.empty())) throw Error("SpecDecoder::draft_catch_up while a tree grows");
+  DraftPass w;
+  const int n = std::min(static_cast<int>(draft_todo_.size()) - 1, max_tokens);
+  if (n <= 0) return w;
+  ChainBatch b(std::span<const int32_t>(draft_todo_).first(static_cast<size_t>(n)), draft_committed);
+  for (int32_t& t : b.tokens) t = draft_token(t, draft_vocab_);
+  w.tokens = std::move(b.tokens);
+  w.positions = std::move(b.positions);
+  w.parents = std::move(b.parents);
+  return w;
+}
+
+void SpecDecoder::draft_caught_up(int n) {
+  if (n < 0 || n >= static_cast<int>(draft_todo_.size()))
+    throw Error("SpecDecoder::draft_caught_up: " + std::to_string(n) + " of " + std::to_string(draft_todo_.size()) +
+                " pending draft tokens (the root stays)");
+  draft_todo_.erase(draft_todo_.begin(), draft_todo_.begin() + n);
+}
+
 const SpecDecoder::DraftPass* SpecDecoder::draft_next(std::span<const float> lg) {
   if (!step_ || (!step_->first && step_->next.empty())) throw Error("SpecDecoder::draft_next without a draft pass");
   Step& S = *step_;

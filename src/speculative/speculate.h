@@ -132,7 +132,8 @@ class SpecDecoder {
 
   // Processes the prompt (all but its last token are prefilled into the draft
   // cache, and into the target cache, each when the decoder owns it; the
-  // caller's draft cache gets the whole prompt in the first draft pass).
+  // caller's draft cache gets the prompt in the first draft pass, or before
+  // it through draft_catch_up()).
   void start(std::span<const int32_t> prompt);
   // One speculative step: returns the emitted tokens (accepted path + bonus).
   // REQUIRES: TargetCache::kOwn.
@@ -162,6 +163,15 @@ class SpecDecoder {
   // logits: the last pass's logit_rows() rows (x the draft's vocabulary). Returns the next
   // draft pass, or null when the tree is built.
   const DraftPass* draft_next(std::span<const float> logits);
+  // For a caller that bounds its draft passes: up to max_tokens of the tokens
+  // the draft has not run, before the root (a new sequence: its prompt), as a
+  // chain at the draft's committed position draft_committed, with no logits
+  // (empty when only the root is pending). The caller runs it, commits its
+  // rows and calls draft_caught_up(tokens.size()); draft_begin()'s first pass
+  // then carries only the rest. REQUIRES: DraftCache::kCaller, no tree growing.
+  DraftPass draft_catch_up(int draft_committed, int max_tokens) const;
+  // REQUIRES: 0 <= n < draft_pending_tokens().size() (the root stays pending).
+  void draft_caught_up(int n);
   // The target's pass over [root + tree]. REQUIRES: draft_begin() or
   // draft_next() returned null.
   const TreePass& draft_end();

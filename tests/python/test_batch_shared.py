@@ -134,6 +134,11 @@ def main() -> int:
                   and shared.get("tokens_per_decode_slot", 0) > 1, json.dumps(shared))
             check(f"trees, {batch.splitlines()[1]}: the draft's passes carried several sequences' levels",
                   shared.get("draft_passes", 0) > 0 and shared.get("draft_tokens_per_pass", 0) > 1, json.dumps(shared))
+            # The planner counts the draft's passes at pass_tokens: a prompt reaches the draft in chunks.
+            pt = int(batch.splitlines()[1].split("=")[1])
+            check(f"trees, {batch.splitlines()[1]}: no target or draft pass larger than pass_tokens",
+                  0 < shared.get("max_pass_tokens", 0) <= pt and 0 < shared.get("max_draft_pass_tokens", 0) <= pt,
+                  json.dumps(shared))
 
     # "auto" with a fixed tree (chain:3, 4 nodes each, never shrunk): no more prompts than a 16-token pass
     # holds whole trees for (4), where 10 were chosen before and refused after the weights loaded.
