@@ -382,7 +382,7 @@ def llama3_rope_factors(base: float, head_dim: int, factor: float, low: float, h
     return np.array(out, dtype=np.float32)
 
 
-# ------------------------------------------------------------------ main
+# ------------------------------------------------------------------ tokenizer keys
 def add_synthetic_tokenizer(w, n_vocab: int) -> None:
     """The synthetic SentencePiece-style vocabulary described above."""
     toks, scores, ttypes = build_vocab(n_vocab)
@@ -414,6 +414,7 @@ def tokenizer_fields(path: str) -> dict:
     return out
 
 
+# ------------------------------------------------------------------ main
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
