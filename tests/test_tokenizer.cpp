@@ -164,6 +164,62 @@ TEST(TokenizerBpe, PreTokenizers) {
   EXPECT_EQ(Tokenizer::create(tiny_bpe_spec("smollm"))->encode("x  1", false, false), (Ids{'x', kSpSp, '1'}));
 }
 
+using Pieces = std::vector<std::string>;
+
+// \p{N} is Unicode's General Category N (Nd, Nl and No), as in llama.cpp's
+// tables and Hugging Face's regexes: not only ASCII digits but ½ (No),
+// ² (No), ① (No), Ⅻ (Nl), 〇 (Nl), Arabic-Indic ٣ (Nd), 𝟙 (Nd); not ° (So),
+// ª (Lo) or the Arabic decimal separator ٫ (Po).
+TEST(TokenizerBpe, NumberClassIsUnicodeCategoryN) {
+  // llama.cpp's own case (ggml-vocab-*.gguf.inp): Digits then ByteLevel.
+  EXPECT_EQ(bpe_pre_tokenize("smollm", "ied 4 \u00BD months"),
+            (Pieces{"ied", " ", "4", " ", "\u00BD", " months"}));
+  EXPECT_EQ(bpe_pre_tokenize("starcoder", "x\u00B2\u2460\u216B\u3007\u0663\U0001D7D9y"),
+            (Pieces{"x", "\u00B2", "\u2460", "\u216B", "\u3007", "\u0663", "\U0001D7D9", "y"}));
+  // Not numbers: ° and ٫ stay punctuation glued to what follows, ª is a letter.
+  EXPECT_EQ(bpe_pre_tokenize("smollm", "1\u00B0!\u0661\u066B\u0662 \u00AAb"),
+            (Pieces{"1", "\u00B0!", "\u0661", "\u066B", "\u0662", " \u00AAb"}));
+  // GPT-2: a number run ends at punctuation; Llama 3: runs of at most three.
+  EXPECT_EQ(bpe_pre_tokenize("gpt2", "\u00BD\u00B2!"), (Pieces{"\u00BD\u00B2", "!"}));
+  EXPECT_EQ(bpe_pre_tokenize("llama3", "\u00BD\u00B2\u2460\u216B\u0663"),
+            (Pieces{"\u00BD\u00B2\u2460", "\u216B\u0663"}));
+  EXPECT_EQ(bpe_pre_tokenize("qwen2", "a\u00BD\u0663"), (Pieces{"a", "\u00BD", "\u0663"}));
+}
+
+// Qwen3.5 (tokenizer.ggml.pre "qwen35"): Qwen2's pattern with combining marks
+// (\p{M}) in words:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}
+//   | ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// Expected pieces derived from that pattern (leftmost alternative first); the
+// vocabulary test (tests/python/test_llamacpp_vocab.py) checks the same
+// pre-tokenizer against llama.cpp's ids.
+TEST(TokenizerBpe, Qwen35Split) {
+  // A decomposed é (e + U+0301): one word for qwen35; Qwen2 cuts the mark off.
+  EXPECT_EQ(bpe_pre_tokenize("qwen35", "cafe\u0301 ok"), (Pieces{"cafe\u0301", " ok"}));
+  EXPECT_EQ(bpe_pre_tokenize("qwen2", "cafe\u0301 ok"), (Pieces{"cafe", "\u0301", " ok"}));
+  // Devanagari: virama (Mn) and vowel sign (Mc) inside the word.
+  EXPECT_EQ(bpe_pre_tokenize("qwen35", "\u0928\u092E\u0938\u094D\u0924\u0947!"),
+            (Pieces{"\u0928\u092E\u0938\u094D\u0924\u0947", "!"}));
+  EXPECT_EQ(bpe_pre_tokenize("qwen2", "\u0928\u092E\u0938\u094D\u0924\u0947!"),
+            (Pieces{"\u0928\u092E\u0938", "\u094D\u0924", "\u0947!"}));
+  // Punctuation stops before a mark; one punctuation character may lead a
+  // word of marks; a mark after a digit is a word of its own.
+  EXPECT_EQ(bpe_pre_tokenize("qwen35", "!!\u0301 a!\u0301 1\u0301"),
+            (Pieces{"!!", "\u0301", " a", "!\u0301", " ", "1", "\u0301"}));
+  // Contractions in any case, digits one by one, ½ a number, newline runs.
+  EXPECT_EQ(bpe_pre_tokenize("qwen35", "DON'T we'Ll\r\n\r\n 12\u00BD"),
+            (Pieces{"DON", "'T", " we", "'Ll", "\r\n\r\n", " ", "1", "2", "\u00BD"}));
+  EXPECT_EQ(bpe_pre_tokenize("qwen35", "ied 4 \u00BD months"), (Pieces{"ied", " ", "4", " ", "\u00BD", " months"}));
+  // Trailing and inner whitespace as Qwen2: a run before a word keeps one space for it.
+  EXPECT_EQ(bpe_pre_tokenize("qwen35", "a   b  "), (Pieces{"a", "  ", " b", "  "}));
+  // Invalid UTF-8 is never matched: it lies between the matches.
+  EXPECT_EQ(bpe_pre_tokenize("qwen35", "a\xff\u0301"), (Pieces{"a", "\xff", "\u0301"}));
+  EXPECT_TRUE(is_known_bpe_pre("qwen35"));
+  EXPECT_NE(known_bpe_pre().find("qwen35"), std::string::npos);
+  EXPECT_NE(testutil::error_of([] { bpe_pre_tokenize("qwen99", "x"); }).find("unknown pre-tokenizer 'qwen99'"),
+            std::string::npos);
+}
+
 TEST(TokenizerBpe, InvalidUtf8AndLongInput) {
   auto tok = Tokenizer::create(tiny_bpe_spec());
   const std::string bad = "a\xff\xfe\xc3(\xe2\x82 b\x80";
@@ -570,6 +626,19 @@ TEST(TokenizerHfJson, ByteLevelBpe) {
   auto tok = Tokenizer::create(s);
   EXPECT_EQ(tok->encode("hi hi1<|end|>", true, true), (Ids{7, 2, 4, 5, 6}));
   EXPECT_TRUE(tok->is_eog(6));
+}
+
+TEST(TokenizerHfJson, Qwen35SplitPattern) {
+  const std::string dir = ::testing::TempDir() + "tok_hf_qwen35";
+  const std::string json = R"({
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+         "behavior": "Isolated", "invert": false},
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]},
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}
+  })";
+  EXPECT_EQ(tokenizer_spec_from_hf_json(write_file(dir, "tokenizer.json", json)).pre, "qwen35");
 }
 
 TEST(TokenizerHfJson, SentencePieceStyle) {

@@ -36,6 +36,9 @@ byte tokens "<0x00>".."<0xFF>" (type 6), then normal pieces (type 1) with decrea
 scores ("▁", letters, digits, punctuation, prefix-closed "▁word" pieces, then
 letter n-grams with and without "▁", so every piece can be built by merging two
 shorter pieces). bos 1, eos 2, unk 0, add_bos true, add_eos false.
+--tokenizer-from VOCAB.gguf instead copies every tokenizer.ggml.* key of another GGUF
+(e.g. llama.cpp's vocab-only models/ggml-vocab-NAME.gguf) and sizes --vocab to its
+token list: that vocabulary grafted onto a model Redwood loads.
 """
 from __future__ import annotations
 
@@ -379,6 +382,38 @@ def llama3_rope_factors(base: float, head_dim: int, factor: float, low: float, h
     return np.array(out, dtype=np.float32)
 
 
+# ------------------------------------------------------------------ tokenizer keys
+def add_synthetic_tokenizer(w, n_vocab: int) -> None:
+    """The synthetic SentencePiece-style vocabulary described above."""
+    toks, scores, ttypes = build_vocab(n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types(ttypes)
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(True)
+
+
+def tokenizer_fields(path: str) -> dict:
+    """Every tokenizer.ggml.* key of a GGUF: {key: (value, type, array element type)}."""
+    r = gguf.GGUFReader(path)
+    out = {}
+    for key, f in r.fields.items():
+        if not key.startswith("tokenizer.ggml."):
+            continue
+        vtype = f.types[0]
+        sub = f.types[1] if vtype == gguf.GGUFValueType.ARRAY and len(f.types) > 1 else None
+        out[key] = (f.contents(), vtype, sub)
+    if "tokenizer.ggml.tokens" not in out:
+        raise SystemExit(f"{path}: no tokenizer.ggml.tokens")
+    return out
+
+
 # ------------------------------------------------------------------ main
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -410,9 +445,17 @@ def main(argv=None) -> int:
                     help="{arch}.attention.sliding_window (Mistral 7B v0.1's sliding-window attention)")
     ap.add_argument("--mode", choices=["auto", "exact", "pool"], default="auto")
     ap.add_argument("--name", default=None)
+    ap.add_argument("--tokenizer-from", metavar="GGUF",
+                    help="copy tokenizer.ggml.* from this GGUF (a vocab-only one will do); --vocab = its token count")
     a = ap.parse_args(argv)
 
     cfg = dict(PRESETS[a.preset]) if a.preset else dict(rope_base=10000.0, eps=1e-5, ctx=4096)
+    tok_fields = None
+    if a.tokenizer_from:
+        tok_fields = tokenizer_fields(a.tokenizer_from)
+        if a.vocab is not None:
+            raise SystemExit("--tokenizer-from sets the vocabulary size: leave out --vocab")
+        cfg["vocab"] = len(tok_fields["tokenizer.ggml.tokens"][0])
     for k in ("layers", "dim", "heads", "kv_heads", "ffn", "vocab", "ctx", "rope_base", "eps"):
         v = getattr(a, k)
         if v is not None:
@@ -492,18 +535,11 @@ def main(argv=None) -> int:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(a.rope_linear)
     w.add_vocab_size(V)
-    toks, scores, ttypes = build_vocab(V)
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(toks)
-    w.add_token_scores(scores)
-    w.add_token_types(ttypes)
-    w.add_unk_token_id(0)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(True)
+    if tok_fields is not None:
+        for key, (value, vtype, sub_type) in tok_fields.items():
+            w.add_key_value(key, value, vtype, sub_type=sub_type)
+    else:
+        add_synthetic_tokenizer(w, V)
 
     for tname, kind, nr, nc, qt, _ in tensors:
         if kind in ("norm", "freqs", "bias", "qknorm"):

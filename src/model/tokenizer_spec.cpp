@@ -102,7 +102,7 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f) {
   if (!spm) {  // (an SPM vocabulary has no pre-tokenizer: the key is not read, as in llama.cpp)
     if (!is_known_bpe_pre(spec.pre))
       throw Error(f.path() + ": tokenizer.ggml.pre = '" + spec.pre + "' is a pre-tokenizer Redwood does not implement (" +
-                  kKnownBpePre + ")");
+                  known_bpe_pre() + ")");
     if (spec.merges.empty()) throw Error(f.path() + ": tokenizer.ggml.merges is missing for a BPE vocabulary");
   }
   return spec;
@@ -181,11 +181,7 @@ std::string byte_level_pre_name(const json& pre) {
     if (t == "Split" && regex.empty()) regex = component_regex(c);
   });
   if (!regex.empty()) {
-    if (regex == R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)")
-      return "llama3";
-    if (regex == R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)")
-      return "qwen2";
-    return "";  // a pattern Redwood does not implement (GPT-2's would give other tokens)
+    return bpe_pre_for_split_regex(regex);  // empty: a pattern Redwood does not implement (GPT-2's would give other tokens)
   }
   if (digits && byte_level) return "smollm";
   return "gpt2";
@@ -293,7 +289,7 @@ void read_kind(const std::string& path, const json& j, const json& model, Tokeni
     spec.kind = TokenizerKind::kByteLevelBpe;
     spec.pre = byte_level_pre_name(pre);
     if (spec.pre.empty())
-      throw Error(path + ": the pre_tokenizer's Split pattern is not one Redwood implements (Llama 3's, Qwen2's)");
+      throw Error(path + ": the pre_tokenizer's Split pattern is not one Redwood implements (Llama 3's, Qwen2's, Qwen3.5's)");
   } else {
     // SentencePiece-style BPE (Llama-2 family): ▁ for spaces, <0xNN> byte fallback.
     spec.kind = TokenizerKind::kSentencePiece;

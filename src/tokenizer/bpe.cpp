@@ -24,7 +24,40 @@ constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen3.5's tokenizer.json: Qwen2's pattern with combining marks (\p{M}) kept
+// in words, so a mark after a letter no longer starts a punctuation piece.
+constexpr const char* kQwen35Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Hugging Face's Digits(individual_digits): every \p{N} character (Unicode
+// General Category N: Nd, Nl and No, so also ½, ², ①, Ⅻ) is a piece of its own.
 constexpr const char* kDigitRegex = R"(\p{N})";
+
+// Every byte-level pre-tokenizer Redwood implements, as data: the names
+// (GGUF tokenizer.ggml.pre, llama.cpp's spelling) and the regexes applied in
+// order, each splitting every piece the previous ones left (a match and the
+// text between matches are pieces), as Hugging Face's Sequence of splits and
+// llama.cpp do; then the merges.
+struct PreTokenizer {
+  std::array<const char*, 4> names;  // unused slots null
+  std::array<const char*, 2> stages;  // unused slots null
+  bool ignore_merges;  // a piece that is a token is that token (Llama 3's tokenizer.json, llama.cpp)
+};
+constexpr PreTokenizer kPreTokenizers[] = {
+    // Digits(individual_digits) then ByteLevel: SmolLM, and under their own
+    // names in llama.cpp the same scheme for StarCoder, Refact and Command-R.
+    {{"smollm", "starcoder", "refact", "command-r"}, {kDigitRegex, kGpt2Regex}, false},
+    {{"llama3", "llama-bpe", "llama-v3"}, {kLlama3Regex}, true},
+    {{"qwen2"}, {kQwen2Regex}, false},
+    {{"qwen35"}, {kQwen35Regex}, false},
+    {{"gpt2", "gpt-2", "default"}, {kGpt2Regex}, false},  // "gpt-2" is llama.cpp's name
+};
+
+const PreTokenizer* find_pre(std::string_view pre) {
+  for (const PreTokenizer& p : kPreTokenizers)
+    for (const char* n : p.names)
+      if (n && pre == n) return &p;
+  return nullptr;
+}
 
 // Hugging Face's regexes (Oniguruma) use \s = Unicode White_Space; PCRE2's \s
 // in UCP mode also matches U+180E. Spell the class out so both agree: \s and
@@ -132,6 +165,41 @@ struct MatchData {
   pcre2_match_data* md;
 };
 
+// A pre-tokenizer's compiled regexes.
+class PreSplitter {
+ public:
+  explicit PreSplitter(std::string_view name) : def_(find_pre(name)) {
+    if (!def_)
+      throw Error("tokenizer: unknown pre-tokenizer '" + std::string(name) + "' (known: " + known_bpe_pre() + ")");
+    for (const char* stage : def_->stages)
+      if (stage) stages_.push_back(std::make_unique<Regex>(stage));
+  }
+  const PreTokenizer& def() const { return *def_; }
+
+  // Calls word(piece) for every piece of text, in order: stage k's regex
+  // splits each piece of stage k - 1 (a match and the text between matches
+  // are pieces).
+  template <class F>
+  void split(std::string_view text, F&& word) const {
+    std::vector<std::unique_ptr<MatchData>> mds;
+    for (const auto& re : stages_) mds.push_back(std::make_unique<MatchData>(*re));
+    split_stage(text, 0, mds, word);
+  }
+
+ private:
+  template <class F>
+  void split_stage(std::string_view piece, size_t k, std::vector<std::unique_ptr<MatchData>>& mds, F& word) const {
+    if (k == stages_.size()) {
+      word(piece);
+      return;
+    }
+    stages_[k]->split(piece, mds[k]->md, [&](std::string_view p, bool) { split_stage(p, k + 1, mds, word); });
+  }
+
+  const PreTokenizer* def_;
+  std::vector<std::unique_ptr<Regex>> stages_;
+};
+
 // GPT-2's reversible byte <-> printable code point mapping.
 std::array<uint32_t, 256> byte_to_codepoint() {
   std::array<uint32_t, 256> cp{};
@@ -145,22 +213,8 @@ std::array<uint32_t, 256> byte_to_codepoint() {
 
 class BpeTokenizer final : public TokenizerBase {
  public:
-  explicit BpeTokenizer(TokenizerSpec spec) : TokenizerBase(std::move(spec)) {
-    const std::string& pre = spec_.pre;
-    if (pre == "smollm") {
-      split_digits_ = true;
-      regex_ = std::make_unique<Regex>(kGpt2Regex);
-      digits_ = std::make_unique<Regex>(kDigitRegex);
-    } else if (pre == "llama3" || pre == "llama-bpe" || pre == "llama-v3") {
-      regex_ = std::make_unique<Regex>(kLlama3Regex);
-      ignore_merges_ = true;  // as Llama-3's tokenizer.json and llama.cpp do
-    } else if (pre == "qwen2") {
-      regex_ = std::make_unique<Regex>(kQwen2Regex);
-    } else if (is_known_bpe_pre(pre)) {  // "gpt2", "gpt-2" (llama.cpp's name), "default": the GPT-2 pattern
-      regex_ = std::make_unique<Regex>(kGpt2Regex);
-    } else {
-      throw Error("tokenizer: unknown pre-tokenizer '" + pre + "' (known: " + kKnownBpePre + ")");
-    }
+  explicit BpeTokenizer(TokenizerSpec spec) : TokenizerBase(std::move(spec)), pre_(spec_.pre) {
+    ignore_merges_ = pre_.def().ignore_merges;
 
     const auto cps = byte_to_codepoint();
     cp_to_byte_.assign(512, -1);
@@ -205,22 +259,7 @@ class BpeTokenizer final : public TokenizerBase {
  protected:
   void encode_text(std::string_view text, bool, std::vector<int32_t>& out) const override {
     Scratch sc;
-    MatchData md(*regex_);
-    const auto word = [&](std::string_view w, bool) { encode_word(w, sc, out); };
-    if (!split_digits_) {
-      regex_->split(text, md.md, word);
-      return;
-    }
-    // HF Sequence[Digits(individual_digits), ByteLevel(use_regex)]: every \p{N}
-    // character is its own piece; the regex runs on the pieces in between.
-    MatchData dmd(*digits_);
-    digits_->split(text, dmd.md, [&](std::string_view piece, bool is_digit) {
-      if (is_digit) {
-        encode_word(piece, sc, out);
-      } else {
-        regex_->split(piece, md.md, word);
-      }
-    });
+    pre_.split(text, [&](std::string_view word) { encode_word(word, sc, out); });
   }
 
  private:
@@ -308,8 +347,7 @@ class BpeTokenizer final : public TokenizerBase {
     for (int32_t i = 0; i >= 0; i = sc.syms[static_cast<size_t>(i)].next) emit_id(sc.syms[static_cast<size_t>(i)].id, out);
   }
 
-  std::unique_ptr<Regex> regex_, digits_;
-  bool split_digits_ = false;
+  PreSplitter pre_;
   bool ignore_merges_ = false;
   std::array<int32_t, 256> byte_id_{};
   std::array<uint32_t, 256> byte_cp_{};
@@ -322,10 +360,26 @@ class BpeTokenizer final : public TokenizerBase {
 }  // namespace redwood::tok
 
 namespace redwood {
-bool is_known_bpe_pre(std::string_view pre) {
-  for (const char* k : {"smollm", "llama3", "llama-bpe", "llama-v3", "qwen2", "gpt2", "gpt-2", "default"})
-    if (pre == k) return true;
-  return false;
+bool is_known_bpe_pre(std::string_view pre) { return tok::find_pre(pre) != nullptr; }
+
+std::string known_bpe_pre() {
+  std::string out;
+  for (const tok::PreTokenizer& p : tok::kPreTokenizers)
+    for (const char* n : p.names)
+      if (n) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+std::vector<std::string> bpe_pre_tokenize(std::string_view pre, std::string_view text) {
+  std::vector<std::string> pieces;
+  tok::PreSplitter(pre).split(text, [&](std::string_view p) { pieces.emplace_back(p); });
+  return pieces;
+}
+
+std::string bpe_pre_for_split_regex(std::string_view regex) {
+  for (const tok::PreTokenizer& p : tok::kPreTokenizers)
+    if (p.stages[0] && !p.stages[1] && regex == p.stages[0] && p.stages[0] != tok::kGpt2Regex) return p.names[0];
+  return {};
 }
 }  // namespace redwood
 

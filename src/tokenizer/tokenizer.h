@@ -41,11 +41,19 @@ struct TokenizerSpec {
 };
 
 // Whether a byte-level BPE pre-tokenizer name (GGUF tokenizer.ggml.pre) is one
-// Redwood implements: smollm, llama3 (llama-bpe, llama-v3), qwen2, gpt2
-// (gpt-2) and default (the GPT-2 pattern). Any other name is an error, as in
-// llama.cpp: its pattern is not GPT-2's, and tokens would silently differ.
+// Redwood implements (known_bpe_pre() lists them: smollm and the same scheme
+// under StarCoder's, Refact's and Command-R's names, llama3 (llama-bpe,
+// llama-v3), qwen2, qwen35, gpt2 (gpt-2) and default (the GPT-2 pattern)). Any
+// other name is an error, as in llama.cpp: its pattern is not GPT-2's, and
+// tokens would silently differ.
 bool is_known_bpe_pre(std::string_view pre);
-inline constexpr const char* kKnownBpePre = "smollm, llama3, llama-bpe, llama-v3, qwen2, gpt2, gpt-2, default";
+std::string known_bpe_pre();  // the names, comma-separated
+// The pieces a byte-level BPE pre-tokenizer splits text into, before merges
+// (throws redwood::Error for an unknown name).
+std::vector<std::string> bpe_pre_tokenize(std::string_view pre, std::string_view text);
+// The pre-tokenizer whose one regex is a Hugging Face Split pattern (Llama 3's,
+// Qwen2's, Qwen3.5's); empty when none is.
+std::string bpe_pre_for_split_regex(std::string_view regex);
 
 class Tokenizer {
  public:
