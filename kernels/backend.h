@@ -62,7 +62,7 @@ struct AttentionArgs {
   // When set, the committed length is *n_past_at (backend memory), read when
   // the op executes: a recorded pass (CUDA graph) replays for any prefix length.
   const int32_t* n_past_at = nullptr;
-  DType kv_type = DType::F32;  // the element type of k and v: F32, F16 or BF16
+  DType kv_type = DType::F32;  // the element type of k and v: F32, F16, BF16 or Q8_0 (head_dim a multiple of 32)
   // Several sequences (see above); all in backend memory, read when the op executes.
   const int32_t* seq = nullptr;       // [n]: the sequence of each token
   const int32_t* seq_past = nullptr;  // [sequences]: committed positions of each
@@ -128,11 +128,17 @@ class Backend {
   virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const double* inv_freq,
                     RopeMode mode) = 0;
   virtual void attention(const AttentionArgs& a) = 0;
+  // Whether attention and write_rows take KV rows of type t: F32, F16 and
+  // BF16 on every backend, Q8_0 where a backend says so (the CPU's). The
+  // engine refuses the others when a run chooses its KV type.
+  virtual bool supports_kv_type(DType t) const { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
   // base[(first + r) * row_floats + c] = src[r * row_floats + c] for r < rows,
   // with first = *first_row_at (backend memory, read when the op executes):
-  // the KV cache append. base holds elements of `type` (F32, F16 or BF16);
-  // F16/BF16 round to nearest even (math::f32_to_f16 / f32_to_bf16), the same
-  // bits on every backend.
+  // the KV cache append. base holds elements of `type` (F32, F16, BF16 or
+  // Q8_0); F16/BF16 round to nearest even (math::f32_to_f16 / f32_to_bf16),
+  // the same bits on every backend; Q8_0 quantizes each row's blocks of 32 on
+  // their own (math::quantize_q8_0; row_floats a multiple of 32): row r's
+  // blocks start at byte (first + r) * row_floats / 32 * 34.
   virtual void write_rows(void* base, DType type, const int32_t* first_row_at, const float* src, int rows,
                           int row_floats) = 0;
   // The same rounding, row r to base row row_at[r] (backend memory, read when

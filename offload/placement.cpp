@@ -6,6 +6,7 @@
 
 #include "kernels/backend.h"
 #include "offload/layer_layout.h"
+#include "src/engine/kv_type.h"
 #include "src/engine/weights.h"
 #include "src/util/error.h"
 #include "src/util/size.h"
@@ -68,8 +69,8 @@ uint64_t resident_model_bytes(const ModelDesc& m) {
 
 // KvCache: K and V, [ctx][n_kv_heads * head_dim] of the KV type per layer.
 uint64_t kv_bytes(const LlamaHParams& hp, int ctx, DType kv_type) {
-  const uint64_t elem = kv_type == DType::F32 ? kF32 : 2;
-  return static_cast<uint64_t>(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * static_cast<uint64_t>(ctx) * elem;
+  return static_cast<uint64_t>(hp.n_layers) * 2 * static_cast<uint64_t>(ctx) *
+         kv_row_bytes(kv_type, static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim);
 }
 
 // The target's or the draft's KV store: one KvCache of ctx rows, or a pool for
@@ -79,9 +80,8 @@ uint64_t kv_store_bytes(const LlamaHParams& hp, const RunShape& s) {
   if (s.sequences == 1) return kv_bytes(hp, s.ctx, s.kv_type);
   const uint64_t stride = (static_cast<uint64_t>(s.ctx) + s.kv_block_rows - 1) / s.kv_block_rows;
   const uint64_t index = static_cast<uint64_t>(s.max_tokens) * (6 + stride) * sizeof(int32_t);
-  const uint64_t elem = s.kv_type == DType::F32 ? kF32 : 2;
-  return 2ull * hp.n_layers * static_cast<uint64_t>(kv_pool_blocks(s)) * s.kv_block_rows * hp.n_kv_heads *
-             hp.head_dim * elem +
+  return 2ull * hp.n_layers * static_cast<uint64_t>(kv_pool_blocks(s)) * s.kv_block_rows *
+             kv_row_bytes(s.kv_type, static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim) +
          index;
 }
 
@@ -185,8 +185,8 @@ int64_t kv_pool_blocks(const RunShape& s) {
 
 uint64_t kv_pool_bytes(const LlamaHParams& hp, int sequences, int rows, DType kv_type, int block_rows) {
   const int64_t blocks = static_cast<int64_t>(sequences) * ((rows + block_rows - 1) / block_rows);
-  const uint64_t elem = kv_type == DType::F32 ? kF32 : 2;
-  return 2ull * hp.n_layers * static_cast<uint64_t>(blocks) * block_rows * hp.n_kv_heads * hp.head_dim * elem;
+  return 2ull * hp.n_layers * static_cast<uint64_t>(blocks) * block_rows *
+         kv_row_bytes(kv_type, static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim);
 }
 
 void parse_device_budget(const std::string& s, Budgets& b, const char* what) {
@@ -205,8 +205,14 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   if (shape.kv_rows != 0 && (shape.sequences == 1 || shape.kv_rows < shape.ctx))
     throw Error("memory plan: a KV pool's positions (" + std::to_string(shape.kv_rows) +
                 ") are for several sequences and at least one sequence's context (" + std::to_string(shape.ctx) + ")");
-  if (shape.kv_type != DType::F32 && shape.kv_type != DType::F16 && shape.kv_type != DType::BF16)
-    throw Error("memory plan: the KV cache type must be f32, f16 or bf16");
+  try {
+    check_kv_head_dim(shape.kv_type, target.hp.head_dim, model_label(target));
+    if (draft) check_kv_head_dim(shape.kv_type, draft->hp.head_dim, model_label(*draft));
+  } catch (const Error& e) {
+    throw Error(std::string("memory plan: ") + e.what());
+  }
+  if (shape.kv_type == DType::Q8_0 && budgets.backend == BackendKind::kCuda)
+    throw Error("memory plan: --kv-type q8_0 is not supported on the cuda backend (f32, f16 and bf16 are)");
   MemoryPlan p;
   p.model = model_label(target);
   if (draft) p.draft = model_label(*draft);

@@ -45,7 +45,7 @@ struct RunShape {
   int ctx = 2048;       // KV cache capacity in tokens (target and draft)
   int max_tokens = 64;  // most tokens in one pass (prompt chunk, tree size)
   int threads = 2;      // CPU workers (per-thread workspace)
-  DType kv_type = DType::F32;  // KV cache element type (F32, F16, BF16: --kv-type)
+  DType kv_type = DType::F32;  // KV cache element type (F32, F16, BF16, Q8_0: --kv-type)
   // Sequences sharing each pass. 1: one KvCache of ctx rows per model (as
   // always); more: a paged KvPool per model holding `sequences` x ctx rows in
   // blocks of kv_block_rows (kv_pool_bytes), and the pass's block tables.

@@ -321,6 +321,99 @@ TEST_P(BatchGeneration, ChainAsDeepAsItIsLongSharesPasses) {
   EXPECT_LE(gen.stats().max_draft_pass_tokens, 7) << "a draft pass exceeded pass_tokens";
 }
 
+// --kv-type q8_0 (issue 44): with Q8_0 KV rows (each row quantized on its
+// own when written, so a row's bytes do not depend on what shares its pass)
+// every request equals its run alone, sampled and greedy, in shared passes
+// plain and with trees (a self-draft: long accepted paths compacted in the
+// pool; another model: root-only acceptances), and a single sequence's tree
+// passes (SpecDecoder) equal plain greedy decoding. Tiny models of head_dim
+// 32 (Q8_0 needs whole blocks per head).
+TEST(BatchGenerationQ8, SharedPassesAndTreesOverQ8RowsEqualRunsAlone) {
+  BatchInvariant inv;
+  const std::string dir = ::testing::TempDir();
+  testutil::TinyShape s;
+  s.type = DType::F16;
+  s.heads = 2, s.kv_heads = 1;  // head_dim 32
+  testutil::TinyShape o = s;
+  o.seed = 7;
+  testutil::write_tiny_llama(dir + "batchgen_q8kv.gguf", s);
+  testutil::write_tiny_llama(dir + "batchgen_q8kv_other.gguf", o);
+  testutil::TestModel m(dir + "batchgen_q8kv.gguf"), other(dir + "batchgen_q8kv_other.gguf");
+  ASSERT_EQ(m.desc.hp.head_dim, 32);
+  m.tf->set_kv_type(DType::Q8_0);
+  other.tf->set_kv_type(DType::Q8_0);
+  const auto tok = Tokenizer::create(m.desc.tokenizer);
+  const auto& hp = m.desc.hp;
+  auto reqs = requests(m.V());
+  for (auto& q : reqs) q.r.prompt = q.prompt;
+  auto solo = [&](bool greedy) {
+    std::vector<spec::Generation> out;
+    for (auto q : reqs) {
+      if (greedy) q.r.sampling.temperature = 0;
+      out.push_back(spec::generate(*m.tf, *tok, q.r, nullptr));
+    }
+    return out;
+  };
+  const std::vector<spec::Generation> sampled = solo(false), greedy = solo(true);
+  EXPECT_NE(sampled[1].tokens, sampled[2].tokens);
+  auto shared = [&](spec::BatchDraft* d, int seqs, int pass, bool greedy_reqs) {
+    KvPool pool(*m.be, hp.n_layers, hp.n_kv_heads * hp.head_dim, 60, 8, 256, m.tf->kv_type());
+    EXPECT_EQ(pool.type(), DType::Q8_0);
+    EXPECT_EQ(pool.bytes(), 2ull * hp.n_layers * 60 * 8 * 34);
+    spec::BatchGenerator gen(*m.tf, *tok, pool, {seqs, pass}, d);
+    for (auto q : reqs) {
+      if (greedy_reqs) q.r.sampling.temperature = 0;
+      gen.submit(q.r);
+    }
+    auto got = run_until_idle(gen, reqs.size());
+    EXPECT_GT(gen.stats().max_in_flight, 1) << "passes were shared";
+    if (d) {
+      EXPECT_GT(gen.stats().tree_steps, 0);
+    }
+    EXPECT_EQ(pool.free_blocks(), pool.n_blocks());
+    return got;
+  };
+  for (auto [seqs, pass] : {std::pair{3, 5}, std::pair{16, 64}}) {
+    const auto got = shared(nullptr, seqs, pass, false);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(got[i].has_value());
+      expect_same(*got[i], sampled[i], "plain, sequences " + std::to_string(seqs) + ", request " + std::to_string(i));
+    }
+  }
+  spec::TreeOptions t;
+  t.tree = "sequoia";
+  t.budget = 6;
+  t.depth = 4;
+  for (testutil::TestModel* dm : {&m, &other}) {
+    spec::BatchDraft draft;
+    draft.draft = dm->tf.get();
+    draft.target_desc = &m.desc;
+    draft.draft_desc = &dm->desc;
+    draft.config = spec::make_spec_config(t, SamplingParams{});
+    draft.acceptance = spec::default_acceptance(16);
+    const auto got = shared(&draft, 4, 18, true);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(got[i].has_value());
+      expect_same(*got[i], greedy[i], std::string(dm == &m ? "self-draft" : "other draft") + ", request " +
+                                          std::to_string(i));
+    }
+  }
+  // One sequence's tree passes: speculative greedy equals plain greedy.
+  const spec::SpecConfig cfg = spec::make_spec_config(t, SamplingParams{});
+  for (size_t p = 0; p < 3; ++p) {
+    const int n = 24;
+    const std::vector<int32_t> want = testutil::greedy_alone(*m.tf, reqs[p].prompt, n);
+    spec::SpecDecoder dec(*m.tf, *other.tf, m.desc, other.desc, cfg,
+                          static_cast<int>(reqs[p].prompt.size()) + n + cfg.max_tree_nodes() + 8);
+    dec.start(reqs[p].prompt);
+    std::vector<int32_t> got;
+    while (static_cast<int>(got.size()) < n)
+      for (int32_t x : dec.step()) got.push_back(x);
+    got.resize(n);
+    EXPECT_EQ(got, want) << "prompt " << p;
+  }
+}
+
 // A tree's draft time: one pass per level with children, of that level's width.
 TEST(SplitTreeNodes, TreeDraftSecondsCountsLevelsWithChildren) {
   spec::StaticTree t;  // root, two children, one grandchild

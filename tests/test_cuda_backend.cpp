@@ -387,6 +387,25 @@ TEST_F(Cuda, RecordedPassesReplayForEveryPrefixLength) {
   }
 }
 
+// --kv-type q8_0 is the CPU backend's: the CUDA backend says it does not
+// take it, and a run choosing it is refused in one line naming the backend
+// before anything is written (Transformer::set_kv_type, as load_weights does).
+TEST_F(Cuda, Q8KvCacheIsRefusedInOneLine) {
+  EXPECT_FALSE(gpu->supports_kv_type(DType::Q8_0));
+  EXPECT_TRUE(cpu->supports_kv_type(DType::Q8_0));
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) EXPECT_TRUE(gpu->supports_kv_type(t)) << dtype_name(t);
+  LlamaHParams hp;
+  hp.head_dim = 64;
+  try {
+    check_kv_support(DType::Q8_0, hp, *gpu, "m.gguf");
+    ADD_FAILURE() << "q8_0 was taken";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--kv-type q8_0 is not supported on the cuda backend"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
 // --kv-type f16 / bf16 on the device: the rows written are the CPU's bits
 // (the shared rounding), so decoding with a tree and a chain stays as close to
 // the CPU as with F32 rows.

@@ -233,7 +233,8 @@ TEST(KvTypeNames, ParseAndTheErrorListsEveryName) {
   EXPECT_EQ(kv_type_from_name("f32"), DType::F32);
   EXPECT_EQ(kv_type_from_name("f16"), DType::F16);
   EXPECT_EQ(kv_type_from_name("bf16"), DType::BF16);
-  for (const char* bad : {"q8_0", "F16", "", "f16 "}) {
+  EXPECT_EQ(kv_type_from_name("q8_0"), DType::Q8_0);
+  for (const char* bad : {"q4_0", "Q8_0", "F16", "", "f16 "}) {
     try {
       kv_type_from_name(bad);
       ADD_FAILURE() << "'" << bad << "' parsed";
@@ -245,7 +246,120 @@ TEST(KvTypeNames, ParseAndTheErrorListsEveryName) {
       EXPECT_EQ(msg.find('\n'), std::string::npos);
     }
   }
-  EXPECT_EQ(kv_type_list(" | "), "f32 | f16 | bf16");
+  EXPECT_EQ(kv_type_list(" | "), "f32 | f16 | bf16 | q8_0");
+  EXPECT_EQ(kv_type_name(DType::Q8_0), "q8_0");
+}
+
+namespace {
+// A backend that takes no Q8_0 KV rows (as the CUDA backend): only its answer
+// to supports_kv_type is asked.
+struct NoQ8Backend final : Backend {
+  const char* name() const override { return "test"; }
+  bool host_memory() const override { return true; }
+  void* alloc(size_t) override { return nullptr; }
+  void release(void*) override {}
+  void upload(void*, const void*, size_t) override {}
+  void download(void*, const void*, size_t) override {}
+  void copy(void*, const void*, size_t) override {}
+  void matmul(const WeightView&, const float*, int, float*) override {}
+  void embed(const WeightView&, const int32_t*, int, float*) override {}
+  void rmsnorm(const float*, const float*, int, int, float, float*) override {}
+  void add_rmsnorm(float*, const float*, const float*, int, int, float, float*) override {}
+  void rope(float*, int, int, int, const int32_t*, const double*, RopeMode) override {}
+  void attention(const AttentionArgs&) override {}
+  void write_rows(void*, DType, const int32_t*, const float*, int, int) override {}
+  void write_rows_at(void*, DType, const int32_t*, const float*, int, int) override {}
+  void swiglu(float*, const float*, size_t) override {}
+  void add(float*, const float*, size_t) override {}
+  void add_bias(float*, const float*, int, int) override {}
+};
+}  // namespace
+
+// --kv-type q8_0 (issue 44): the cache and the pool count 34 bytes per 32
+// elements (kv_row_bytes); a model whose head_dim is not a multiple of 32, or
+// a backend without Q8_0 rows, is refused in one line naming it before any
+// cache exists; a cache of Q8_0 rows keeps tree rows equal to path runs, and
+// a path kept out of a tree (commit_path moves 34-byte blocks) then decoded
+// equals a fresh run; the logits stay near F32's.
+TEST(KvQ8, RowBytesChecksAndTreeRows) {
+  EXPECT_EQ(kv_row_bytes(DType::F32, 192), 768u);
+  EXPECT_EQ(kv_row_bytes(DType::F16, 192), 384u);
+  EXPECT_EQ(kv_row_bytes(DType::BF16, 192), 384u);
+  EXPECT_EQ(kv_row_bytes(DType::Q8_0, 192), 6u * 34);
+  EXPECT_THROW(kv_row_bytes(DType::Q4_0, 192), Error);
+  EXPECT_THROW(kv_row_bytes(DType::Q8_0, 0), Error);
+  auto cpu = make_cpu_backend();
+  try {
+    KvCache bad(*cpu, 2, 48, 8, DType::Q8_0);
+    ADD_FAILURE() << "a Q8_0 cache of 48-element rows was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 32, got 48"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(KvPool::bytes_for(2, 64, 3, 16, DType::Q8_0), 2ull * 2 * 3 * 16 * 2 * 34);
+  EXPECT_EQ(KvPool(*cpu, 2, 64, 3, 16, 48, DType::Q8_0).bytes(), 2ull * 2 * 3 * 16 * 2 * 34);
+
+  const std::string dir = ::testing::TempDir();
+  testutil::TinyShape s16;  // head_dim 64 / 4 = 16
+  s16.type = DType::F32;
+  testutil::write_tiny_llama(dir + "kvq8_hd16.gguf", s16);
+  Runner r16(dir + "kvq8_hd16.gguf");
+  try {
+    r16.tf->set_kv_type(DType::Q8_0);
+    ADD_FAILURE() << "head_dim 16 took q8_0";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--kv-type q8_0 needs a head_dim that is a multiple of 32; the model has head_dim 16"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos);
+  }
+  EXPECT_EQ(r16.tf->kv_type(), DType::F32);
+
+  testutil::TinyShape s32 = s16;  // head_dim 64 / 2 = 32, two query heads per KV head
+  s32.heads = 2, s32.kv_heads = 1;
+  testutil::write_tiny_llama(dir + "kvq8_hd32.gguf", s32);
+  Runner r(dir + "kvq8_hd32.gguf");
+  ASSERT_EQ(r.desc.hp.head_dim, 32);
+  NoQ8Backend no_q8;
+  try {
+    check_kv_support(DType::Q8_0, r.desc.hp, no_q8, "m.gguf");
+    ADD_FAILURE() << "a backend without Q8_0 rows took q8_0";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-type q8_0 is not supported on the test backend"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(check_kv_support(DType::F16, r.desc.hp, no_q8, "m.gguf"));
+  std::mt19937 rng(8);
+  std::vector<int32_t> seq(20);
+  for (auto& t : seq) t = (int32_t)(rng() % r.V());
+  const auto f32 = r.chain_last({}, seq);
+  r.tf->set_kv_type(DType::Q8_0);
+  EXPECT_EQ(r.tf->make_cache(8).type(), DType::Q8_0);
+  EXPECT_EQ(r.tf->make_cache(8).bytes(), 2ull * r.desc.hp.n_layers * 8 * 34);
+  const double tol = 5e-3;  // measured 0: a last-bit difference could move one quant a step
+  for (int n : {7, 40}) check_tree_rows(r, n, 300 + n, tol, 6);
+  const auto lg = r.chain_last({}, seq);
+  const double e = rel_err(lg.data(), f32.data(), r.V());
+  EXPECT_GT(e, 0.0) << "the KV type had no effect";
+  EXPECT_LT(e, 2e-2);  // measured 4.9e-3
+  ::testing::Test::RecordProperty("q8_0_vs_f32_rel_err", std::to_string(e));
+  KvCache kv = r.tf->make_cache(64);
+  std::vector<float> lt(r.V());
+  prefill(*r.tf, kv, seq, 6, lt);
+  const std::vector<int32_t> parents = {-1, 0, -1, 1, 2, 3, 0}, toks = {11, 12, 13, 14, 15, 16, 17};
+  std::vector<int32_t> pos;
+  for (int i = 0; i < 7; ++i) pos.push_back(20 + (parents[i] < 0 ? 0 : pos[parents[i]] - 20 + 1));
+  std::vector<float> tree(7 * r.V());
+  r.tf->forward(Batch{toks, pos, parents}, kv, tree, LogitsRows::kAll);
+  const std::vector<int32_t> keep = {0, 1, 3, 5};
+  kv.commit_path(keep);
+  const int32_t next = 42, npos = 24, par = -1;
+  r.tf->forward(Batch{{&next, 1}, {&npos, 1}, {&par, 1}}, kv, lt, LogitsRows::kLast);
+  std::vector<int32_t> full = seq;
+  for (int i : keep) full.push_back(toks[i]);
+  full.push_back(next);
+  const auto fresh = r.chain_last({}, full);
+  EXPECT_LT(rel_err(lt.data(), fresh.data(), r.V()), tol);
 }
 
 TEST_P(TinyModel, BadBatchesAreErrors) {

@@ -1120,6 +1120,19 @@ TEST(ServeFile, SharedSectionsMeanWhatTheyMeanInAJob) {
   EXPECT_FALSE(f.has("server.host"));
 }
 
+// kv_type "q8_0" (issue 44) is taken by a job, a serve file and a suite
+// (every reader checks the name against kKvTypeNames).
+TEST_F(JobFiles, Q8KvTypeIsTakenByJobsServeFilesAndSuites) {
+  const char* mem = "[model]\ntarget = \"t.gguf\"\n[memory]\nkv_type = \"q8_0\"\n";
+  EXPECT_EQ(parse_job_text(mem, "job.toml").kv_type, "q8_0");
+  EXPECT_EQ(parse_serve_text(mem, "serve.toml").run.kv_type, "q8_0");
+  const std::string p = write("p.jsonl", ""), t = write("t.gguf", "x");
+  const SuiteConfig s = parse_suite_text("[suite]\nkv_type = \"q8_0\"\n[[model]]\nname = \"m\"\ntarget = \"" + t +
+                                             "\"\n[matrix]\nprompts = [\"" + p + "\"]\n",
+                                         "s.toml");
+  EXPECT_EQ(s.kv_type, "q8_0");
+}
+
 TEST(ServeFile, RefusesWhatIsNotAServersWithFileLineAndKey) {
   EXPECT_EQ(error_of([] { parse_serve_text("[server]\nport = 1\nhots = 1\n", "s.toml"); }),
             "s.toml:3: unknown key 'server.hots' (known in [server]: host, port, api_key_env, max_queue, timeout_s)");

@@ -436,6 +436,15 @@ TreeCase random_tree_case(std::mt19937& rng, int n_heads, int n_kv, int hd, int 
     for (auto& x : *vec) x = 3 * nd(rng);
   return c;
 }
+// Rows of `row` floats as a Q8_0 KV store holds them (written by
+// write_kv_rows, each element read back as d * q).
+std::vector<float> q8_rows(const std::vector<float>& x, int row) {
+  std::vector<math::BlockQ8_0> b(x.size() / 32);
+  cpu::write_kv_rows(b.data(), DType::Q8_0, 0, x.data(), static_cast<int64_t>(x.size()) / row, row);
+  std::vector<float> out(x.size());
+  for (size_t e = 0; e < x.size(); ++e) out[e] = math::dequant_q8_0(b[e / 32], static_cast<int>(e % 32));
+  return out;
+}
 }  // namespace
 
 // Head sizes of the vectorized path (multiples of 8: one or two 64-float
@@ -476,6 +485,133 @@ TEST(Kernels, TreeAttentionOverHalfRowsEqualsWidenedRows) {
     }
 }
 
+// KV rows of Q8_0: attention over them equals attention over the same rows
+// dequantized (d * q) as F32 rows, bit for bit, on the vector path (head_dim
+// 32 and 64: one or two blocks per head) and the generic one (288 > 256), in
+// tree passes and one-token passes; the reference reads them the same way and
+// agrees with the kernel; the quantization is real (the rows as written give
+// other outputs) and close (within a few percent).
+TEST(Kernels, TreeAttentionOverQ8RowsEqualsDequantizedRows) {
+  std::mt19937 rng(80);
+  for (int hd : {32, 64, 288})
+    for (int n : {21, 1}) {
+      const TreeCase c = random_tree_case(rng, 6, 2, hd, 37, n);
+      const int row = c.n_kv * hd, rows = static_cast<int>(c.k.size()) / row;
+      std::vector<math::BlockQ8_0> kq(c.k.size() / 32), vq(c.v.size() / 32);
+      cpu::write_kv_rows(kq.data(), DType::Q8_0, 0, c.k.data(), rows, row);
+      cpu::write_kv_rows(vq.data(), DType::Q8_0, 0, c.v.data(), rows, row);
+      TreeCase w = c;
+      w.k = q8_rows(c.k, row), w.v = q8_rows(c.v, row);
+      const size_t n_out = static_cast<size_t>(c.n) * c.n_heads * hd;
+      std::vector<float> got(n_out, NAN), want(n_out), raw(n_out), ref_got(n_out), ref_want(n_out);
+      AttentionArgs a = c.args(got.data());
+      a.k = kq.data(), a.v = vq.data(), a.kv_type = DType::Q8_0;
+      cpu::attention(a);
+      cpu::attention(w.args(want.data()));
+      cpu::attention(c.args(raw.data()));
+      const std::string what = "head_dim " + std::to_string(hd) + " n " + std::to_string(n);
+      EXPECT_EQ(got, want) << what;
+      EXPECT_NE(got, raw) << what << ": no quantization happened";
+      EXPECT_LT(rel_err(got, raw), 0.05) << what;
+      a.out = ref_got.data();
+      cpu::attention_reference(a);
+      cpu::attention_reference(w.args(ref_want.data()));
+      EXPECT_EQ(ref_got, ref_want) << what;
+      EXPECT_LT(rel_err(got, ref_got), 1e-5) << what;
+    }
+  // head_dim not a multiple of 32: one line, no read.
+  const TreeCase c = random_tree_case(rng, 6, 2, 48, 5, 3);
+  std::vector<float> out(3 * 6 * 48);
+  std::vector<math::BlockQ8_0> kq(c.k.size() / 32);
+  AttentionArgs a = c.args(out.data());
+  a.k = a.v = kq.data(), a.kv_type = DType::Q8_0;
+  try {
+    cpu::attention(a);
+    ADD_FAILURE() << "head_dim 48 was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim that is a multiple of 32, got 48"), std::string::npos) << e.what();
+  }
+}
+
+// The Q8_0 row store: each block of 32 is ggml's q8_0 of those 32 floats
+// (d = max|x| / 127 as f16, q = round(x / d), written out here from the
+// definition), a zero block d = 0; a row's bytes depend on that row alone
+// (written with others, alone, or through row_at: the same bytes); a block
+// holding a NaN or an infinity reads back as NaN while the row's other blocks
+// keep their values, and attention over such a row gives NaN only to the
+// tokens that read it (no crash); a row length that is not whole blocks is a
+// one-line error.
+TEST(Kernels, KvRowStoreQuantizesQ8BlocksOnTheirOwn) {
+  std::mt19937 rng(44);
+  std::normal_distribution<float> nd;
+  const int row = 96, rows = 5;  // three blocks per row
+  std::vector<float> x(static_cast<size_t>(row) * rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 7 == 0 ? 40.0f : 1.0f) * nd(rng);
+  for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;                                  // row 0, block 1: zeros
+  for (int i = 0; i < 32; ++i) x[64 + i] = static_cast<float>(i - 16) * 0.25f;  // row 0, block 2: a ramp
+  std::vector<math::BlockQ8_0> all(x.size() / 32);
+  cpu::write_kv_rows(all.data(), DType::Q8_0, 0, x.data(), rows, row);
+  for (size_t b = 0; b < all.size(); ++b) {
+    const float* xb = x.data() + 32 * b;
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float d = amax / 127.0f;
+    EXPECT_EQ(all[b].d, math::f32_to_f16(d)) << "block " << b;
+    for (int i = 0; i < 32; ++i)
+      EXPECT_EQ(all[b].qs[i], d == 0 ? 0 : static_cast<int>(std::round(xb[i] * (1.0f / d)))) << "block " << b;
+  }
+  EXPECT_EQ(all[1].d, 0);
+  EXPECT_EQ(all[2].qs[0], -127);  // -4, the largest magnitude
+  EXPECT_EQ(all[2].qs[18], 16);   // 0.5 * 127 / 4 = 15.875
+  // Row independence: rows 3 and 1 written alone, and through row_at in reverse order.
+  std::vector<math::BlockQ8_0> one(all.size()), at(all.size());
+  cpu::write_kv_rows(one.data(), DType::Q8_0, 3, x.data() + 3 * row, 1, row);
+  EXPECT_EQ(0, std::memcmp(one.data() + 9, all.data() + 9, 3 * sizeof(math::BlockQ8_0)));
+  const int32_t where[rows] = {4, 3, 2, 1, 0};
+  std::vector<float> reversed;
+  for (int r = rows - 1; r >= 0; --r) reversed.insert(reversed.end(), x.begin() + r * row, x.begin() + (r + 1) * row);
+  cpu::write_kv_rows_at(at.data(), DType::Q8_0, where, reversed.data(), rows, row);
+  EXPECT_EQ(0, std::memcmp(at.data(), all.data(), all.size() * sizeof(math::BlockQ8_0)));
+  // Non-finite input: its block reads back NaN, the others keep their values.
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    std::vector<float> y(x.begin(), x.begin() + row);
+    y[40] = bad;  // block 1
+    std::vector<math::BlockQ8_0> q(3);
+    cpu::write_kv_rows(q.data(), DType::Q8_0, 0, y.data(), 1, row);
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_TRUE(std::isnan(math::dequant_q8_0(q[1], i))) << bad;
+      EXPECT_EQ(math::dequant_q8_0(q[0], i), math::dequant_q8_0(all[0], i));
+      EXPECT_EQ(math::dequant_q8_0(q[2], i), math::dequant_q8_0(all[2], i));
+    }
+  }
+  // Attention over a NaN row: a chain of 4 new tokens (head_dim 32, one KV
+  // head) whose third key row is NaN: tokens 0 and 1 do not read it.
+  TreeCase c = random_tree_case(rng, 2, 1, 32, 0, 4);
+  for (int i = 0; i < 4; ++i) c.parents[i] = i - 1;
+  c.off = {0}, c.anc.clear();
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j <= i; ++j) c.anc.push_back(j);
+    c.off.push_back(static_cast<int32_t>(c.anc.size()));
+  }
+  c.k[2 * 32 + 5] = NAN;
+  std::vector<math::BlockQ8_0> kq(4), vq(4);
+  cpu::write_kv_rows(kq.data(), DType::Q8_0, 0, c.k.data(), 4, 32);
+  cpu::write_kv_rows(vq.data(), DType::Q8_0, 0, c.v.data(), 4, 32);
+  std::vector<float> out(4 * 2 * 32, 0.0f);
+  AttentionArgs a = c.args(out.data());
+  a.k = kq.data(), a.v = vq.data(), a.kv_type = DType::Q8_0;
+  cpu::attention(a);
+  for (int i = 0; i < 4; ++i)
+    for (int e = 0; e < 64; ++e) EXPECT_EQ(std::isnan(out[i * 64 + e]), i >= 2) << "token " << i;
+  // Not whole blocks.
+  try {
+    cpu::write_kv_rows(kq.data(), DType::Q8_0, 0, x.data(), 1, 48);
+    ADD_FAILURE() << "48 floats were taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 32 floats, got 48"), std::string::npos) << e.what();
+  }
+}
+
 // The KV row store rounds to nearest even exactly like the shared math (the
 // CUDA backend's rows), on the vector body and the scalar tail.
 TEST(Kernels, KvRowStoreRoundsLikeTheSharedMath) {
@@ -514,8 +650,8 @@ TEST(Kernels, KvRowStoreRoundsLikeTheSharedMath) {
   std::vector<uint16_t> store(6, 0);
   cpu::write_kv_rows(store.data(), DType::BF16, 2, one.data(), 1, 2);
   EXPECT_EQ(store, (std::vector<uint16_t>{0, 0, 0, 0, 0x3fc0, 0xc000}));
-  // Only float types hold KV rows.
-  EXPECT_THROW(cpu::write_kv_rows(store.data(), DType::Q8_0, 0, one.data(), 1, 2), Error);
+  // Only the KV types hold KV rows.
+  EXPECT_THROW(cpu::write_kv_rows(store.data(), DType::Q4_0, 0, one.data(), 1, 2), Error);
   AttentionArgs bad;
   bad.kv_type = DType::Q4_0;
   EXPECT_THROW(cpu::attention(bad), Error);
@@ -742,7 +878,8 @@ PagedCase paged_case(std::mt19937& rng, int n_heads, int n_kv, int hd, const std
 // Many sequences in one pass over a paged store: every token's output is bit
 // for bit that of its own sequence's pass alone over a contiguous cache (the
 // one-sequence case of the same kernel), on the vector path (head_dim 64) and
-// the generic one (12), on all threads and on one, for F32 and F16 rows, with
+// the generic one (12), on all threads and on one, for F32, F16 and Q8_0 rows
+// (Q8_0: head_dim 64 only), with
 // and without a sliding window (6: it masks committed rows and ancestors); the
 // double-precision reference agrees. Negative control: a sequence reading
 // another's block table gives other outputs.
@@ -750,10 +887,22 @@ TEST(Kernels, TreeAttentionOverSeveralSequencesEqualsEachAlone) {
   std::mt19937 rng(21);
   const std::vector<std::pair<int, int>> shapes = {{45, 1}, {0, 9}, {13, 12}, {70, 1}, {3, 17}};
   for (int window : {0, 6})
-    for (DType t : {DType::F32, DType::F16})
+    for (DType t : {DType::F32, DType::F16, DType::Q8_0})
       for (int hd : {64, 12})
         for (int threads : {0, 1}) {
+          if (t == DType::Q8_0 && hd % 32 != 0) continue;
           PagedCase p = paged_case(rng, 8, 2, hd, shapes, window);
+          // Q8_0: the store written from the rows as they are; the rows
+          // compared with are what it holds (each row quantized on its own,
+          // so both layouts round alike).
+          std::vector<math::BlockQ8_0> kq(p.k.size() / 32), vq(p.v.size() / 32);
+          if (t == DType::Q8_0) {
+            const int row = 2 * hd;
+            cpu::write_kv_rows(kq.data(), t, 0, p.k.data(), static_cast<int64_t>(p.k.size()) / row, row);
+            cpu::write_kv_rows(vq.data(), t, 0, p.v.data(), static_cast<int64_t>(p.v.size()) / row, row);
+            p.k = q8_rows(p.k, row), p.v = q8_rows(p.v, row);
+            for (TreeCase& c : p.seqs) c.k = q8_rows(c.k, row), c.v = q8_rows(c.v, row);
+          }
           if (t == DType::F16) {
             // Rows rounded as the store would hold them, in both layouts.
             auto round = [](std::vector<float>& x) {
@@ -770,6 +919,7 @@ TEST(Kernels, TreeAttentionOverSeveralSequencesEqualsEachAlone) {
           std::vector<float> out(p.n * per_tok, NAN), ref(out.size());
           AttentionArgs a = p.args(out.data());
           if (t == DType::F16) a.k = k16.data(), a.v = v16.data(), a.kv_type = t;
+          if (t == DType::Q8_0) a.k = kq.data(), a.v = vq.data(), a.kv_type = t;
           auto run = [&](const AttentionArgs& x) {
             if (threads)
               tbb::task_arena(threads).execute([&] { cpu::attention(x); });

@@ -379,6 +379,64 @@ TEST(Plan, SeveralSequencesCountAPagedPool) {
   EXPECT_THROW(plan_memory(m, nullptr, Budgets{}, bad), Error);
 }
 
+// --kv-type q8_0 (issue 44): a KV row of Q8_0 is 34 bytes per 32 elements
+// (synthetic: kv_dim 128, 136 bytes), in the cache, in the pool (what a
+// KvPool of that shape allocates) and in the plan's items; the same device
+// budget holds about 1.9 times f16's positions (the pool's share of the
+// budget over 136 bytes per row and layer, not 256); a head_dim that is not
+// a multiple of 32 and the CUDA backend are refused in one line.
+TEST(Plan, Q8KvRowsCountThirtyFourBytesPerBlock) {
+  const ModelDesc m = synthetic(8);
+  const auto& hp = m.hp;
+  const int kv_dim = hp.n_kv_heads * hp.head_dim;
+  ASSERT_EQ(kv_dim, 128);
+  const uint64_t pool = kv_pool_bytes(hp, 4, 1000, DType::Q8_0, 16);
+  EXPECT_EQ(pool, 8ull * 2 * 136 * (4 * 63 * 16));
+  EXPECT_EQ(pool, KvPool::bytes_for(8, kv_dim, 4 * 63, 16, DType::Q8_0));
+  RunShape one;
+  one.kv_type = DType::Q8_0;
+  const MemoryPlan a = plan_memory(m, nullptr, Budgets{}, one);
+  EXPECT_EQ(item_bytes(a, "KV cache (target, ctx 2048, Q8_0)"), 8ull * 2 * 2048 * 136);
+  RunShape sized;
+  sized.ctx = 1000, sized.sequences = 4, sized.kv_rows = 1500, sized.kv_type = DType::Q8_0;
+  const MemoryPlan c = plan_memory(m, nullptr, Budgets{}, sized);
+  EXPECT_EQ(item_bytes(c, "KV pool (target, 1500 positions for up to 4 sequences, ctx 1000, Q8_0)"),
+            KvPool::bytes_for(8, kv_dim, 94, 16, DType::Q8_0) + 64ull * (6 + 63) * 4);
+  // The same budget: the most pool blocks that fit, f16 against q8_0.
+  RunShape base = sized;
+  base.kv_rows = 1000;
+  base.kv_type = DType::F16;
+  Budgets b;
+  b.device = plan_memory(m, nullptr, Budgets{}, base).device_min + 8ull * 2 * 256 * 16 * 100;  // 100 f16 blocks more
+  auto most_rows = [&](DType t) {
+    RunShape r = base;
+    r.kv_type = t;
+    int rows = 0;
+    for (int k = 1000; k < 100000; k += 16) {
+      r.kv_rows = k;
+      if (!plan_error(m, nullptr, b, r).empty()) break;
+      rows = k;
+    }
+    return rows;
+  };
+  const int f16 = most_rows(DType::F16), q8 = most_rows(DType::Q8_0);
+  EXPECT_EQ(f16, 2600);  // 163 blocks: 63 for 1000 rows, 100 more
+  EXPECT_GT(q8, 1.8 * f16);
+  EXPECT_LT(q8, 256.0 / 136 * f16 + 16);
+  // Refused: head_dim 48, and the CUDA backend.
+  ModelDesc m48 = m;
+  m48.hp.head_dim = 48;
+  const std::string e = plan_error(m48, nullptr, Budgets{}, one);
+  EXPECT_NE(e.find("memory plan: --kv-type q8_0 needs a head_dim that is a multiple of 32;"), std::string::npos) << e;
+  EXPECT_NE(e.find("has head_dim 48"), std::string::npos) << e;
+  EXPECT_NE(plan_error(m, &m48, Budgets{}, one).find("has head_dim 48"), std::string::npos);  // the draft's
+  Budgets cuda;
+  cuda.backend = BackendKind::kCuda;
+  EXPECT_NE(plan_error(m, nullptr, cuda, one).find("q8_0 is not supported on the cuda backend"), std::string::npos);
+  one.kv_type = DType::F16;
+  EXPECT_EQ(plan_error(m, nullptr, cuda, one), "");
+}
+
 TEST(Plan, ContextGrowsTheKvCaches) {
   const ModelDesc m = synthetic(8);
   RunShape s2, s4;

@@ -486,7 +486,8 @@ TEST(CostModel, ResidentIsComputeOnly) {
     bytes += static_cast<double>(t->bytes), params += t->rows * t->cols;
   const double kv = 2.0 * 2 * 64 * (0 + 1) * 4;  // an F32 KV cache (the default, on every backend)
   EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 1, 0), (bytes + kv) / 1000e9, 1e-15);
-  EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 1, 0, 2), (bytes + kv / 2) / 1000e9, 1e-15);
+  EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 1, 0, DType::F16), (bytes + kv / 2) / 1000e9, 1e-15);
+  EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 1, 0, DType::Q8_0), (bytes + kv / 4 * 34 / 32) / 1000e9, 1e-15);
   const double n = 100000, attn = 4.0 * n * n * 256;
   EXPECT_NEAR(layer_compute_s(hw, m.hp, L, 100000, 0), (2 * params * n + attn) / 100e12, 1e-9);
 }

@@ -123,7 +123,7 @@ TEST_F(Spec, GreedyIdentityForEveryKvType) {
   }
   target_->tf->set_kv_type(DType::F32);
   draft_->tf->set_kv_type(DType::F32);
-  EXPECT_THROW(target_->tf->set_kv_type(DType::Q8_0), Error);
+  EXPECT_THROW(target_->tf->set_kv_type(DType::Q4_0), Error);
 }
 
 TEST_F(Spec, GreedyIdentityWithTheTargetStreamedUnderABudget) {

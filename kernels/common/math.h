@@ -102,6 +102,33 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 RD_HD float dequant_q8_0(const BlockQ8_0& b, int j) {
   return f16_to_f32(b.d) * b.qs[j];
 }
+// 32 floats -> one Q8_0 block, ggml's reference rounding (quantize_row_q8_0_ref,
+// byte for byte on finite input): d = max|x| / 127 stored as f16 (nearest
+// even; past 65504 * 127 it is inf, as F16 rows overflow), q = round(x / d)
+// half away from zero, 1/d taken before d is rounded; a zero block stores
+// d = 0 (q = 0 also where 1/d overflows). A block holding a NaN or an
+// infinity stores d = NaN and q = 0: every element of it reads back as NaN
+// (ggml's result there depends on where the NaN sits). Dequantized, d * q is
+// exact in float (an 11-bit d times a 7-bit q).
+RD_HD void quantize_q8_0(const float* x, BlockQ8_0& b) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int i = 0; i < 32; ++i) {
+    const float a = fabsf(x[i]);
+    if (!(a <= 3.40282347e+38f)) finite = false;  // NaN compares false
+    amax = a > amax ? a : amax;
+  }
+  if (!finite) {
+    b.d = 0x7e00;  // f16 quiet NaN
+    for (int i = 0; i < 32; ++i) b.qs[i] = 0;
+    return;
+  }
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b.d = f32_to_f16(d);
+  const bool tiny = !(id <= 3.40282347e+38f);  // d subnormal, 1/d overflows: d rounds to f16 0, so q = 0
+  for (int i = 0; i < 32; ++i) b.qs[i] = tiny ? 0 : static_cast<int8_t>(roundf(x[i] * id));
+}
 RD_HD float dequant_q4_0(const BlockQ4_0& b, int j) {
   const int q = j < 16 ? (b.qs[j] & 0xf) : (b.qs[j - 16] >> 4);
   return f16_to_f32(b.d) * (q - 8);

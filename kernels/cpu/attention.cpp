@@ -35,6 +35,26 @@ inline float widen(float x) { return x; }
 inline float widen(Half x) { return math::f16_to_f32(x.bits); }
 inline float widen(Bf16 x) { return math::bf16_to_f32(x.bits); }
 
+// Q8_0 rows are blocks of 32 (math::BlockQ8_0): a head's slice starts at a
+// block (head_dim a multiple of 32), its element c is quant c % 32 of block
+// c / 32, widened as d * q (exact in float). Rows are addressed by element
+// offset through at<T>, elements of a slice through widen_at / load8_at.
+using Q8 = math::BlockQ8_0;
+template <class T>
+inline const T* at(const void* base, int64_t e) {
+  if constexpr (std::is_same_v<T, Q8>)
+    return static_cast<const Q8*>(base) + e / 32;
+  else
+    return static_cast<const T*>(base) + e;
+}
+template <class T>
+inline float widen_at(const T* p, int c) {
+  if constexpr (std::is_same_v<T, Q8>)
+    return math::dequant_q8_0(p[c / 32], c % 32);
+  else
+    return widen(p[c]);
+}
+
 // Where token i's positions live: its sequence's committed length and block
 // table (null: one sequence, position r is row r), and the first committed
 // position it attends to (lo <= past; > 0 only under a sliding window). Its
@@ -67,6 +87,18 @@ inline __m256 load8(const Bf16* p) {
   return _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
+// Elements c .. c + 7 of a head's slice (c a multiple of 8). Q8_0: d (F16C,
+// exact) times the eight quants, each product exact: the same floats as
+// widen_at.
+template <class T>
+inline __m256 load8_at(const T* p, int c) {
+  return load8(p + c);
+}
+inline __m256 load8_at(const Q8* p, int c) {
+  const Q8& b = p[c >> 5];
+  const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + (c & 31)));
+  return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
+}
 
 // Eight keys' scores q . k_j in one vector. Every key's dot product is formed
 // the same way wherever it sits among the eight (FMAs over head_dim in order,
@@ -78,11 +110,11 @@ inline __m256 dot8(const float* q, const T* const kr[8], int hd) {
   __m256 a[8];
   const __m256 q0 = _mm256_loadu_ps(q);
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) a[k] = _mm256_mul_ps(q0, load8(kr[k]));
+  for (int k = 0; k < 8; ++k) a[k] = _mm256_mul_ps(q0, load8_at(kr[k], 0));
   for (int c = 8; c < hd; c += 8) {
     const __m256 qc = _mm256_loadu_ps(q + c);
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qc, load8(kr[k] + c), a[k]);
+    for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(qc, load8_at(kr[k], c), a[k]);
   }
   const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
   const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
@@ -111,8 +143,6 @@ struct Scratch {
 // position (the shared loop is then only loop order).
 template <class T>
 void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1, Scratch& sc) {
-  const T* kbase = static_cast<const T*>(a.k);
-  const T* vbase = static_cast<const T*>(a.v);
   const int hd = a.head_dim, nt = i1 - i0, nh = h1 - h0;
   const int64_t q_stride = static_cast<int64_t>(a.n_heads) * hd;
   const int64_t kv_stride = static_cast<int64_t>(a.n_kv_heads) * hd;
@@ -131,8 +161,8 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
     vrow.resize(len[t]);
     for (int j = 0; j < len[t]; ++j) {
       const int64_t row = tr.key_row(j, anc);
-      krow[j] = kbase + row * kv_stride + kh * hd;
-      vrow[j] = vbase + row * kv_stride + kh * hd;
+      krow[j] = at<T>(a.k, row * kv_stride + kh * hd);
+      vrow[j] = at<T>(a.v, row * kv_stride + kh * hd);
     }
     for (int j = len[t]; j < padded[t]; ++j) krow[j] = krow[0];  // scores dropped below
     sc.s[t].resize(static_cast<size_t>(nh) * padded[t]);
@@ -184,8 +214,8 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
           for (int c = 0; c < nc; ++c) o[c] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8 * c);
           for (int j = j0; j < j1; ++j) {
             const __m256 pj = _mm256_set1_ps(p[j]);
-            const T* v = static_cast<const T*>(sc.vrow[t][j]) + c0;
-            for (int c = 0; c < nc; ++c) o[c] = _mm256_fmadd_ps(pj, load8(v + 8 * c), o[c]);
+            const T* v = static_cast<const T*>(sc.vrow[t][j]);
+            for (int c = 0; c < nc; ++c) o[c] = _mm256_fmadd_ps(pj, load8_at(v, c0 + 8 * c), o[c]);
           }
           if (j1 == len[t]) {
             const __m256 r = _mm256_set1_ps(sc.inv_sum[t][g]);
@@ -198,8 +228,8 @@ void attend_avx2(const AttentionArgs& a, int i0, int i1, int kh, int h0, int h1,
 }
 #endif
 
-// The same for any head_dim, one head at a time, scalar exp. Rows of F16/BF16
-// are widened into `row` first.
+// The same for any head_dim, one head at a time, scalar exp. Rows of
+// F16/BF16/Q8_0 are widened into `row` first.
 template <class T>
 void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::vector<float>& s,
                     std::vector<float>& row) {
@@ -211,15 +241,15 @@ void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::
   const TokenRows tr = token_rows(a, i);
   const int len = tr.count() + n_anc;
   s.resize(len);
-  const T* kbase = static_cast<const T*>(a.k) + kh * hd;
-  const T* vbase = static_cast<const T*>(a.v) + kh * hd;
   auto pos = [&](int j) -> int64_t { return tr.key_row(j, anc); };
-  auto load = [&](const T* p) -> const float* {
+  // Head kh's slice of cache row r of k or v, as floats.
+  auto load = [&](const void* base, int64_t r) -> const float* {
+    const T* p = at<T>(base, r * kv_stride + kh * hd);
     if constexpr (std::is_same_v<T, float>) {
       return p;
     } else {
       row.resize(hd);
-      for (int d = 0; d < hd; ++d) row[d] = widen(p[d]);
+      for (int d = 0; d < hd; ++d) row[d] = widen_at(p, d);
       return row.data();
     }
   };
@@ -227,7 +257,7 @@ void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::
     const float* q = a.q + i * q_stride + h * hd;
     float mx = -INFINITY;
     for (int j = 0; j < len; ++j) {
-      s[j] = dot(q, load(kbase + pos(j) * kv_stride), hd) * a.scale;
+      s[j] = dot(q, load(a.k, pos(j)), hd) * a.scale;
       mx = std::max(mx, s[j]);
     }
     float sum = 0;
@@ -237,7 +267,7 @@ void attend_generic(const AttentionArgs& a, int i, int kh, int h0, int h1, std::
     }
     float* out = a.out + i * q_stride + h * hd;
     for (int d = 0; d < hd; ++d) out[d] = 0;
-    for (int j = 0; j < len; ++j) axpy(s[j], load(vbase + pos(j) * kv_stride), out, hd);
+    for (int j = 0; j < len; ++j) axpy(s[j], load(a.v, pos(j)), out, hd);
     scale(out, 1.0f / sum, hd);
   }
 }
@@ -301,6 +331,8 @@ float kv_elem(const void* base, DType type, int64_t e) {
       return math::f16_to_f32(static_cast<const uint16_t*>(base)[e]);
     case DType::BF16:
       return math::bf16_to_f32(static_cast<const uint16_t*>(base)[e]);
+    case DType::Q8_0:
+      return math::dequant_q8_0(static_cast<const Q8*>(base)[e / 32], static_cast<int>(e % 32));
     default:
       return static_cast<const float*>(base)[e];
   }
@@ -309,8 +341,8 @@ float kv_elem(const void* base, DType type, int64_t e) {
 }  // namespace
 
 void check_kv_type(DType t) {
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
-    throw Error("KV cache type must be F32, F16 or BF16, not " + std::string(dtype_name(t)));
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0)
+    throw Error("KV cache type must be F32, F16, BF16 or Q8_0, not " + std::string(dtype_name(t)));
 }
 
 void attention(const AttentionArgs& a) {
@@ -322,6 +354,11 @@ void attention(const AttentionArgs& a) {
       return attention_typed<Half>(a);
     case DType::BF16:
       return attention_typed<Bf16>(a);
+    case DType::Q8_0:
+      if (a.head_dim % 32 != 0)
+        throw Error("attention: Q8_0 KV rows need a head_dim that is a multiple of 32, got " +
+                    std::to_string(a.head_dim));
+      return attention_typed<Q8>(a);
     default:
       check_kv_type(a.kv_type);
   }
@@ -335,6 +372,13 @@ void write_kv_rows(void* base, DType type, int64_t first_row, const float* src, 
   const int64_t count = rows * row_floats, off = first_row * row_floats;
   if (type == DType::F32) {
     memcpy(static_cast<float*>(base) + off, src, sizeof(float) * count);
+    return;
+  }
+  if (type == DType::Q8_0) {  // every block of 32 on its own: a row's bytes depend on that row alone
+    if (row_floats % 32 != 0)
+      throw Error("KV rows of Q8_0 need a multiple of 32 floats, got " + std::to_string(row_floats));
+    Q8* dst = static_cast<Q8*>(base) + off / 32;
+    for (int64_t b = 0; b < count / 32; ++b) math::quantize_q8_0(src + 32 * b, dst[b]);
     return;
   }
   check_kv_type(type);

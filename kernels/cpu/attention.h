@@ -5,11 +5,13 @@
 #include "kernels/backend.h"
 
 namespace redwood::cpu {
-// Throws unless t is F32, F16 or BF16 (the KV cache element types).
+// Throws unless t is F32, F16, BF16 or Q8_0 (the KV cache element types).
 void check_kv_type(DType t);
 void attention(const AttentionArgs& a);
 // The KV cache append (Backend::write_rows) into a store of `type`: rows
-// first_row .. first_row + rows - 1, F16/BF16 rounded to nearest even.
+// first_row .. first_row + rows - 1, F16/BF16 rounded to nearest even, Q8_0
+// quantized block by block (math::quantize_q8_0; row_floats a multiple of 32,
+// else throws).
 void write_kv_rows(void* base, DType type, int64_t first_row, const float* src, int64_t rows, int row_floats);
 // The paged append (Backend::write_rows_at): row r to row row_at[r].
 void write_kv_rows_at(void* base, DType type, const int32_t* row_at, const float* src, int64_t rows, int row_floats);

@@ -88,6 +88,9 @@ class CpuBackend final : public Backend {
   }
 
   void attention(const AttentionArgs& a) override { cpu::attention(a); }
+  bool supports_kv_type(DType t) const override {
+    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0;
+  }
 
   void write_rows(void* base, DType type, const int32_t* first_row_at, const float* src, int rows,
                   int row_floats) override {

@@ -51,7 +51,7 @@ Runner add_plan(CLI::App& app) {
       ->transform(int_range(1, 4096));
   s->add_option("--max-depth", c->r.o.max_depth, "Largest tree depth d considered (levels, root included)")
       ->transform(int_range(1, 128));
-  s->add_option("--kv-type", c->kv_type, "KV cache element type: f32 (default), f16 or bf16")
+  s->add_option("--kv-type", c->kv_type, "KV cache element type: f32 (default), f16, bf16 or q8_0")
       ->check(kv_type_check());
   s->add_flag("--packed", c->r.packed,
               "The target packed by redwood pack (stored sizes per type as measured: BF16 0.707, F16 0.883, F32 "

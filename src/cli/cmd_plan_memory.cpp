@@ -67,7 +67,7 @@ Runner add_plan_memory(CLI::App& app) {
       ->transform(int_range(0, 4096));
   c->add_option("--backend", o->run.backend, "cpu | cuda (CUDA adds pinned host staging slots)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  c->add_option("--kv-type", o->run.kv_type, "KV cache element type: f32 (default), f16 or bf16")
+  c->add_option("--kv-type", o->run.kv_type, "KV cache element type: f32 (default), f16, bf16 or q8_0")
       ->check(kv_type_check());
   c->add_flag("--json", o->json, "JSON output");
   return [o] { return run_plan_memory(*o); };

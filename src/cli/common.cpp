@@ -92,7 +92,9 @@ void add_run_options(CLI::App* app, RunOptions& o) {
   app->add_flag("--verify-io", o.verify_io, "Checksum streamed layers against the first read");
   app->add_option("--kv-type", o.kv_type,
                   "KV cache element type: f32 (default: outputs match an fp32 reference), f16 or bf16 (half the "
-                  "KV memory; rows rounded to nearest even when written, speculative output still equals plain)")
+                  "KV memory; rows rounded to nearest even when written, speculative output still equals plain), "
+                  "q8_0 (34 bytes per 32 elements, each row quantized when written; CPU backend, head_dim a "
+                  "multiple of 32)")
       ->check(kv_type_check());
 }
 

@@ -1,5 +1,5 @@
 // Per-model KV cache: for each layer, K and V rows [capacity][n_kv_heads * head_dim]
-// of the cache's element type (F32, F16 or BF16), in backend memory (VRAM on the CUDA backend). Rows 0..committed()-1 hold the committed sequence. After
+// of the cache's element type (F32, F16, BF16 or Q8_0 blocks: kv_row_bytes), in backend memory (VRAM on the CUDA backend). Rows 0..committed()-1 hold the committed sequence. After
 // them lies the pending block: rows written by passes since the last commit (a draft tree grows level by level over
 // several passes). A pass over n new tokens appends rows committed()+pending()..+n-1; its parents index the whole block
 // (block-relative). commit_prefix(n) (a chain: prefill, decode) or commit_path(rows) (the accepted path of a tree,
@@ -18,10 +18,8 @@ namespace redwood {
 class KvCache {
  public:
   KvCache(Backend& be, int n_layers, int kv_dim, int capacity, DType type = DType::F32);
-  // Throws unless t is F32, F16 or BF16.
+  // Throws unless t is a KV type (check_kv_type: F32, F16, BF16 or Q8_0).
   static void check_type(DType t);
-  // Bytes of one element of a cache of type t.
-  static size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
   // A deep copy (new backend memory, contents copied); moves transfer it.
   KvCache(const KvCache& o);
   KvCache& operator=(const KvCache&) = delete;
@@ -46,7 +44,7 @@ class KvCache {
   int n_layers() const { return static_cast<int>(k_.size()); }
   uint64_t bytes() const;
 
-  // Backend memory, rows of type() elements.
+  // Backend memory, rows of type() elements (kv_row_bytes(type(), kv_dim()) bytes each).
   void* k(int layer) { return k_[layer].as(); }
   void* v(int layer) { return v_[layer].as(); }
 

@@ -39,7 +39,7 @@ KvPool::KvPool(Backend& be, int n_layers, int kv_dim, int n_blocks, int block_ro
 }
 
 uint64_t KvPool::bytes_for(int n_layers, int kv_dim, int n_blocks, int block_rows, DType type) {
-  return 2ull * n_layers * static_cast<uint64_t>(n_blocks) * block_rows * kv_dim * KvCache::elem_bytes(type);
+  return 2ull * n_layers * static_cast<uint64_t>(n_blocks) * block_rows * kv_row_bytes(type, kv_dim);
 }
 
 uint64_t KvPool::bytes() const {
@@ -167,7 +167,7 @@ void KvPool::commit_path(int s, std::span<const int32_t> rows) {
   // Position committed + rows[j] moves down to committed + j (ascending: no
   // row is overwritten before it moves). Rows consecutive in the cache on both
   // sides move as one copy, ordered like the ops.
-  const size_t row_bytes = static_cast<size_t>(kv_dim_) * KvCache::elem_bytes(type_);
+  const size_t row_bytes = kv_row_bytes(type_, kv_dim_);
   for (size_t j = 0; j < rows.size();) {
     const int64_t dst = row(s, q.committed + static_cast<int>(j)), src = row(s, q.committed + rows[j]);
     size_t e = j + 1;

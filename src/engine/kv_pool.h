@@ -1,6 +1,6 @@
 // A paged KV cache shared by many sequences of different lengths: a pool of
 // n_blocks blocks of block_rows rows; per layer one K and one V store
-// [n_blocks * block_rows][kv_dim] of the element type (F32, F16 or BF16) in
+// [n_blocks * block_rows][kv_dim] of the element type (F32, F16, BF16 or Q8_0) in
 // backend memory. A sequence owns a block table: its position r is cache row
 // table[r / block_rows] * block_rows + r % block_rows (kv_row in
 // kernels/backend.h), so no sequence reserves a context's rows up front.
@@ -23,7 +23,7 @@ namespace redwood {
 
 class KvPool {
  public:
-  // REQUIRES: n_layers, kv_dim, n_blocks, block_rows, max_rows > 0; type F32, F16 or BF16
+  // REQUIRES: n_layers, kv_dim, n_blocks, block_rows, max_rows > 0; type F32, F16, BF16 or Q8_0
   // (else throws redwood::Error). max_rows: the most positions one sequence may hold.
   KvPool(Backend& be, int n_layers, int kv_dim, int n_blocks, int block_rows, int max_rows, DType type = DType::F32);
   KvPool(const KvPool&) = delete;
@@ -81,7 +81,7 @@ class KvPool {
   int n_layers() const { return static_cast<int>(k_.size()); }
   // Unique per pool object: what recorded passes are keyed by.
   uint64_t id() const { return id_; }
-  // Backend memory, rows of type() elements.
+  // Backend memory, rows of type() elements (kv_row_bytes(type(), kv_dim()) bytes each).
   void* k(int layer) { return k_[layer].as(); }
   void* v(int layer) { return v_[layer].as(); }
 

@@ -24,8 +24,16 @@ Transformer::Transformer(const ModelDesc& m, WeightSource& w, Backend& be) : hp_
   be_.upload(rope_inv_freq_.as<void>(), f.data(), f.size() * sizeof(double));
 }
 
+void check_kv_support(DType t, const LlamaHParams& hp, const Backend& be, const std::string& model) {
+  check_kv_type(t);
+  check_kv_head_dim(t, hp.head_dim, model);
+  if (!be.supports_kv_type(t))
+    throw Error("--kv-type " + kv_type_name(t) + " is not supported on the " + be.name() +
+                " backend (f32, f16 and bf16 are)");
+}
+
 void Transformer::set_kv_type(DType t) {
-  KvCache::check_type(t);
+  check_kv_support(t, hp_, be_, "the model");
   kv_type_ = t;
 }
 

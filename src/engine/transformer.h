@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -57,6 +58,13 @@ struct PassStats {
   int n_tokens = 0;
 };
 
+// Throws a one-line redwood::Error unless a model of hp (`model` names it in
+// the message) can keep KV rows of t on be: a KV type (check_kv_type), heads
+// whose head_dim suits it (check_kv_head_dim: Q8_0 needs a multiple of 32)
+// and a backend that takes it (Backend::supports_kv_type). What a run checks
+// before its weights load.
+void check_kv_support(DType t, const LlamaHParams& hp, const Backend& be, const std::string& model);
+
 class Transformer {
  public:
   Transformer(const ModelDesc& m, WeightSource& w, Backend& be);
@@ -67,8 +75,9 @@ class Transformer {
   const LlamaHParams& hparams() const { return hp_; }
   Backend& backend() const { return be_; }
   // The element type of the KV caches make_cache() returns: F32 (default),
-  // F16 or BF16 (throws on any other). Rows are rounded to it when written,
-  // so every pass shape (chain, tree) sees the same values.
+  // F16, BF16 or Q8_0 (throws check_kv_support's error on any other, or on a
+  // type the model or backend cannot keep). Rows are rounded to it when
+  // written, so every pass shape (chain, tree) sees the same values.
   void set_kv_type(DType t);
   DType kv_type() const { return kv_type_; }
   KvCache make_cache(int capacity) const;

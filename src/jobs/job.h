@@ -7,7 +7,7 @@
 //   [model]       target = "models/x.gguf"   draft = "models/d.gguf"
 //   [memory]      device = "1GiB" (or "80MiB+draft")  host = "4GiB"  ring = 2  ctx = 2048  threads = 0
 //                 verify_io = false  (checksum every streamed layer against the first read: generate --verify-io)
-//                 kv_type = "f32" | "f16" | "bf16"  (KV cache element type: generate --kv-type)
+//                 kv_type = "f32" | "f16" | "bf16" | "q8_0"  (KV cache element type: generate --kv-type)
 //   [speculation] tree = "sequoia"  verify = "greedy"  budget = 64  depth = 8
 //                 threshold = 0.001  delta = 0.5  width = 8  acceptance = "acc.json"
 //                 is_alphabet = 64   (multidraft-is: alphabet truncation)

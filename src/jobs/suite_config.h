@@ -5,7 +5,7 @@
 //
 //   name = "smoke"
 //   [suite]   max_tokens = 32  ctx = 1024  seed = 1  top_p = 1.0  limit = 4  chat = true  prefill_chunk = 64
-//             kv_type = "f32" | "f16" | "bf16"
+//             kv_type = "f32" | "f16" | "bf16" | "q8_0"
 //   [[model]] name = "smollm2"  target = "models/x.gguf"  draft = "models/d.gguf"
 //             acceptance = "acc-T{T}.json"  # optional: the draft's profile per temperature, for sequoia and auto
 //   [matrix]  device_mem = ["", "360MiB", "80MiB+draft"]   # "" = no budget; +draft: the draft on top

@@ -33,15 +33,6 @@ float signed_absmax(const float* x, int n) {
   return m;
 }
 
-void quant_q8_0(const float* x, math::BlockQ8_0& b) {
-  float amax = 0;
-  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float d = amax / 127.f;
-  const float id = d != 0 ? 1.f / d : 0.f;
-  b.d = f32_to_f16(d);
-  for (int i = 0; i < 32; ++i) b.qs[i] = static_cast<int8_t>(std::round(x[i] * id));
-}
-
 // Q4_0 / Q5_0: d = (signed absmax) / -2^(bits-1); q = trunc(x / d + 2^(bits-1) + 0.5).
 template <int kLevels>
 void quant_symmetric(const float* x, uint16_t& d16, uint8_t* q) {
@@ -190,7 +181,7 @@ void quantize_row(DType t, const float* x, int64_t n, uint8_t* out) {
         break;
       }
       case DType::Q8_0:
-        quant_q8_0(xb, *reinterpret_cast<math::BlockQ8_0*>(ob));
+        math::quantize_q8_0(xb, *reinterpret_cast<math::BlockQ8_0*>(ob));
         break;
       case DType::Q4_0: {
         auto& b = *reinterpret_cast<math::BlockQ4_0*>(ob);

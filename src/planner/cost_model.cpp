@@ -4,6 +4,7 @@
 #include <deque>
 
 #include "offload/layer_layout.h"
+#include "src/engine/kv_type.h"
 #include "src/util/error.h"
 
 namespace redwood::planner {
@@ -30,16 +31,16 @@ double link_bps(const HardwareProfile& hw, offload::Tier t) {
 }  // namespace
 
 double layer_compute_s(const HardwareProfile& hw, const LlamaHParams& hp, const LayerDesc& L, int n, int n_past,
-                       double kv_elem_bytes) {
+                       DType kv_type) {
   double bytes = 0, params = 0;
   for (const TensorExtent* t : offload::layer_matrices(L)) {
     bytes += static_cast<double>(t->bytes);
     params += elements(*t);
   }
-  const double kv_dim = static_cast<double>(hp.n_kv_heads) * hp.head_dim;
+  const uint64_t kv_row = kv_row_bytes(kv_type, static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim);
   const double q_dim = static_cast<double>(hp.n_heads) * hp.head_dim;
   const double ctx = static_cast<double>(n_past) + n;
-  bytes += 2 * kv_dim * ctx * kv_elem_bytes;  // K and V rows read
+  bytes += 2 * ctx * static_cast<double>(kv_row);  // K and V rows read
   const double flops = 2 * params * n + 4.0 * n * ctx * q_dim;
   return std::max(bytes / hw.eff_device_bps(), flops / hw.eff_flops()) + hw.layer_overhead_us * 1e-6;
 }
@@ -50,14 +51,13 @@ PassCost target_pass(const HardwareProfile& hw, const ModelDesc& target, const o
     throw Error("cost model: the memory plan does not match " + target.name);
   if (n < 1) throw Error("cost model: a pass needs at least 1 token");
   PassCost c;
-  const double kv_elem = plan.shape.kv_type == DType::F32 ? 4 : 2;
   const bool sized = plan.layer_transfer_bytes.size() == target.layers.size() &&
                      plan.layer_decode_bytes.size() == target.layers.size();
   const int K = std::max(plan.ring_slots, 1);
   std::deque<double> slot_free;  // compute end of the last K streamed layers
   double link = 0, decoded = 0, done = 0;
   for (size_t i = 0; i < target.layers.size(); ++i) {
-    const double comp = layer_compute_s(hw, target.hp, target.layers[i], n, n_past, kv_elem);
+    const double comp = layer_compute_s(hw, target.hp, target.layers[i], n, n_past, plan.shape.kv_type);
     c.compute_s += comp;
     double ready = 0;
     if (plan.layer_tier[i] != offload::Tier::kDevice) {
@@ -91,7 +91,7 @@ PassCost target_pass(const HardwareProfile& hw, const ModelDesc& target, const o
 PassCost draft_pass(const HardwareProfile& hw, const ModelDesc& draft, int w, int n_past, DType kv_type) {
   if (w < 1) throw Error("cost model: a draft pass needs at least 1 token");
   PassCost c;
-  for (const LayerDesc& L : draft.layers) c.compute_s += layer_compute_s(hw, draft.hp, L, w, n_past, kv_type == DType::F32 ? 4 : 2);
+  for (const LayerDesc& L : draft.layers) c.compute_s += layer_compute_s(hw, draft.hp, L, w, n_past, kv_type);
   c.compute_s += head_compute_s(hw, draft, w);
   c.seconds = c.compute_s;
   return c;

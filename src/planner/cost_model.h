@@ -46,8 +46,8 @@ PassCost target_pass(const HardwareProfile& hw, const ModelDesc& target, const o
 PassCost draft_pass(const HardwareProfile& hw, const ModelDesc& draft, int w, int n_past, DType kv_type = DType::F32);
 
 // Compute time of one layer (exposed for tests).
-// kv_elem_bytes: 4 for an F32 KV cache, 2 for F16/BF16.
+// kv_type: the KV cache's element type (its rows' bytes: kv_row_bytes).
 double layer_compute_s(const HardwareProfile& hw, const LlamaHParams& hp, const LayerDesc& L, int n, int n_past,
-                       double kv_elem_bytes = 4);
+                       DType kv_type = DType::F32);
 
 }  // namespace redwood::planner

@@ -54,6 +54,8 @@ void load_weights(LoadedModel& m, const RunOptions& run, const offload::RunShape
     m.backend = make_cpu_backend();
   else
     throw Error("--backend: expected cpu or cuda, got '" + run.backend + "'");
+  // Before any weight loads: a KV type this model or backend cannot keep.
+  check_kv_support(kv_type_from_name(run.kv_type), m.desc.hp, *m.backend, m.desc.path);
   if (run.device_mem.empty() && run.host_mem.empty()) {
     if (!run.trace.empty()) throw Error("--trace needs --device-mem (it traces the layer streaming pipeline)");
     m.weights = make_resident_weights(m.desc, *m.backend);

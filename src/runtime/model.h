@@ -45,7 +45,7 @@ struct RunOptions {
   int ring = 2;
   std::string trace;
   bool verify_io = false;
-  std::string kv_type = "f32";  // --kv-type: f32 | f16 | bf16 (target and draft caches)
+  std::string kv_type = "f32";  // --kv-type: f32 | f16 | bf16 | q8_0 (target and draft caches)
 };
 // The default model: $REDWOOD_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf
 // under the current directory or the parent of the binary's folder (the
