@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "src/engine/kv_cache.h"
@@ -88,6 +90,29 @@ void check_tree_rows(Runner& r, int n, uint32_t seed, double tol, int checks) {
   }
   EXPECT_LT(worst, tol) << "tree of " << n;
   ::testing::Test::RecordProperty("worst_rel_err_" + std::to_string(n), std::to_string(worst));
+}
+
+// A path kept out of a tree after a prefix of seq (20 tokens; commit_path
+// moves the kept rows, of the cache's KV type), then one token decoded: its
+// logits equal a fresh chain's over the same tokens within tol.
+void check_path_then_decode(Runner& r, const std::vector<int32_t>& seq, double tol, const std::string& what) {
+  KvCache kv = r.tf->make_cache(64);
+  std::vector<float> lt(r.V());
+  prefill(*r.tf, kv, seq, 6, lt);
+  const std::vector<int32_t> parents = {-1, 0, -1, 1, 2, 3, 0}, toks = {11, 12, 13, 14, 15, 16, 17};
+  std::vector<int32_t> pos;
+  for (int i = 0; i < 7; ++i) pos.push_back(20 + (parents[i] < 0 ? 0 : pos[parents[i]] - 20 + 1));
+  std::vector<float> tree(7 * r.V());
+  r.tf->forward(Batch{toks, pos, parents}, kv, tree, LogitsRows::kAll);
+  const std::vector<int32_t> keep = {0, 1, 3, 5};
+  kv.commit_path(keep);
+  const int32_t next = 42, npos = 24, par = -1;
+  r.tf->forward(Batch{{&next, 1}, {&npos, 1}, {&par, 1}}, kv, lt, LogitsRows::kLast);
+  std::vector<int32_t> full = seq;
+  for (int i : keep) full.push_back(toks[i]);
+  full.push_back(next);
+  const auto fresh = r.chain_last({}, full);
+  EXPECT_LT(rel_err(lt.data(), fresh.data(), r.V()), tol) << what;
 }
 
 }  // namespace
@@ -205,24 +230,7 @@ TEST_P(TinyModel, KvTypesKeepTreeAndChainEqual) {
     const double e = rel_err(lg.data(), f32.data(), r.V());
     EXPECT_GT(e, 0.0) << dtype_name(t) << ": the KV type had no effect";
     EXPECT_LT(e, t == DType::F16 ? 5e-3 : 3e-2) << dtype_name(t);
-    // A path kept out of a tree (commit_path moves 2-byte rows) then decoded.
-    KvCache kv = r.tf->make_cache(64);
-    std::vector<float> lt(r.V());
-    prefill(*r.tf, kv, seq, 6, lt);
-    const std::vector<int32_t> parents = {-1, 0, -1, 1, 2, 3, 0}, toks = {11, 12, 13, 14, 15, 16, 17};
-    std::vector<int32_t> pos;
-    for (int i = 0; i < 7; ++i) pos.push_back(20 + (parents[i] < 0 ? 0 : pos[parents[i]] - 20 + 1));
-    std::vector<float> tree(7 * r.V());
-    r.tf->forward(Batch{toks, pos, parents}, kv, tree, LogitsRows::kAll);
-    const std::vector<int32_t> keep = {0, 1, 3, 5};
-    kv.commit_path(keep);
-    const int32_t next = 42, npos = 24, par = -1;
-    r.tf->forward(Batch{{&next, 1}, {&npos, 1}, {&par, 1}}, kv, lt, LogitsRows::kLast);
-    std::vector<int32_t> full = seq;
-    for (int i : keep) full.push_back(toks[i]);
-    full.push_back(next);
-    const auto fresh = r.chain_last({}, full);
-    EXPECT_LT(rel_err(lt.data(), fresh.data(), r.V()), tol) << dtype_name(t);
+    check_path_then_decode(r, seq, tol, std::string(dtype_name(t)));
   }
   EXPECT_THROW(r.tf->set_kv_type(DType::Q4_0), Error);
 }
@@ -343,23 +351,7 @@ TEST(KvQ8, RowBytesChecksAndTreeRows) {
   EXPECT_GT(e, 0.0) << "the KV type had no effect";
   EXPECT_LT(e, 2e-2);  // measured 4.9e-3
   ::testing::Test::RecordProperty("q8_0_vs_f32_rel_err", std::to_string(e));
-  KvCache kv = r.tf->make_cache(64);
-  std::vector<float> lt(r.V());
-  prefill(*r.tf, kv, seq, 6, lt);
-  const std::vector<int32_t> parents = {-1, 0, -1, 1, 2, 3, 0}, toks = {11, 12, 13, 14, 15, 16, 17};
-  std::vector<int32_t> pos;
-  for (int i = 0; i < 7; ++i) pos.push_back(20 + (parents[i] < 0 ? 0 : pos[parents[i]] - 20 + 1));
-  std::vector<float> tree(7 * r.V());
-  r.tf->forward(Batch{toks, pos, parents}, kv, tree, LogitsRows::kAll);
-  const std::vector<int32_t> keep = {0, 1, 3, 5};
-  kv.commit_path(keep);
-  const int32_t next = 42, npos = 24, par = -1;
-  r.tf->forward(Batch{{&next, 1}, {&npos, 1}, {&par, 1}}, kv, lt, LogitsRows::kLast);
-  std::vector<int32_t> full = seq;
-  for (int i : keep) full.push_back(toks[i]);
-  full.push_back(next);
-  const auto fresh = r.chain_last({}, full);
-  EXPECT_LT(rel_err(lt.data(), fresh.data(), r.V()), tol);
+  check_path_then_decode(r, seq, tol, "q8_0");
 }
 
 TEST_P(TinyModel, BadBatchesAreErrors) {
