@@ -767,7 +767,7 @@ TEST(ProfileCache, NamesChangeWithWhatDecidesTheProfile) {
   p1.slot_bytes = 4096;
   HardwareKey k{"cpu", "820MiB", "", 0, 2, 32, &p1};
   const std::string h1 = hardware_cache_path(d, files, k);
-  EXPECT_EQ(h1, d + "/hardware-" + hex(identity(a) + identity(b) + "cpu|820MiB||0|2|32|02|2x4096") + ".json");
+  EXPECT_EQ(h1, d + "/hardware-" + hex(identity(a) + identity(b) + "cpu|820MiB||0|2|32|02|2x4096|f32") + ".json");
   EXPECT_EQ(h1, hardware_cache_path(d, files, k));
   HardwareKey k2 = k;
   k2.plan = &p2;
@@ -777,6 +777,9 @@ TEST(ProfileCache, NamesChangeWithWhatDecidesTheProfile) {
   EXPECT_NE(h1, hardware_cache_path(d, files, k2));
   k2 = k;
   k2.plan = nullptr;
+  EXPECT_NE(h1, hardware_cache_path(d, files, k2));
+  k2 = k;  // passes over q8_0 rows are timed apart from f32's
+  k2.kv_type = "q8_0";
   EXPECT_NE(h1, hardware_cache_path(d, files, k2));
 
   const std::string y1 = dynamic_cache_path(d, files, t0, 32, 8, 16, "|greedy=0.5");

@@ -25,13 +25,14 @@ std::string acceptance_cache_path(const std::string& dir, const std::vector<std:
                                   const SamplingParams& sp);
 
 // What decides pass times besides the files: the backend, the budgets as
-// given, the ring, threads, the tree cap, and the plan they produced (which
+// given, the ring, threads, the tree cap, the plan they produced (which
 // layers are resident, host-staged or streamed; ring slots × slot bytes; null:
-// all resident).
+// all resident), and the KV cache type the passes read (--kv-type's name).
 struct HardwareKey {
   std::string backend, device_mem, host_mem;
   int ring = 0, threads = 0, max_budget = 0;
   const offload::MemoryPlan* plan = nullptr;
+  std::string kv_type = "f32";
 };
 // hardware-KEY.json.
 std::string hardware_cache_path(const std::string& dir, const std::vector<std::string>& files, const HardwareKey& k);

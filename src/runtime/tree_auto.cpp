@@ -507,7 +507,8 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   const std::string acc_path = planner::acceptance_cache_path(auto_run.cache_dir, auto_run.files, sampling);
   const std::string hw_path = planner::hardware_cache_path(
       auto_run.cache_dir, auto_run.files,
-      {run.backend, run.device_mem, run.host_mem, run.ring, cpu_threads(), max_budget, m.plan ? &*m.plan : nullptr});
+      {run.backend, run.device_mem, run.host_mem, run.ring, cpu_threads(), max_budget, m.plan ? &*m.plan : nullptr,
+       run.kv_type});
   const spec::AcceptanceProfile acc =
       acceptance_file.empty() ? cached_acceptance(auto_run, acc_path) : spec::read_acceptance_profile(acceptance_file);
   // Profiles given explicitly are used as they are (they change which tree is
