@@ -88,7 +88,10 @@ struct BatchStats {
   int64_t draft_passes = 0;   // draft passes (each carries every tree's nodes of one level)
   int64_t draft_catch_up_passes = 0;  // of which chains of prompts before the trees' first level
   int64_t draft_tokens = 0;   // tokens over all draft passes (prompts, catch-up and tree nodes)
-  int max_pass_tokens = 0;    // the largest target pass (at most BatchLimits::pass_tokens)
+  // The largest target pass: at most BatchLimits::pass_tokens where that is at
+  // least max_sequences (always with trees; Session::batcher() makes it so),
+  // else every decoding sequence's token still rides.
+  int max_pass_tokens = 0;
   int max_draft_pass_tokens = 0;  // the largest draft pass (at most BatchLimits::pass_tokens)
 };
 
