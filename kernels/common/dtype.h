@@ -54,6 +54,12 @@ constexpr std::string_view dtype_name(DType t) {
   return dtype_info(t).name;
 }
 
+// The KV cache element types: F32, F16, BF16 and Q8_0 (one list for the
+// kernels' and the engine's checks).
+constexpr bool is_kv_type(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0;
+}
+
 // Bytes of a row of `cols` elements, or nullopt if cols is not a whole number
 // of blocks or the size overflows.
 inline std::optional<uint64_t> row_bytes(DType t, uint64_t cols) {

@@ -341,7 +341,7 @@ float kv_elem(const void* base, DType type, int64_t e) {
 }  // namespace
 
 void check_kv_type(DType t) {
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0)
+  if (!is_kv_type(t))
     throw Error("KV cache type must be F32, F16, BF16 or Q8_0, not " + std::string(dtype_name(t)));
 }
 

@@ -5,7 +5,7 @@
 #include "kernels/backend.h"
 
 namespace redwood::cpu {
-// Throws unless t is F32, F16, BF16 or Q8_0 (the KV cache element types).
+// Throws unless t is a KV cache element type (is_kv_type).
 void check_kv_type(DType t);
 void attention(const AttentionArgs& a);
 // The KV cache append (Backend::write_rows) into a store of `type`: rows

@@ -37,7 +37,7 @@ std::string kv_type_name(DType t) {
 }
 
 void check_kv_type(DType t) {
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0)
+  if (!is_kv_type(t))
     throw Error("the KV cache type must be one of " + kv_type_list(", ") + ", not " + std::string(dtype_name(t)));
 }
 
