@@ -78,7 +78,7 @@ uint64_t kv_bytes(const LlamaHParams& hp, int ctx, DType kv_type) {
 // pool: six ints per token and a block table row per sequence, at most n).
 uint64_t kv_store_bytes(const LlamaHParams& hp, const RunShape& s) {
   if (s.sequences == 1) return kv_bytes(hp, s.ctx, s.kv_type);
-  const uint64_t stride = (static_cast<uint64_t>(s.ctx) + s.kv_block_rows - 1) / s.kv_block_rows;
+  const uint64_t stride = static_cast<uint64_t>(kv_blocks(s.ctx, s.kv_block_rows));
   const uint64_t index = static_cast<uint64_t>(s.max_tokens) * (6 + stride) * sizeof(int32_t);
   return 2ull * hp.n_layers * static_cast<uint64_t>(kv_pool_blocks(s)) * s.kv_block_rows *
              kv_row_bytes(s.kv_type, static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim) +
@@ -179,12 +179,12 @@ void add_layer_items(MemoryPlan& p) {
 }  // namespace
 
 int64_t kv_pool_blocks(const RunShape& s) {
-  if (s.kv_rows > 0) return (static_cast<int64_t>(s.kv_rows) + s.kv_block_rows - 1) / s.kv_block_rows;
-  return static_cast<int64_t>(s.sequences) * ((s.ctx + s.kv_block_rows - 1) / s.kv_block_rows);
+  if (s.kv_rows > 0) return kv_blocks(s.kv_rows, s.kv_block_rows);
+  return s.sequences * kv_blocks(s.ctx, s.kv_block_rows);
 }
 
 uint64_t kv_pool_bytes(const LlamaHParams& hp, int sequences, int rows, DType kv_type, int block_rows) {
-  const int64_t blocks = static_cast<int64_t>(sequences) * ((rows + block_rows - 1) / block_rows);
+  const int64_t blocks = sequences * kv_blocks(rows, block_rows);
   return 2ull * hp.n_layers * static_cast<uint64_t>(blocks) * block_rows *
          kv_row_bytes(kv_type, static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim);
 }

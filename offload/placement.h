@@ -58,6 +58,13 @@ struct RunShape {
   int kv_rows = 0;
 };
 
+// The blocks of block_rows rows that hold `rows` positions (rounded up): how
+// the pool, admission and the planner count a sequence's rows.
+// REQUIRES: rows >= 0, block_rows > 0.
+constexpr int64_t kv_blocks(int64_t rows, int block_rows) {
+  return (rows + block_rows - 1) / block_rows;
+}
+
 // Blocks of the paged KV pool a shape asks for (its kv_rows, else sequences x ctx).
 int64_t kv_pool_blocks(const RunShape& s);
 

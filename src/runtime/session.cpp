@@ -5,6 +5,7 @@
 #include <limits>
 #include <mutex>
 
+#include "src/engine/kv_type.h"
 #include "src/jobs/job.h"
 
 namespace redwood::runtime {
@@ -142,7 +143,7 @@ int Session::max_shared_sequences() const {
 int Session::fit_kv_rows(int ctx, int batch_tokens, int64_t most) {
   if (c_.sequences < 2) throw Error("Session::fit_kv_rows: the session runs one sequence at a time");
   const int block = offload::RunShape{}.kv_block_rows;
-  const auto blocks = [block](int64_t rows) { return (rows + block - 1) / block; };
+  const auto blocks = [block](int64_t rows) { return offload::kv_blocks(rows, block); };
   int64_t lo = blocks(ctx), hi = std::min<int64_t>(blocks(most), std::numeric_limits<int>::max() / block);
   auto fits = [&](int64_t b) {
     set_kv_rows(static_cast<int>(b * block));
@@ -201,6 +202,9 @@ void Session::load(int ctx, int batch_tokens, std::FILE* log) {
     throw Error("Session::load: a KV pool of " + std::to_string(c_.kv_rows) +
                 " positions cannot hold one sequence of " + std::to_string(ctx));
   ctx_ = ctx;
+  // Before any weights load (the draft's come first): KV rows the target's
+  // heads cannot take (load_weights checks each model and its backend again).
+  check_kv_head_dim(kv_type_from_name(c_.run.kv_type), target_.desc.hp.head_dim, target_.desc.path);
   // Shared passes give each sequence its solo logits only if no kernel's sums
   // depend on the pass's size (kernels/backend.h).
   if (c_.sequences > 1) set_cpu_batch_invariant(true);
