@@ -613,6 +613,7 @@ TEST(Predict, SharedPassesOnTheL40) {
   EXPECT_NE(p.sequences[4].does_not_fit.find("256 sequences"), std::string::npos) << p.sequences[4].does_not_fit;
   EXPECT_NE(prediction_table(p).find("shared passes"), std::string::npos);
   EXPECT_EQ(prediction_json(p)["sequences"].size(), 5u);
+  EXPECT_EQ(prediction_json(p)["kv_type"], "f16");  // the name --kv-type takes, not the dtype's "F16"
 }
 
 TEST(Predict, L40Llama70BInSequoiasRegime) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "src/engine/kv_type.h"
 #include "src/speculative/node_budget.h"
 #include "src/speculative/sequoia_dp.h"
 #include "src/util/error.h"
@@ -254,7 +255,7 @@ nlohmann::json prediction_json(const Prediction& p) {
   j["draft"] = p.draft;
   j["acceptance"] = p.options.acceptance;
   j["ctx"] = p.options.ctx;
-  j["kv_type"] = std::string(dtype_name(p.options.kv_type));
+  j["kv_type"] = kv_type_name(p.options.kv_type);
   j["n_past"] = p.options.n_past;
   j["max_budget"] = p.options.max_budget;
   j["max_depth"] = p.options.max_depth;
