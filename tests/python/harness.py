@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import atexit
 import json
 import shutil
@@ -31,6 +32,15 @@ def check(name: str, cond: bool, msg: str = "") -> None:
 def summary() -> int:
     print(f"{_PASSED[0]} passed, {len(FAILED)} failed" + (": " + ", ".join(FAILED) if FAILED else ""))
     return 1 if FAILED else 0
+
+
+def cli_args() -> argparse.Namespace:
+    """The two arguments CTest passes every CLI test: --redwood (the binary) and
+    --model (the default GGUF), as args.redwood and args.model."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--redwood", required=True)
+    ap.add_argument("--model", required=True)
+    return ap.parse_args()
 
 
 def scratch_dir(prefix: str) -> str:

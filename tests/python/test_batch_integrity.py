@@ -14,7 +14,6 @@ Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from harness import check, summary as finish
+from harness import check, summary as finish, cli_args
 
 
 def write(path: str, text: str) -> str:
@@ -53,10 +52,7 @@ def lines_of(path: str) -> list[dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     tmp = tempfile.mkdtemp(prefix="redwood_batch_integrity_")
     env = dict(os.environ, REDWOOD_CACHE_DIR=os.path.join(tmp, "cache"))
     rw = args.redwood

@@ -20,7 +20,6 @@ Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -29,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from harness import check, summary as finish, scratch_dir, write, lines_of
+from harness import check, summary as finish, scratch_dir, write, lines_of, cli_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
@@ -59,10 +58,7 @@ def one_line(p: subprocess.CompletedProcess) -> bool:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     rw, model = args.redwood, args.model
     tmp = scratch_dir("redwood_batch_shards_")
     with open(PROMPTS) as f:

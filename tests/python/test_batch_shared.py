@@ -19,7 +19,6 @@ Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -27,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from harness import check, summary as finish, scratch_dir, write, lines_of
+from harness import check, summary as finish, scratch_dir, write, lines_of, cli_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = os.path.join(ROOT, "configs", "jobs", "prompts-smoke.jsonl")
@@ -51,10 +50,7 @@ def run(rw: str, job: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     rw, model = args.redwood, args.model
     tmp = scratch_dir("redwood_batch_shared_")
     # The first 10 prompts of the smoke set, and one far too long for memory.ctx.

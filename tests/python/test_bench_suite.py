@@ -11,7 +11,6 @@ one line with file:line: key.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -21,7 +20,7 @@ import subprocess
 import sys
 import zlib
 
-from harness import check, summary as finish, scratch_dir
+from harness import check, summary as finish, scratch_dir, cli_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Must match src/app/suite_runner.cpp (kColours, kBaselineColour).
@@ -97,10 +96,7 @@ def colour_count(rows: list[bytes], rgb: tuple[int, int, int]) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     tmp = scratch_dir("redwood_bench_suite_")
     draft = os.path.join(tmp, "draft.gguf")
     p = subprocess.run([args.redwood, "make-draft", "--from", args.model, "--layers", "10", "--out", draft],

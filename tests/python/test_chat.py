@@ -14,7 +14,6 @@ Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import pty
 import select
@@ -23,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from harness import check, summary
+from harness import check, summary, cli_args
 
 
 class Term:
@@ -81,10 +80,7 @@ def reply_of(out: bytes, sent: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     rw, model = args.redwood, args.model
     q1 = "What is the capital of France?"
     # A reply budget the dragon story below cannot finish within the half second before

@@ -12,7 +12,6 @@ Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -20,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from harness import check, default_signals, summary as finish
+from harness import check, default_signals, summary as finish, cli_args
 
 
 def run(args, cmd: list[str]) -> subprocess.CompletedProcess:
@@ -28,10 +27,7 @@ def run(args, cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     m = ["--model", args.model, "--threads", "1"]
     draft = os.path.join(os.path.dirname(os.path.abspath(args.model)), "smollm2-draft-10L.gguf")
     prompt = ["--prompt", "The capital of France is", "-n", "40"]

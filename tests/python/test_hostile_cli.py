@@ -20,7 +20,6 @@ Only the files of a temporary folder are written (copies of a small self-draft s
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -33,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from harness import check, default_signals, summary as finish
+from harness import check, default_signals, summary as finish, cli_args
 
 
 def run(rw: str, args: list[str], timeout: float = 120, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
@@ -59,10 +58,7 @@ def is_fifo(path: str) -> bool:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     rw = args.redwood
     if not os.path.exists(args.model):
         print(f"SKIP: {args.model} missing (run tools/fetch-models.sh)")

@@ -16,7 +16,6 @@ Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -24,7 +23,7 @@ import string
 import subprocess
 import sys
 
-from harness import check, summary as finish, scratch_dir, write, lines_of
+from harness import check, summary as finish, scratch_dir, write, lines_of, cli_args
 
 
 def run(rw: str, cmd: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
@@ -41,10 +40,7 @@ def job_text(model: str, out: str, prompts: str, kv: str, batch: str, device: st
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     rw, model = args.redwood, args.model
     tmp = scratch_dir("redwood_kv_q8_")
     gen = ["generate", "--model", model, "--threads", "2", "--json", "-n", "32",

@@ -16,13 +16,12 @@ Prints "N passed, M failed" and exits non-zero on any failure.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 
-from harness import check, summary as finish, scratch_dir
+from harness import check, summary as finish, scratch_dir, cli_args
 
 
 
@@ -32,10 +31,7 @@ def run(args, cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     m = ["--model", args.model]
     tmp = scratch_dir("redwood_offload_cli_")
 

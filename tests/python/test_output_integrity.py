@@ -21,7 +21,6 @@ Checks (src/util/output_path.h, the policy of every writer):
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from harness import check, default_signals, scratch_dir, summary as finish
+from harness import check, default_signals, scratch_dir, summary as finish, cli_args
 
 
 def write(path: str, text: str) -> str:
@@ -64,10 +63,7 @@ def one_line_error(p, needle: str = "") -> bool:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     if not os.path.exists(args.model):
         print(f"SKIP: {args.model} missing (run tools/fetch-models.sh)")
         return 0

@@ -10,23 +10,19 @@ file; bad input -> exit 1, one line, no output file.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import subprocess
 import sys
 
-from harness import check, summary as finish, scratch_dir
+from harness import check, summary as finish, scratch_dir, cli_args
 
 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--redwood", required=True)
-    ap.add_argument("--model", required=True)
-    args = ap.parse_args()
+    args = cli_args()
     rw = args.redwood
     if not os.path.exists(args.model):
         print(f"SKIP: {args.model} missing (run tools/fetch-models.sh)")
