@@ -146,6 +146,25 @@ TEST(TokenizerBpe, SpecialTokens) {
   EXPECT_EQ(tok2->encode("hello", false, false), (Ids{kHello}));
 }
 
+// User-defined (added, not control) tokens are matched in the text whether or
+// not specials are parsed, as Hugging Face's added tokens and llama.cpp are
+// (GPT-NeoX/MPT's runs of spaces); control tokens only when parsed.
+TEST(TokenizerBpe, UserDefinedTokensAreAlwaysMatched) {
+  TokenizerSpec s = tiny_bpe_spec();
+  const int32_t three = static_cast<int32_t>(s.tokens.size());
+  s.tokens.push_back("   ");
+  s.types.push_back(TokenType::kUserDefined);
+  auto tok = Tokenizer::create(s);
+  EXPECT_EQ(tok->encode("ab   hello<|end|>", false, false),
+            (Ids{kAb, three, kHello, '<', '|', 'e', 'n', 'd', '|', '>'}));
+  EXPECT_EQ(tok->encode("ab   hello<|end|>", false, true), (Ids{kAb, three, kHello, kEnd}));
+  EXPECT_EQ(tok->encode("ab  hello", false, false), (Ids{kAb, ' ', ' ', kHello}));  // (no "  " + "hello" merge)
+  EXPECT_EQ(tok->decode(Ids{kAb, three, kHello}), "ab   hello");
+  // The same text when the token is an ordinary one: split by the pre-tokenizer.
+  s.types.back() = TokenType::kNormal;
+  EXPECT_NE(Tokenizer::create(s)->encode("ab   hello", false, false), (Ids{kAb, three, kHello}));
+}
+
 TEST(TokenizerBpe, PreTokenizers) {
   // gpt2 keeps digit runs together; smollm isolates every digit.
   EXPECT_EQ(Tokenizer::create(tiny_bpe_spec("gpt2"))->encode("a12", false, false), (Ids{'a', k12}));
@@ -184,6 +203,20 @@ TEST(TokenizerBpe, NumberClassIsUnicodeCategoryN) {
   EXPECT_EQ(bpe_pre_tokenize("llama3", "\u00BD\u00B2\u2460\u216B\u0663"),
             (Pieces{"\u00BD\u00B2\u2460", "\u216B\u0663"}));
   EXPECT_EQ(bpe_pre_tokenize("qwen2", "a\u00BD\u0663"), (Pieces{"a", "\u00BD", "\u0663"}));
+}
+
+// DeepSeek LLM and Coder, Falcon and MPT (issue 46): their stages in order
+// (llama.cpp's ggml-vocab tests check whole texts: oracle_llamacpp_vocab).
+TEST(Tokenizer, DeepseekFalconMptPreTokenizers) {
+  // Coder: letters with one leading space, digits one each, CJK runs apart.
+  EXPECT_EQ(bpe_pre_tokenize("deepseek-coder", "Hello 123\n\u4f60\u597d!"),
+            (Pieces{"Hello", " ", "1", "2", "3", "\n", "\u4f60\u597d", "!"}));
+  // LLM: digit runs whole, trailing whitespace its own piece.
+  EXPECT_EQ(bpe_pre_tokenize("deepseek-llm", "ab 2024,  "), (Pieces{"ab", " ", "2024", ",", "  "}));
+  // Falcon: punctuation first (also $ and +), then GPT-2's split, then three digits at a time.
+  EXPECT_EQ(bpe_pre_tokenize("falcon", "a$+b 12345"), (Pieces{"a", "$+", "b", " ", "123", "45"}));
+  EXPECT_EQ(bpe_pre_tokenize("mpt", "it's 12"), bpe_pre_tokenize("gpt2", "it's 12"));
+  for (const char* n : {"deepseek-llm", "deepseek-coder", "falcon", "mpt"}) EXPECT_TRUE(is_known_bpe_pre(n)) << n;
 }
 
 // Qwen3.5 (tokenizer.ggml.pre "qwen35"): Qwen2's pattern with combining marks

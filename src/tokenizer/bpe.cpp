@@ -32,6 +32,35 @@ constexpr const char* kQwen35Regex =
 // General Category N: Nd, Nl and No, so also ½, ², ①, Ⅻ) is a piece of its own.
 constexpr const char* kDigitRegex = R"(\p{N})";
 
+// DeepSeek LLM's and DeepSeek Coder's tokenizer.json: a Sequence of Splits, each
+// match isolated: newlines, Latin/Greek/Cyrillic/... letters with an optional
+// leading space (LLM: as explicit ranges), punctuation, trailing whitespace
+// (LLM), CJK and Hangul runs, digits (LLM: runs; Coder: one each).
+constexpr const char* kNewlineRegex = R"([\r\n])";
+constexpr const char* kDeepseekLetters =
+    R"(\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293})"
+    R"(\x{295}-\x{2AF}\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386}\x{388}-\x{38A}\x{38C})"
+    R"(\x{38E}-\x{3A1}\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556}\x{10A0}-\x{10C5})"
+    R"(\x{13A0}-\x{13F5}\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}\x{1D00}-\x{1D2B})"
+    R"(\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A}\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}\x{1F20}-\x{1F45})"
+    R"(\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B}\x{1F5D}\x{1F5F}-\x{1F7D}\x{1F80}-\x{1FB4})"
+    R"(\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC}\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB})"
+    R"(\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}\x{1FF6}-\x{1FFC}\x{2102}\x{2107}\x{210A}-\x{2113}\x{2115})"
+    R"(\x{2119}-\x{211D}\x{2124}\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134}\x{2139}\x{213C}-\x{213F})"
+    R"(\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4}\x{2CEB}-\x{2CEE}\x{2CF2})"
+    R"(\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787}\x{A78B}-\x{A78E})"
+    R"(\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A})"
+    R"(\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2})"
+    R"(\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+)";
+constexpr const char* kDeepseekPunct = R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)";
+constexpr const char* kTrailingSpaceRegex = R"(\s+$)";
+constexpr const char* kCjkRegex = R"([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
+constexpr const char* kDigitRunRegex = R"(\p{N}+)";
+// Falcon's: Punctuation (contiguous; ASCII punctuation counts $+<=>^~|` too),
+// then GPT-2's split, then runs of three ASCII digits.
+constexpr const char* kFalconPunct = R"([\p{P}\$\+<=>\^~\|`]+)";
+constexpr const char* kThreeDigits = R"([0-9][0-9][0-9])";
+
 // Every byte-level pre-tokenizer Redwood implements, as data: the names
 // (GGUF tokenizer.ggml.pre, llama.cpp's spelling) and the regexes applied in
 // order, each splitting every piece the previous ones left (a match and the
@@ -39,7 +68,7 @@ constexpr const char* kDigitRegex = R"(\p{N})";
 // llama.cpp do; then the merges.
 struct PreTokenizer {
   std::array<const char*, 4> names;  // unused slots null
-  std::array<const char*, 2> stages;  // unused slots null
+  std::array<const char*, 6> stages;  // unused slots null
   bool ignore_merges;  // a piece that is a token is that token (Llama 3's tokenizer.json, llama.cpp)
 };
 constexpr PreTokenizer kPreTokenizers[] = {
@@ -49,7 +78,13 @@ constexpr PreTokenizer kPreTokenizers[] = {
     {{"llama3", "llama-bpe", "llama-v3"}, {kLlama3Regex}, true},
     {{"qwen2"}, {kQwen2Regex}, false},
     {{"qwen35"}, {kQwen35Regex}, false},
-    {{"gpt2", "gpt-2", "default"}, {kGpt2Regex}, false},  // "gpt-2" is llama.cpp's name
+    {{"deepseek-llm"},
+     {kNewlineRegex, kDeepseekLetters, kDeepseekPunct, kTrailingSpaceRegex, kCjkRegex, kDigitRunRegex},
+     false},
+    {{"deepseek-coder"}, {kNewlineRegex, R"(\s?\p{L}+)", R"(\s?\p{P}+)", kCjkRegex, kDigitRegex}, false},
+    {{"falcon"}, {kFalconPunct, kGpt2Regex, kThreeDigits}, false},
+    // "gpt-2" is llama.cpp's name; MPT's tokenizer.json is GPT-2's ByteLevel.
+    {{"gpt2", "gpt-2", "default", "mpt"}, {kGpt2Regex}, false},
 };
 
 const PreTokenizer* find_pre(std::string_view pre) {

@@ -156,7 +156,9 @@ TokenizerBase::TokenizerBase(TokenizerSpec spec) : Tokenizer(std::move(spec)) {
     const std::string& t = spec_.tokens[i];
     if (t.empty() || !is_special_type(types_[i])) continue;
     if (find_token(t) != static_cast<int32_t>(i)) continue;  // duplicate text
-    specials_by_byte_[static_cast<uint8_t>(t[0])].push_back({t, static_cast<int32_t>(i)});
+    const bool control = types_[i] == TokenType::kControl;
+    specials_by_byte_[static_cast<uint8_t>(t[0])].push_back({t, static_cast<int32_t>(i), control});
+    has_user_defined_ |= !control;
   }
   for (auto& bucket : specials_by_byte_)
     std::stable_sort(bucket.begin(), bucket.end(),
@@ -173,15 +175,18 @@ std::vector<int32_t> TokenizerBase::encode(std::string_view text, bool add_speci
     encode_text(run, after_special, out);
     after_special = false;
   };
-  if (!parse_special) {
+  if (!parse_special && !has_user_defined_) {
     flush_text(text);
   } else {
-    // Leftmost-longest match of control/user-defined token texts.
+    // Leftmost-longest match of added tokens' texts: user-defined ones always
+    // (Hugging Face's added tokens, llama.cpp's tokenizer: GPT-NeoX's runs of
+    // spaces, say), control ones only with parse_special.
     size_t run_start = 0, i = 0;
     while (i < text.size()) {
       const auto& bucket = specials_by_byte_[static_cast<uint8_t>(text[i])];
       const Special* hit = nullptr;
       for (const Special& sp : bucket) {
+        if (sp.control && !parse_special) continue;
         if (text.substr(i, sp.text.size()) == sp.text) {
           hit = &sp;
           break;

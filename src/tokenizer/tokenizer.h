@@ -43,7 +43,8 @@ struct TokenizerSpec {
 // Whether a byte-level BPE pre-tokenizer name (GGUF tokenizer.ggml.pre) is one
 // Redwood implements (known_bpe_pre() lists them: smollm and the same scheme
 // under StarCoder's, Refact's and Command-R's names, llama3 (llama-bpe,
-// llama-v3), qwen2, qwen35, gpt2 (gpt-2) and default (the GPT-2 pattern)). Any
+// llama-v3), qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, gpt2 (gpt-2)
+// and default (the GPT-2 pattern, also MPT's)). Any
 // other name is an error, as in llama.cpp: its pattern is not GPT-2's, and
 // tokens would silently differ.
 bool is_known_bpe_pre(std::string_view pre);
@@ -63,8 +64,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Encode UTF-8 text. add_special: prepend BOS (and append EOS) when the spec
-  // says so. parse_special: recognise control/user-defined token texts such as
-  // "<|im_start|>" in the input and emit their ids directly.
+  // says so. parse_special: recognise control token texts such as
+  // "<|im_start|>" in the input and emit their ids directly. User-defined
+  // tokens' texts are recognised either way, as Hugging Face and llama.cpp do.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
                                       bool parse_special) const = 0;
   // The raw bytes of one token (byte-level mapping and <0xNN> undone). Control

@@ -70,11 +70,13 @@ class TokenizerBase : public Tokenizer {
   struct Special {
     std::string_view text;
     int32_t id;
+    bool control;  // a control token (matched only with parse_special), else user-defined (always)
   };
   std::vector<TokenType> types_;  // spec types, or derived when the spec has none
   std::unordered_map<std::string_view, int32_t, StringViewHash, std::equal_to<>> text_to_id_;
   // Control/user-defined tokens bucketed by first byte, longest first.
   std::vector<std::vector<Special>> specials_by_byte_;
+  bool has_user_defined_ = false;  // any user-defined token in specials_by_byte_
 };
 
 std::unique_ptr<Tokenizer> make_bpe(TokenizerSpec spec);

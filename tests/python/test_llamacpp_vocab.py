@@ -37,7 +37,8 @@ SKIP = 77
 # The vocabularies whose tokenizer Redwood implements (tokenizer.ggml.model and
 # pre-tokenizer): each must match every case; refusing one is a failure. Any
 # other vocabulary must match every case too, or be refused with a one-line error.
-SUPPORTED = {"gpt-2", "llama-bpe", "llama-spm", "phi-3", "qwen2", "qwen35", "starcoder", "refact", "command-r"}
+SUPPORTED = {"gpt-2", "llama-bpe", "llama-spm", "phi-3", "qwen2", "qwen35", "starcoder", "refact", "command-r",
+             "deepseek-llm", "deepseek-coder", "falcon", "mpt"}
 
 
 def read_cases(inp: str, out: str) -> list[tuple[str, list[int]]]:
