@@ -30,7 +30,8 @@ std::string acceptance_cache_path(const std::string& dir, const std::vector<std:
 // all resident), and the KV cache type the passes read (--kv-type's name).
 struct HardwareKey {
   std::string backend, device_mem, host_mem;
-  int ring = 0, threads = 0, max_budget = 0;
+  int ring = 0, threads = 0;
+  int max_budget = 0;  // the largest pass timed: the tree cap, or a shared pass's cap when larger
   const offload::MemoryPlan* plan = nullptr;
   std::string kv_type = "f32";
 };

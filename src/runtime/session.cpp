@@ -178,11 +178,18 @@ offload::RunShape Session::shape(int ctx, int batch_tokens) const {
     // A shared target pass carries at most max(pass_tokens, sequences):
     // prompt chunks under pass_tokens (not batch_tokens), every decoding
     // sequence's token or tree (a fixed tree's whole shape fits pass_tokens,
-    // BatchGenerator refuses otherwise). --tree auto also measures the
-    // target's and the draft's passes at load, up to its budget: those stay
-    // counted. The draft's passes are no larger (spec::BatchLimits: a prompt
-    // reaches the draft in chunks of pass_tokens).
-    s.max_tokens = std::max({auto_ ? s.max_tokens : 1, c_.pass_tokens, c_.sequences});
+    // BatchGenerator refuses otherwise). --tree auto also times passes at
+    // load: t(n) up to that cap after a prefix of HardwareRun::prefix tokens,
+    // and, when its acceptance profile must be measured, whole built-in
+    // passages (batch_tokens); those stay counted. The draft's passes are no
+    // larger (spec::BatchLimits: a prompt reaches the draft in chunks of
+    // pass_tokens).
+    int measured = 1;
+    if (auto_)
+      measured = acceptance_profile_at_hand(target_, *draft_, c_.sampling, c_.tree.acceptance)
+                     ? std::max(tree_nodes() + 1, HardwareRun{}.prefix)
+                     : s.max_tokens;
+    s.max_tokens = std::max({measured, c_.pass_tokens, c_.sequences});
     s.kv_rows = c_.kv_rows;
   }
   return s;
@@ -214,15 +221,13 @@ void Session::load(int ctx, int batch_tokens, std::FILE* log) {
   }
   load_weights(target_, c_.run, shape(ctx, batch_tokens), draft_ ? &draft_->desc : nullptr);
   if (auto_) {
+    // Shared passes take Sequoia trees only, and the node budget rule fills
+    // passes of up to max(pass_tokens, sequences) tokens (batcher()): t(n) is
+    // timed that far.
+    SharedPasses shared;
+    if (c_.sequences > 1) shared = {std::max(c_.pass_tokens, c_.sequences), true};
     auto_result_ = choose_tree_auto(target_, *draft_, c_.run, c_.sampling, c_.tree.budget, c_.tree.depth, log,
-                                    c_.tree.acceptance, c_.hardware_profile);
-    if (auto_result_->config && c_.sequences > 1 && auto_result_->config->tree.kind != spec::TreeKind::kStatic) {
-      // Shared passes take static trees: the dynamic choice gives way to plain batching.
-      if (log)
-        std::fprintf(log, "redwood: --tree auto chose %s; shared passes take Sequoia trees only, so they run plain\n",
-                     auto_result_->choice.c_str());
-      auto_result_->config.reset();
-    }
+                                    c_.tree.acceptance, c_.hardware_profile, shared);
     if (auto_result_->config) {
       setup_->config = *auto_result_->config;
       setup_->config.prefill_chunk = c_.prefill_chunk;

@@ -316,6 +316,7 @@ struct AutoTreeRun {
   SamplingParams measuring;  // sampling with kProfileSeed: what the profiles are measured with
   int max_budget, max_depth;
   std::FILE* log;  // progress lines (null: none)
+  int max_pass;    // t(n) is timed up to this pass (>= max_budget)
   std::string cache_dir;
   std::vector<std::string> files;  // the target's files, then the draft's (the cache keys' models)
 };
@@ -428,7 +429,7 @@ planner::MeasuredProfile cached_hardware(const AutoTreeRun& auto_run, const RunO
   hw.device_mem = run.device_mem;
   hw.host_mem = run.host_mem;
   hw.ring = run.ring;
-  measure_hardware(target, draft, hardware_grid(auto_run.max_budget), hw);
+  measure_hardware(target, draft, hardware_grid(auto_run.max_pass), hw);
   write_output_file(hw_path, planner::measured_json(hw));
   return hw;
 }
@@ -495,20 +496,29 @@ void measure_dynamic_candidates(const AutoTreeRun& auto_run, const spec::Accepta
 
 }  // namespace
 
+bool acceptance_profile_at_hand(const LoadedModel& m, const LoadedModel& d, const SamplingParams& sampling,
+                                const std::string& acceptance_file) {
+  if (!acceptance_file.empty()) return true;
+  std::vector<std::string> files = m.desc.files;
+  files.insert(files.end(), d.desc.files.begin(), d.desc.files.end());
+  return std::filesystem::exists(planner::acceptance_cache_path(cache_dir_path(), files, sampling));
+}
+
 AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run, const SamplingParams& sampling,
                                 int max_budget, int max_depth, std::FILE* log, const std::string& acceptance_file,
-                                const std::string& hardware_file) {
+                                const std::string& hardware_file, const SharedPasses& shared) {
   // The profiles describe the models, the sampling parameters and the
   // machine, not one run's draws: they are measured with a fixed seed, so a
   // run with another --seed finds them in the cache (keyed without it).
-  AutoTreeRun auto_run{m, d, sampling, sampling, max_budget, max_depth, log, make_cache_dir(), m.desc.files};
+  AutoTreeRun auto_run{m, d, sampling, sampling, max_budget, max_depth, log, std::max(max_budget, shared.max_pass),
+                       make_cache_dir(), m.desc.files};
   auto_run.measuring.seed = kProfileSeed;
   auto_run.files.insert(auto_run.files.end(), d.desc.files.begin(), d.desc.files.end());
   const std::string acc_path = planner::acceptance_cache_path(auto_run.cache_dir, auto_run.files, sampling);
   const std::string hw_path = planner::hardware_cache_path(
       auto_run.cache_dir, auto_run.files,
-      {run.backend, run.device_mem, run.host_mem, run.ring, cpu_threads(), max_budget, m.plan ? &*m.plan : nullptr,
-       run.kv_type});
+      {run.backend, run.device_mem, run.host_mem, run.ring, cpu_threads(), auto_run.max_pass,
+       m.plan ? &*m.plan : nullptr, run.kv_type});
   const spec::AcceptanceProfile acc =
       acceptance_file.empty() ? cached_acceptance(auto_run, acc_path) : spec::read_acceptance_profile(acceptance_file);
   // Profiles given explicitly are used as they are (they change which tree is
@@ -524,7 +534,8 @@ AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions
   // The dynamic policies: only those whose verifier's rank-1 acceptance was
   // measured are searched (the rest are said to be left out).
   bool skipped_topn = false;
-  std::vector<planner::DynamicCandidate> dyn = calibratable_candidates(auto_run, acc, skipped_topn);
+  std::vector<planner::DynamicCandidate> dyn;
+  if (!shared.static_only) dyn = calibratable_candidates(auto_run, acc, skipped_topn);
   if (!dyn.empty()) measure_dynamic_candidates(auto_run, acc, dyn);
   return choose_tree(acc, hw, dyn, sampling, max_budget, max_depth, log,
                      acceptance_file.empty() ? acc_path : acceptance_file, skipped_topn);

@@ -48,6 +48,13 @@ AutoTreeResult choose_tree(const spec::AcceptanceProfile& acc, const planner::Me
                            int max_budget, int max_depth, std::FILE* log, const std::string& acc_name,
                            bool skipped_topn = false);
 
+// Whether --tree auto would find its acceptance profile without measuring it
+// (acceptance_file given, or the profile of these models and sampling
+// parameters in the cache): measuring runs whole built-in passages through
+// the target at load, a pass the memory plan must hold.
+bool acceptance_profile_at_hand(const LoadedModel& m, const LoadedModel& d, const SamplingParams& sampling,
+                                const std::string& acceptance_file);
+
 // --tree auto. The profiles are cached in $REDWOOD_CACHE_DIR (default
 // $XDG_CACHE_HOME/redwood or ~/.cache/redwood), keyed by both models (path,
 // size, modification time), the sampling parameters (acceptance) or the memory
@@ -57,9 +64,18 @@ AutoTreeResult choose_tree(const spec::AcceptanceProfile& acc, const planner::Me
 // Sequoia trees (n, d) per measured verifier scheme and the dynamic policies'
 // parameters (planner::dynamic_grid) with their default verifier for the
 // sampling mode. acceptance_file / hardware_file: use these profiles instead
-// of the cache (empty: the cache).
+// of the cache (empty: the cache). shared: the choice is for shared passes
+// (see SharedPasses).
+struct SharedPasses {
+  // The largest pass the node budget rule may fill (BatchDraft::pass_seconds):
+  // t(n) is timed up to it too, not only up to the tree cap (0: the tree cap).
+  int max_pass = 0;
+  // Sequoia trees only: shared passes take no dynamic tree, so OPT-Tree and
+  // SpecExec are not candidates (measured or chosen).
+  bool static_only = false;
+};
 AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run, const SamplingParams& sampling,
                                 int max_budget, int max_depth, std::FILE* log, const std::string& acceptance_file = "",
-                                const std::string& hardware_file = "");
+                                const std::string& hardware_file = "", const SharedPasses& shared = {});
 
 }  // namespace redwood::runtime

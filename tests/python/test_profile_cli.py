@@ -167,16 +167,24 @@ def main() -> int:
     check("batch tree = auto: runs, both prompts, the choice in the summary", p.returncode == 0 and
           len(open(out).read().splitlines()) == 2 and summ["config"]["tree_auto_choice"] != "" and
           "--tree auto:" in p.stderr, p.stderr[-500:])
-    # tree = "auto" with shared passes: the node budget rule takes the profiles' t(n), c(w) and acceptance.
-    open(job, "w").write(body + "[batch]\nsequences = 2\n")
+    # tree = "auto" with shared passes: the node budget rule takes the profiles' t(n), c(w) and acceptance;
+    # t(n) is timed up to the pass cap (pass_tokens 48 > budget 16), and only Sequoia trees are candidates.
+    open(job, "w").write(body + "[batch]\nsequences = 2\npass_tokens = 48\n")
     os.unlink(out)
     os.unlink(out + ".summary.json")
+    profiles = lambda: {f for f in os.listdir(env["REDWOOD_CACHE_DIR"]) if f.startswith("hardware-")}
+    before = profiles()
     p = subprocess.run([rw, "batch", job], capture_output=True, text=True, timeout=600, env=env)
     summ = json.load(open(out + ".summary.json")) if p.returncode == 0 else {}
     shared = summ.get("shared_passes", {})
     check("batch tree = auto, sequences = 2: runs, both prompts, passes shared", p.returncode == 0 and
           len(open(out).read().splitlines()) == 2 and shared.get("max_in_flight") == 2 and
           summ["config"]["tree_auto_choice"] != "", p.stderr[-500:] + json.dumps(shared))
+    new = [json.load(open(os.path.join(env["REDWOOD_CACHE_DIR"], f))) for f in profiles() - before]
+    check("batch tree = auto, sequences = 2: t(n) timed up to pass_tokens, a Sequoia tree or none",
+          len(new) == 1 and max(x["n"] for x in new[0]["target_pass"]) == 48 and
+          summ.get("config", {}).get("tree_auto_choice", "").startswith(("sequoia", "autoregressive")),
+          json.dumps(new)[:400] + p.stderr[-300:])
     open(job, "w").write(body.replace("depth = 6\n", "depth = 6\nthreshold = 0.1\n"))
     p = subprocess.run([rw, "batch", job], capture_output=True, text=True, timeout=60, env=env)
     check("batch tree = auto: other tree keys are an error", p.returncode == 1 and "speculation.tree" in p.stderr and
