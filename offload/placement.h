@@ -64,6 +64,11 @@ struct RunShape {
 constexpr int64_t kv_blocks(int64_t rows, int block_rows) {
   return (rows + block_rows - 1) / block_rows;
 }
+// `rows` rounded up to whole blocks: the rows a sequence of `rows` positions
+// takes from the pool. REQUIRES: as kv_blocks.
+constexpr int64_t kv_block_aligned_rows(int64_t rows, int block_rows) {
+  return kv_blocks(rows, block_rows) * block_rows;
+}
 
 // Blocks of the paged KV pool a shape asks for (its kv_rows, else sequences x ctx).
 int64_t kv_pool_blocks(const RunShape& s);

@@ -123,7 +123,7 @@ void choose_sequences(const jobs::JobConfig& job, CheckedJob& c) {
   for (int b = first; b > 1; b /= 2) {
     session.set_sequences(b);
     int64_t most = 0;  // the b longest prompts' rows, each in whole blocks
-    for (int i = 0; i < b; ++i) most += offload::kv_blocks(need[static_cast<size_t>(i)], block) * block;
+    for (int i = 0; i < b; ++i) most += offload::kv_block_aligned_rows(need[static_cast<size_t>(i)], block);
     if (session.fit_kv_rows(c.rows, c.batch_tokens, std::max<int64_t>(most, c.rows)) > 0) return;
   }
   session.set_kv_rows(0);

@@ -68,7 +68,7 @@ LoadShape size_session(runtime::Session& s, int& ctx, bool ctx_given, int sequen
   // holds, up to sequences x ctx; each request is promised its own rows, so
   // short requests run that many at once and long ones wait their turn.
   const int block = offload::RunShape{}.kv_block_rows;  // each request's rows in whole blocks, as admitted
-  const int64_t each = offload::kv_blocks(shape.ctx, block) * block;
+  const int64_t each = offload::kv_block_aligned_rows(shape.ctx, block);
   if (s.config().sequences > 1 && s.fit_kv_rows(shape.ctx, shape.batch_tokens, s.config().sequences * each) > 0)
     return shape;
   try {
