@@ -216,7 +216,13 @@ TEST(Tokenizer, DeepseekFalconMptPreTokenizers) {
   // Falcon: punctuation first (also $ and +), then GPT-2's split, then three digits at a time.
   EXPECT_EQ(bpe_pre_tokenize("falcon", "a$+b 12345"), (Pieces{"a", "$+", "b", " ", "123", "45"}));
   EXPECT_EQ(bpe_pre_tokenize("mpt", "it's 12"), bpe_pre_tokenize("gpt2", "it's 12"));
-  for (const char* n : {"deepseek-llm", "deepseek-coder", "falcon", "mpt"}) EXPECT_TRUE(is_known_bpe_pre(n)) << n;
+  // V3 (its real tokenizer.json, pieces as the tokenizers package gives them):
+  // digits three at a time, CJK runs apart, one punctuation character may lead
+  // ASCII letters, but a space starts a punctuation run first.
+  EXPECT_EQ(bpe_pre_tokenize("deepseek-v3", "Hello, 12345 \u4e16\u754c! ,abc \u00bd \u2460"),
+            (Pieces{"Hello", ",", " ", "123", "45", " ", "\u4e16\u754c", "!", " ,", "abc", " ", "\u00bd", " ", "\u2460"}));
+  for (const char* n : {"deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "mpt"})
+    EXPECT_TRUE(is_known_bpe_pre(n)) << n;
 }
 
 // Qwen3.5 (tokenizer.ggml.pre "qwen35"): Qwen2's pattern with combining marks
@@ -672,6 +678,52 @@ TEST(TokenizerHfJson, Qwen35SplitPattern) {
     "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}
   })";
   EXPECT_EQ(tokenizer_spec_from_hf_json(write_file(dir, "tokenizer.json", json)).pre, "qwen35");
+}
+
+// The pre-tokenizer is read from the components in order (Split patterns,
+// Digits, a ByteLevel that splits) and must be one Redwood implements whole.
+TEST(TokenizerHfJson, PreTokenizerFromItsComponents) {
+  const std::string dir = ::testing::TempDir() + "tok_hf_components";
+  auto pre_of = [&](const std::string& components) {
+    const std::string json = R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [)" + components +
+                             R"(]}, "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})";
+    return tokenizer_spec_from_hf_json(write_file(dir, "tokenizer.json", json)).pre;
+  };
+  // regex: as tokenizer.json spells it (JSON escapes; \u4e00 decodes to the
+  // literal character, as the real files have it).
+  auto split = [](const std::string& regex, const std::string& behavior = "Isolated") {
+    return R"({"type": "Split", "pattern": {"Regex": ")" + regex + R"("}, "behavior": ")" + behavior +
+           R"(", "invert": false})";
+  };
+  const std::string byte_level = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})";
+  // DeepSeek V3's (its tokenizer.json's three Splits).
+  const std::string v3_two = split(R"J(\\p{N}{1,3})J") + "," + split(R"J([\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+)J");
+  const std::string v3 =
+      v3_two + "," +
+      split(R"J([!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+)J");
+  EXPECT_EQ(pre_of(v3 + "," + byte_level), "deepseek-v3");
+  // DeepSeek Coder's: five Splits.
+  EXPECT_EQ(pre_of(split(R"J([\r\n])J") + "," + split(R"J(\\s?\\p{L}+)J") + "," + split(R"J(\\s?\\p{P}+)J") + "," +
+                   split(R"J([\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+)J") + "," + split(R"J(\\p{N})J") + "," +
+                   byte_level),
+            "deepseek-coder");
+  // Digits then a splitting ByteLevel: SmolLM's; a ByteLevel alone: GPT-2's.
+  EXPECT_EQ(pre_of(R"({"type": "Digits", "individual_digits": true}, {"type": "ByteLevel"})"), "smollm");
+  EXPECT_EQ(pre_of(R"({"type": "ByteLevel"})"), "gpt2");
+  // Not implemented, so an error, not another split: one stage fewer, a
+  // ByteLevel that also splits after V3's, a Split that removes its matches, a
+  // Punctuation component.
+  for (const std::string& c : {v3_two + "," + byte_level, v3 + R"(, {"type": "ByteLevel"})",
+                               split(R"J(\\p{N})J", "Removed") + "," + byte_level,
+                               std::string(R"({"type": "Punctuation", "behavior": "Contiguous"}, {"type": "ByteLevel"})")}) {
+    try {
+      const std::string got = pre_of(c);
+      ADD_FAILURE() << "no error for " << c << " (read as " << got << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not one Redwood implements"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(TokenizerHfJson, SentencePieceStyle) {

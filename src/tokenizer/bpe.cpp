@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,6 +62,14 @@ constexpr const char* kDigitRunRegex = R"(\p{N}+)";
 // then GPT-2's split, then runs of three ASCII digits.
 constexpr const char* kFalconPunct = R"([\p{P}\$\+<=>\^~\|`]+)";
 constexpr const char* kThreeDigits = R"([0-9][0-9][0-9])";
+// DeepSeek V3's tokenizer.json: digits in runs of at most three, CJK (Han,
+// Hiragana, Katakana) runs, then a Llama-3-like split in which one ASCII
+// punctuation character may lead a run of ASCII letters and letters keep their
+// combining marks.
+constexpr const char* kDigitsUpTo3 = R"(\p{N}{1,3})";
+constexpr const char* kDeepseekV3Cjk = R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)";
+constexpr const char* kDeepseekV3Regex =
+    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // Every byte-level pre-tokenizer Redwood implements, as data: the names
 // (GGUF tokenizer.ggml.pre, llama.cpp's spelling) and the regexes applied in
@@ -83,6 +93,7 @@ constexpr PreTokenizer kPreTokenizers[] = {
      false},
     {{"deepseek-coder"}, {kNewlineRegex, R"(\s?\p{L}+)", R"(\s?\p{P}+)", kCjkRegex, kDigitRegex}, false},
     {{"falcon"}, {kFalconPunct, kGpt2Regex, kThreeDigits}, false},
+    {{"deepseek-v3"}, {kDigitsUpTo3, kDeepseekV3Cjk, kDeepseekV3Regex}, false},
     // "gpt-2" is llama.cpp's name; MPT's tokenizer.json is GPT-2's ByteLevel.
     {{"gpt2", "gpt-2", "default", "mpt"}, {kGpt2Regex}, false},
 };
@@ -411,11 +422,47 @@ std::vector<std::string> bpe_pre_tokenize(std::string_view pre, std::string_view
   return pieces;
 }
 
-std::string bpe_pre_for_split_regex(std::string_view regex) {
-  for (const tok::PreTokenizer& p : tok::kPreTokenizers)
-    if (p.stages[0] && !p.stages[1] && regex == p.stages[0] && p.stages[0] != tok::kGpt2Regex) return p.names[0];
+namespace {
+// A regex as the table writes it: non-ASCII characters as \x{HEX} (upper
+// case, no leading zeros), CR, LF and tab as \r \n \t (tokenizer.json holds
+// either spelling; PCRE2 reads both alike).
+std::string canonical_regex(std::string_view r) {
+  std::string out;
+  for (size_t i = 0; i < r.size();) {
+    const auto c = static_cast<unsigned char>(r[i]);
+    if (c < 0x80) {
+      out += c == '\r' ? "\\r" : c == '\n' ? "\\n" : c == '\t' ? "\\t" : std::string(1, static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    const int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    uint32_t cp = len == 1 ? c : c & (0xFFu >> (len + 1));
+    for (int k = 1; k < len && i + static_cast<size_t>(k) < r.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(r[i + static_cast<size_t>(k)]) & 0x3Fu);
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "\\x{%X}", cp);
+    out += buf;
+    i += static_cast<size_t>(len);
+  }
+  return out;
+}
+}  // namespace
+
+std::string bpe_pre_for_stages(const std::vector<std::string>& stages) {
+  for (const tok::PreTokenizer& p : tok::kPreTokenizers) {
+    size_t n = 0;
+    while (n < p.stages.size() && p.stages[n]) ++n;
+    if (n != stages.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < n && same; ++i) same = canonical_regex(stages[i]) == canonical_regex(p.stages[i]);
+    if (same) return p.names[0];
+  }
   return {};
 }
+
+std::string_view bpe_digit_regex(bool individual) { return individual ? tok::kDigitRegex : tok::kDigitRunRegex; }
+
+std::string_view bpe_byte_level_regex() { return tok::kGpt2Regex; }
 }  // namespace redwood
 
 namespace redwood::tok {

