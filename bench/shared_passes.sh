@@ -8,12 +8,16 @@
 #   shared   continuous batching, sequences = "auto"      (as many as the budget holds)
 #   trees    continuous batching with the draft: sequences = "auto", a Sequoia tree of up to
 #            BUDGET nodes per prompt, split evenly in passes of PASS tokens (default 64)
+#   auto     what a user gets by asking for it: sequences = "auto", tree = "auto" (at most
+#            BUDGET nodes), passes of at most AUTO_PASS tokens (default 64, the job default): the node budget
+#            rule picks each pass's size and trees from the measured t(n) and the acceptance
 # then the ratios shared / plain and shared / sequoia from this one run.
 #
 #   bench/shared_passes.sh                 N=16 M=16 MEM=820MiB BUDGET=16 KV=f16 T=0
 #   N=64 M=64 T=0.6 bench/shared_passes.sh the issue's job (about 2 hours one at a time here)
 #   ARMS="shared trees" bench/shared_passes.sh   only these arms; the others' last summaries
 #                                          (same N, M, T) are reported, marked "earlier run"
+#   OUTDIR=out/x bench/shared_passes.sh   write there instead of out/shared/T<T>
 #   SHARD=1/8 N=64 M=64 bench/shared_passes.sh   the one-prompt-at-a-time arms (plain, sequoia)
 #                                          run only shard 1 of 8 of the prompts (batch --shard:
 #                                          by prompt id): one at a time, each prompt's time is its
@@ -30,11 +34,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SHARD="${SHARD:-}"
 N="${N:-16}" M="${M:-16}" MEM="${MEM:-820MiB}" BUDGET="${BUDGET:-16}" KV="${KV:-f16}" T="${T:-0}" PASS="${PASS:-64}"
-ARMS="${ARMS:-plain sequoia shared trees}"
+AUTO_PASS="${AUTO_PASS:-64}"
+ARMS="${ARMS:-plain sequoia shared trees auto}"
 RW=./build/redwood
 SRC=models/SmolLM2-135M-Instruct.Q4_1.gguf
 DATA="${REDWOOD_DATA:-../shared/data}"
-OUT="out/shared/T$T"
+OUT="${OUTDIR:-out/shared/T$T}"
 mkdir -p "$OUT" out/regime
 [[ -x $RW ]] || { echo "shared_passes: build first (tools/setup.sh build)" >&2; exit 1; }
 [[ -f $SRC ]] || tools/fetch-models.sh
@@ -118,19 +123,25 @@ job trees "$SPECULATION
 [batch]
 sequences = \"auto\"
 pass_tokens = $PASS"
+job auto "${SPECULATION/tree = \"sequoia\"/tree = \"auto\"}
+[batch]
+sequences = \"auto\"
+pass_tokens = $AUTO_PASS"
 
 python3 - "$OUT" "$N" "$M" "$MEM" "$KV" "$T" "$ARMS" "$SHARD" <<'PY' | tee "$OUT/report.md"
 import glob, json, os, sys
 out, n, m, mem, kv, t, arms, shard = sys.argv[1:]
 arms = arms.split()
 rows, where = {}, {}
-for name in ("plain", "sequoia", "shared", "trees"):
+for name in ("plain", "sequoia", "shared", "trees", "auto"):
     path = f"{out}/{name}.jsonl.summary.json"
     if name in ("plain", "sequoia") and not os.path.exists(path):
         found = glob.glob(f"{out}/{name}.shard-*.jsonl.summary.json")
         if found:
             path = found[0]
             where[name] = " (shard " + path.split(".shard-")[1].split(".")[0].replace("-of-", "/") + ")"
+    if not os.path.exists(path):
+        continue  # an arm never run here
     s = json.load(open(path))
     run = s.get("run", s)
     def find(d, key):
@@ -146,12 +157,16 @@ print(f"| {n} prompts x {m} tokens, T = {t}, --device-mem {mem}, KV {kv} | token
 print("|---|---:|---:|---:|---:|")
 for name, (tok, wall, tps, seqs, sp) in rows.items():
     print(f"| {name}{where.get(name, '')}{'' if name in arms else ' (earlier run)'} | {tok} | {wall:.1f} | {tps:.3f} | {seqs} |")
-sp = rows["shared"][4]
 print()
-print(f"shared / plain = {rows['shared'][2] / rows['plain'][2]:.2f}x, shared / sequoia = {rows['shared'][2] / rows['sequoia'][2]:.2f}x, "
-      f"trees / plain = {rows['trees'][2] / rows['plain'][2]:.2f}x, trees / sequoia = {rows['trees'][2] / rows['sequoia'][2]:.2f}x, "
-      f"trees / shared = {rows['trees'][2] / rows['shared'][2]:.2f}x")
-for arm in ("shared", "trees"):
+tps = {k: v[2] for k, v in rows.items()}
+pairs = [("shared", "plain"), ("shared", "sequoia"), ("trees", "plain"), ("trees", "sequoia"), ("trees", "shared"),
+         ("auto", "plain"), ("auto", "sequoia")]
+print(", ".join(f"{a} / {b} = {tps[a] / tps[b]:.2f}x" for a, b in pairs if a in tps and b in tps))
+if "auto" in tps and len(tps) > 1:
+    best = max((v, k) for k, v in tps.items() if k != "auto")
+    print(f"auto / best other arm ({best[1]}) = {tps['auto'] / best[0]:.2f}x")
+for arm in ("shared", "trees", "auto"):
+  if arm not in rows: continue
   sp = rows[arm][4]
   if sp:
     print(f"{arm}: {sp.get('passes')} passes, {sp.get('tokens_per_pass', 0):.1f} tokens per pass "
