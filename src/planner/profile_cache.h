@@ -25,13 +25,13 @@ std::string acceptance_cache_path(const std::string& dir, const std::vector<std:
                                   const SamplingParams& sp);
 
 // What decides pass times besides the files: the backend, the budgets as
-// given, the ring, threads, the tree cap, the plan they produced (which
+// given, the ring, threads, the largest pass timed, the plan they produced (which
 // layers are resident, host-staged or streamed; ring slots × slot bytes; null:
 // all resident), and the KV cache type the passes read (--kv-type's name).
 struct HardwareKey {
   std::string backend, device_mem, host_mem;
   int ring = 0, threads = 0;
-  int max_budget = 0;  // the largest pass timed: the tree cap, or a shared pass's cap when larger
+  int max_budget = 0;  // the largest pass timed: the tree cap, or a shared pass's cap (SharedPasses) when larger
   const offload::MemoryPlan* plan = nullptr;
   std::string kv_type = "f32";
 };

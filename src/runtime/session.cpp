@@ -178,17 +178,13 @@ offload::RunShape Session::shape(int ctx, int batch_tokens) const {
     // A shared target pass carries at most max(pass_tokens, sequences):
     // prompt chunks under pass_tokens (not batch_tokens), every decoding
     // sequence's token or tree (a fixed tree's whole shape fits pass_tokens,
-    // BatchGenerator refuses otherwise). --tree auto also times passes at
-    // load: t(n) up to that cap after a prefix of HardwareRun::prefix tokens,
-    // and, when its acceptance profile must be measured, whole built-in
-    // passages (batch_tokens); those stay counted. The draft's passes are no
-    // larger (spec::BatchLimits: a prompt reaches the draft in chunks of
-    // pass_tokens).
-    int measured = 1;
-    if (auto_)
-      measured = acceptance_profile_at_hand(target_, *draft_, c_.sampling, c_.tree.acceptance)
-                     ? std::max(tree_nodes() + 1, HardwareRun{}.prefix)
-                     : s.max_tokens;
+    // BatchGenerator refuses otherwise). --tree auto also runs passes at
+    // load: t(n) up to that cap, the hardware profile's prefix and, when its
+    // acceptance profile is measured, one built-in passage at a time
+    // (auto_tree_load_pass_tokens); those stay counted. The draft's passes
+    // are no larger (spec::BatchLimits: a prompt reaches the draft in chunks
+    // of pass_tokens).
+    const int measured = auto_ ? std::max(tree_nodes() + 1, auto_tree_load_pass_tokens(target_)) : 1;
     s.max_tokens = std::max({measured, c_.pass_tokens, c_.sequences});
     s.kv_rows = c_.kv_rows;
   }

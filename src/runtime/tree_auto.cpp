@@ -496,12 +496,10 @@ void measure_dynamic_candidates(const AutoTreeRun& auto_run, const spec::Accepta
 
 }  // namespace
 
-bool acceptance_profile_at_hand(const LoadedModel& m, const LoadedModel& d, const SamplingParams& sampling,
-                                const std::string& acceptance_file) {
-  if (!acceptance_file.empty()) return true;
-  std::vector<std::string> files = m.desc.files;
-  files.insert(files.end(), d.desc.files.begin(), d.desc.files.end());
-  return std::filesystem::exists(planner::acceptance_cache_path(cache_dir_path(), files, sampling));
+int auto_tree_load_pass_tokens(const LoadedModel& m) {
+  size_t most = static_cast<size_t>(HardwareRun{}.prefix);
+  for (const auto& p : builtin_prompts(m)) most = std::max(most, p.size());
+  return static_cast<int>(most);
 }
 
 AutoTreeResult choose_tree_auto(LoadedModel& m, LoadedModel& d, const RunOptions& run, const SamplingParams& sampling,

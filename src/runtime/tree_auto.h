@@ -48,17 +48,16 @@ AutoTreeResult choose_tree(const spec::AcceptanceProfile& acc, const planner::Me
                            int max_budget, int max_depth, std::FILE* log, const std::string& acc_name,
                            bool skipped_topn = false);
 
-// Whether --tree auto would find its acceptance profile without measuring it
-// (acceptance_file given, or the profile of these models and sampling
-// parameters in the cache): measuring runs whole built-in passages through
-// the target at load, a pass the memory plan must hold.
-bool acceptance_profile_at_hand(const LoadedModel& m, const LoadedModel& d, const SamplingParams& sampling,
-                                const std::string& acceptance_file);
+// The largest pass --tree auto runs through the target at load, other than
+// t(n)'s own up to its cap: the hardware profile's prefix and, when the
+// acceptance profile is measured, one whole built-in passage at a time
+// (tokenized with m's tokenizer).
+int auto_tree_load_pass_tokens(const LoadedModel& m);
 
 // --tree auto. The profiles are cached in $REDWOOD_CACHE_DIR (default
 // $XDG_CACHE_HOME/redwood or ~/.cache/redwood), keyed by both models (path,
 // size, modification time), the sampling parameters (acceptance) or the memory
-// configuration and tree cap (hardware), the sampling parameters, caps and
+// configuration and largest pass timed (hardware: the tree cap, or shared.max_pass), the sampling parameters, caps and
 // the profile's rank-1 acceptance (dynamic trees: grown with the draft alone
 // at 16 positions of built-in text; see planner::calibrated_tokens). Searches
 // Sequoia trees (n, d) per measured verifier scheme and the dynamic policies'
