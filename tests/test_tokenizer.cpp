@@ -712,9 +712,9 @@ TEST(TokenizerHfJson, PreTokenizerFromItsComponents) {
   EXPECT_EQ(pre_of(R"({"type": "Digits", "individual_digits": true}, {"type": "ByteLevel"})"), "smollm");
   EXPECT_EQ(pre_of(R"({"type": "ByteLevel"})"), "gpt2");
   // Not implemented, so an error, not another split: one stage fewer, a
-  // ByteLevel that also splits after V3's, a Split that removes its matches, a
-  // Punctuation component.
-  for (const std::string& c : {v3_two + "," + byte_level, v3 + R"(, {"type": "ByteLevel"})",
+  // ByteLevel that also splits after V3's (use_regex defaults to true), a Split
+  // that removes its matches, a Punctuation component, no split at all.
+  for (const std::string& c : {v3_two + "," + byte_level, v3 + R"(, {"type": "ByteLevel"})", byte_level,
                                split(R"J(\\p{N})J", "Removed") + "," + byte_level,
                                std::string(R"({"type": "Punctuation", "behavior": "Contiguous"}, {"type": "ByteLevel"})")}) {
     try {

