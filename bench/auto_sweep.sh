@@ -11,6 +11,9 @@
 #            at a time is left out: Q = 1 shows Sequoia beats it.
 #   Q = 64   SKIP_64_SHARED=1 leaves out the 400 s plain-batching arm
 # then out/sweep/T<T>/report.md: each Q's tokens/s per arm and auto / best.
+# An arm not run this time keeps whatever summary its folder holds (e.g. one
+# copied there from an earlier run), and the report uses it: the folders are
+# not keyed by M or the binary.
 #
 #   bench/auto_sweep.sh                      QUEUED="1 4 16 64" M=64 T=0
 #   QUEUED="1 4" M=32 bench/auto_sweep.sh    a quicker look
