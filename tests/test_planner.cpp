@@ -774,7 +774,7 @@ TEST(ProfileCache, NamesChangeWithWhatDecidesTheProfile) {
   k2.plan = &p2;
   EXPECT_NE(h1, hardware_cache_path(d, files, k2));
   k2 = k;
-  k2.max_budget = 64;
+  k2.max_pass = 64;
   EXPECT_NE(h1, hardware_cache_path(d, files, k2));
   k2 = k;
   k2.plan = nullptr;

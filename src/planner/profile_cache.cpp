@@ -45,7 +45,7 @@ std::string hardware_cache_path(const std::string& dir, const std::vector<std::s
   }
   std::string extra = k.backend;
   for (const std::string& part : {k.device_mem, k.host_mem, std::to_string(k.ring), std::to_string(k.threads),
-                                  std::to_string(k.max_budget), plan, k.kv_type})
+                                  std::to_string(k.max_pass), plan, k.kv_type})
     extra.append("|").append(part);
   return dir + "/hardware-" + profile_key(files, extra) + ".json";
 }

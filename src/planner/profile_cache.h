@@ -31,7 +31,7 @@ std::string acceptance_cache_path(const std::string& dir, const std::vector<std:
 struct HardwareKey {
   std::string backend, device_mem, host_mem;
   int ring = 0, threads = 0;
-  int max_budget = 0;  // the largest pass timed: the tree cap, or a shared pass's cap (SharedPasses) when larger
+  int max_pass = 0;  // the largest pass timed: the tree cap, or a shared pass's cap (SharedPasses) when larger
   const offload::MemoryPlan* plan = nullptr;
   std::string kv_type = "f32";
 };

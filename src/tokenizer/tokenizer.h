@@ -43,7 +43,7 @@ struct TokenizerSpec {
 // Whether a byte-level BPE pre-tokenizer name (GGUF tokenizer.ggml.pre) is one
 // Redwood implements (known_bpe_pre() lists them: smollm and the same scheme
 // under StarCoder's, Refact's and Command-R's names, llama3 (llama-bpe,
-// llama-v3), qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, gpt2 (gpt-2)
+// llama-v3), qwen2, qwen35, deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt2 (gpt-2)
 // and default (the GPT-2 pattern, also MPT's)). Any
 // other name is an error, as in llama.cpp: its pattern is not GPT-2's, and
 // tokens would silently differ.
