@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "src/engine/kv_type.h"
 #include "src/model/model_desc.h"
 #include "src/util/error.h"
 
@@ -58,17 +59,9 @@ struct RunShape {
   int kv_rows = 0;
 };
 
-// The blocks of block_rows rows that hold `rows` positions (rounded up): how
-// the pool, admission and the planner count a sequence's rows.
-// REQUIRES: rows >= 0, block_rows > 0.
-constexpr int64_t kv_blocks(int64_t rows, int block_rows) {
-  return (rows + block_rows - 1) / block_rows;
-}
-// `rows` rounded up to whole blocks: the rows a sequence of `rows` positions
-// takes from the pool. REQUIRES: as kv_blocks.
-constexpr int64_t kv_block_aligned_rows(int64_t rows, int block_rows) {
-  return kv_blocks(rows, block_rows) * block_rows;
-}
+// kv_blocks, kv_block_aligned_rows: src/engine/kv_type.h (the pool counts by them too).
+using redwood::kv_block_aligned_rows;
+using redwood::kv_blocks;
 
 // Blocks of the paged KV pool a shape asks for (its kv_rows, else sequences x ctx).
 int64_t kv_pool_blocks(const RunShape& s);

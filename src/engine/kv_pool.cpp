@@ -6,6 +6,7 @@
 #include <string>
 
 #include "src/engine/kv_cache.h"
+#include "src/engine/kv_type.h"
 #include "src/util/error.h"
 
 namespace redwood {
@@ -24,7 +25,7 @@ KvPool::KvPool(Backend& be, int n_layers, int kv_dim, int n_blocks, int block_ro
       n_blocks_(n_blocks),
       block_rows_(block_rows),
       max_rows_(max_rows),
-      stride_(block_rows > 0 ? (max_rows + block_rows - 1) / block_rows : 0),
+      stride_(block_rows > 0 ? static_cast<int>(kv_blocks(max_rows, block_rows)) : 0),
       type_(type) {
   if (n_layers <= 0 || kv_dim <= 0 || n_blocks <= 0 || block_rows <= 0 || max_rows <= 0)
     throw Error("invalid KV pool shape");
@@ -101,7 +102,7 @@ const std::vector<int32_t>& KvPool::block_positions(int s) const {
 }
 
 int KvPool::blocks_needed(int s, int rows) const {
-  const int want = (rows + block_rows_ - 1) / block_rows_;
+  const int want = static_cast<int>(kv_blocks(rows, block_rows_));
   return std::max(0, want - seq(s).blocks);
 }
 
@@ -122,7 +123,7 @@ void KvPool::reserve(int s, int rows) {
 
 void KvPool::shrink(int s, int rows) {
   Seq& q = seq(s);
-  const int keep = (rows + block_rows_ - 1) / block_rows_;
+  const int keep = static_cast<int>(kv_blocks(rows, block_rows_));
   while (q.blocks > keep) {
     int32_t& b = tables_[static_cast<size_t>(s) * stride_ + --q.blocks];
     free_.push_back(b);

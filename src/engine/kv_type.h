@@ -32,4 +32,16 @@ uint64_t kv_row_bytes(DType t, int64_t kv_dim);
 // of a row is whole blocks).
 void check_kv_head_dim(DType t, int head_dim, const std::string& model);
 
+// The blocks of block_rows rows that hold `rows` positions (rounded up): how
+// the pool (KvPool), admission and the planner count a sequence's rows.
+// REQUIRES: rows >= 0, block_rows > 0.
+constexpr int64_t kv_blocks(int64_t rows, int block_rows) {
+  return (rows + block_rows - 1) / block_rows;
+}
+// `rows` rounded up to whole blocks: the rows a sequence of `rows` positions
+// takes from the pool. REQUIRES: as kv_blocks.
+constexpr int64_t kv_block_aligned_rows(int64_t rows, int block_rows) {
+  return kv_blocks(rows, block_rows) * block_rows;
+}
+
 }  // namespace redwood
