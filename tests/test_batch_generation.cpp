@@ -242,6 +242,9 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
     for (auto [seqs, pass, curved] :
          {std::tuple{3, 18, false}, std::tuple{4, 6, false}, std::tuple{16, 64, true}, std::tuple{1, 6, false}}) {
       draft.pass_seconds = curved ? curve : std::function<double(int)>{};
+      // With t(n), the draft's passes priced too (levels and prompts' catch-up).
+      draft.draft_level_seconds =
+          curved ? std::function<double(int)>([](int w) { return 0.05 + 0.01 * w; }) : std::function<double(int)>{};
       KvPool pool(*f.m->be, f.m->desc.hp.n_layers, f.m->desc.hp.n_kv_heads * f.m->desc.hp.head_dim, 60, 8, 256,
                   f.m->tf->kv_type());
       spec::BatchGenerator gen(*f.m->tf, *f.tok, pool, {seqs, pass}, &draft);
@@ -249,8 +252,9 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
       for (size_t i = 0; i < reqs.size(); ++i)
         gen.submit(reqs[i].r, [&, i](std::string_view s) { streamed[i] += s; });
       const std::vector<std::optional<spec::Generation>> got = run_until_idle(gen, reqs.size());
-      // Each sequence's draft passes are the levels of its trees; shared passes
-      // carry several sequences' levels at once.
+      // Each sequence's draft passes are the levels of its trees and the
+      // catch-up passes that carried its prompt; shared passes carry several
+      // sequences' at once.
       int64_t own_draft_passes = 0;
       for (auto& g : got)
         if (g && g->spec) own_draft_passes += g->spec->draft_passes;
@@ -274,12 +278,11 @@ TEST_P(BatchGeneration, TreesInSharedPassesEqualPlainRunsAlone) {
       EXPECT_GT(st.max_draft_pass_tokens, 0) << shape;
       EXPECT_GT(st.tree_steps, 0) << shape << ": no sequence ever had a tree";
       EXPECT_GT(st.draft_passes, 0) << shape;
-      // (The prompts' catch-up chains are the generator's passes, not a tree's.)
-      const int64_t level_passes = st.draft_passes - st.draft_catch_up_passes;
       if (seqs > 1 && !curved) {
-        EXPECT_LT(level_passes, own_draft_passes) << shape << ": the sequences' draft levels never shared a pass";
+        EXPECT_LT(st.draft_passes, own_draft_passes) << shape << ": the sequences' draft passes never shared one";
       } else if (seqs == 1) {
-        EXPECT_EQ(level_passes, own_draft_passes) << shape;
+        // One sequence: every draft pass, catch-up ones included, is its own.
+        EXPECT_EQ(st.draft_passes, own_draft_passes) << shape;
       }
       if (pass < 23) {
         EXPECT_GT(st.draft_catch_up_passes, 0) << shape;
@@ -436,6 +439,29 @@ TEST(SplitTreeNodes, SharedDraftSecondsSumsLevelWidths) {
   t.depth = {0, 1, 2, 1};
   t.rank = {0, 0, 0, 1};
   EXPECT_EQ(spec::level_widths(t), (std::vector<int>{1, 2}));
+}
+
+// The catch-up passes before the trees' first level: passes of up to cap
+// tokens before the roots while more than cap are pending in all.
+TEST(SplitTreeNodes, CatchUpDraftSecondsCountsThePasses) {
+  std::vector<int> widths;
+  const auto c = [&](int w) {
+    widths.push_back(w);
+    return 1.0 + 0.01 * w;
+  };
+  EXPECT_DOUBLE_EQ(spec::catch_up_draft_seconds(64, 3, 64, c), 0.0);  // fits the first level's pass
+  EXPECT_TRUE(widths.empty());
+  EXPECT_DOUBLE_EQ(spec::catch_up_draft_seconds(100, 2, 64, c), 1.64);  // one pass of 64: 36 left
+  EXPECT_EQ(widths, (std::vector<int>{64}));
+  widths.clear();
+  EXPECT_DOUBLE_EQ(spec::catch_up_draft_seconds(200, 3, 64, c), 3 * 1.64);  // 200 -> 136 -> 72 -> 8
+  EXPECT_EQ(widths, (std::vector<int>{64, 64, 64}));
+  widths.clear();
+  // Roots alone past the cap (more trees than the cap: never in a generator,
+  // whose cap holds every root): nothing to run before them.
+  EXPECT_DOUBLE_EQ(spec::catch_up_draft_seconds(70, 70, 64, c), 0.0);
+  EXPECT_DOUBLE_EQ(spec::catch_up_draft_seconds(75, 70, 64, c), 1.05);  // the 5 before the roots
+  EXPECT_EQ(widths, (std::vector<int>{5}));
 }
 
 // The node budget rule: a flat pass cost gives every sequence the largest

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "src/engine/kv_type.h"
 #include "src/util/clock.h"
 #include "src/util/error.h"
 
@@ -101,7 +102,7 @@ int BatchGenerator::rows_for(const Seq& s) const {
 }
 
 int BatchGenerator::blocks_for(const Seq& s) const {
-  return (rows_for(s) + pool_.block_rows() - 1) / pool_.block_rows();
+  return static_cast<int>(kv_blocks(rows_for(s), pool_.block_rows()));
 }
 
 const StaticTree& BatchGenerator::tree_of(int k) {
@@ -114,7 +115,7 @@ int BatchGenerator::draft_blocks_for(const Seq& s) const {
   // Its committed tokens (the catch-up chains' among them), then the first
   // draft pass (the tokens it has not run, ending at the root) and the tree's
   // nodes: prompt + tokens emitted + tree - 1 < rows_for.
-  return draft_pool_ ? (rows_for(s) + draft_pool_->block_rows() - 1) / draft_pool_->block_rows() : 0;
+  return draft_pool_ ? static_cast<int>(kv_blocks(rows_for(s), draft_pool_->block_rows())) : 0;
 }
 
 void BatchGenerator::start(Seq& s) {
@@ -223,14 +224,23 @@ void BatchGenerator::draft_catch_up(const std::vector<Seq*>& trees) {
             parents.push_back(w.parents[j]);
       ran.emplace_back(s, static_cast<int>(w.tokens.size()));
     }
+    const double t0 = now_seconds();
     draft_->draft->forward(SeqBatch{seqs, tokens, positions, parents}, *draft_pool_, {}, {});
+    const double seconds = now_seconds() - t0;
     count_draft_pass(tokens.size());
     ++stats_.draft_catch_up_passes;
     for (auto [s, n] : ran) {
       draft_pool_->commit_prefix(s->did, n);
-      s->dec->draft_caught_up(n);
+      s->dec->draft_caught_up(n, seconds);
     }
   }
+}
+
+double BatchGenerator::catch_up_seconds(const std::vector<Seq*>& trees) const {
+  int64_t pending = 0;
+  for (const Seq* s : trees) pending += static_cast<int64_t>(s->dec->draft_pending_tokens().size());
+  return catch_up_draft_seconds(pending, static_cast<int>(trees.size()), limits_.pass_tokens,
+                                draft_->draft_level_seconds);
 }
 
 void BatchGenerator::grow_trees(const std::vector<Seq*>& trees) {
@@ -335,8 +345,10 @@ std::vector<BatchGenerator::Done> BatchGenerator::step() {
     const int base = static_cast<int>(tokens.size() + trees.size());
     std::function<double(const std::vector<int>&)> draft_s;
     if (draft_->draft_level_seconds)
-      draft_s = [this](const std::vector<int>& ks) {
-        return shared_draft_seconds(tree_widths_, ks, draft_->draft_level_seconds);
+      // The trees' levels, and the catch-up passes of new sequences' prompts
+      // that run before them whatever the split.
+      draft_s = [this, catch_up = catch_up_seconds(trees)](const std::vector<int>& ks) {
+        return catch_up + shared_draft_seconds(tree_widths_, ks, draft_->draft_level_seconds);
       };
     const std::vector<int> k = split_tree_nodes(static_cast<int>(trees.size()), base, limits_.pass_tokens - base,
                                                 tree_value_, draft_->pass_seconds, draft_s);

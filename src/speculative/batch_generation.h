@@ -69,7 +69,8 @@ struct BatchDraft {
   std::function<double(int)> pass_seconds;
   // One draft pass over w tokens (the hardware profile's c(w)); the trees'
   // draft time is one pass per level that has children, carrying every
-  // sequence's nodes of that level (shared_draft_seconds). Empty: the draft's
+  // sequence's nodes of that level (shared_draft_seconds), after the passes
+  // that catch the draft up on new sequences' prompts. Empty: the draft's
   // time is not counted.
   std::function<double(int)> draft_level_seconds;
 };
@@ -156,6 +157,9 @@ class BatchGenerator {
   // sequence: its prompt) in passes of at most pass_tokens, until the trees'
   // first draft pass (their pending tokens, roots included) fits one.
   void draft_catch_up(const std::vector<Seq*>& trees);
+  // What draft_catch_up(trees) will take, by BatchDraft::draft_level_seconds.
+  // REQUIRES: draft_->draft_level_seconds set.
+  double catch_up_seconds(const std::vector<Seq*>& trees) const;
   void count_draft_pass(size_t tokens);
 
   Transformer& target_;

@@ -33,6 +33,17 @@ double shared_draft_seconds(const std::vector<std::vector<int>>& widths, const s
   return s;
 }
 
+double catch_up_draft_seconds(int64_t pending, int trees, int cap, const std::function<double(int)>& c) {
+  int64_t before_roots = pending - trees;
+  double s = 0;
+  while (pending > cap && before_roots > 0) {
+    const int64_t w = std::min<int64_t>(cap, before_roots);
+    s += c(static_cast<int>(w));
+    pending -= w, before_roots -= w;
+  }
+  return s;
+}
+
 std::vector<int> split_tree_nodes(int d, int base, int room, const std::vector<double>& f,
                                   const std::function<double(int)>& t,
                                   const std::function<double(const std::vector<int>&)>& draft) {

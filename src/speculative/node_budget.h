@@ -4,6 +4,7 @@
 // --sequences` to predict). Pure functions of the trees' expected tokens and
 // the measured or predicted costs.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -31,6 +32,11 @@ double tree_draft_seconds(const StaticTree& shape, const std::function<double(in
 // level. widths[k-1]: level_widths of the tree of k nodes.
 double shared_draft_seconds(const std::vector<std::vector<int>>& widths, const std::vector<int>& ks,
                             const std::function<double(int)>& c);
+// The draft's seconds to catch `trees` sequences up before their trees' first
+// level, as BatchGenerator does: while more than cap tokens are pending in all
+// (each tree's root among them), one pass of up to cap of the tokens before the
+// roots, under c(w). REQUIRES: pending >= trees >= 0, cap > 0.
+double catch_up_draft_seconds(int64_t pending, int trees, int cap, const std::function<double(int)>& c);
 // The level widths of the trees of k = 1..n nodes for shared_draft_seconds,
 // built at a grid of sizes (k grows by a quarter; tree_of(k) is called only
 // there, n included), the smaller grid tree's levels standing in between

@@ -402,11 +402,13 @@ SpecDecoder::DraftPass SpecDecoder::draft_catch_up(int draft_committed, int max_
   return w;
 }
 
-void SpecDecoder::draft_caught_up(int n) {
+void SpecDecoder::draft_caught_up(int n, double seconds) {
   if (n < 0 || n >= static_cast<int>(draft_todo_.size()))
     throw Error("SpecDecoder::draft_caught_up: " + std::to_string(n) + " of " + std::to_string(draft_todo_.size()) +
                 " pending draft tokens (the root stays)");
   draft_todo_.erase(draft_todo_.begin(), draft_todo_.begin() + n);
+  stats_.draft_passes++;
+  stats_.draft_seconds += seconds;
 }
 
 const SpecDecoder::DraftPass* SpecDecoder::draft_next(std::span<const float> lg) {

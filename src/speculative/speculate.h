@@ -167,11 +167,13 @@ class SpecDecoder {
   // the draft has not run, before the root (a new sequence: its prompt), as a
   // chain at the draft's committed position draft_committed, with no logits
   // (empty when only the root is pending). The caller runs it, commits its
-  // rows and calls draft_caught_up(tokens.size()); draft_begin()'s first pass
-  // then carries only the rest. REQUIRES: DraftCache::kCaller, no tree growing.
+  // rows and calls draft_caught_up(tokens.size(), the pass's seconds);
+  // draft_begin()'s first pass then carries only the rest. REQUIRES:
+  // DraftCache::kCaller, no tree growing.
   DraftPass draft_catch_up(int draft_committed, int max_tokens) const;
+  // Counts the catch-up pass in stats() (a draft pass, its seconds as draft time).
   // REQUIRES: 0 <= n < draft_pending_tokens().size() (the root stays pending).
-  void draft_caught_up(int n);
+  void draft_caught_up(int n, double seconds = 0);
   // The target's pass over [root + tree]. REQUIRES: draft_begin() or
   // draft_next() returned null.
   const TreePass& draft_end();
