@@ -726,6 +726,37 @@ TEST(TokenizerHfJson, PreTokenizerFromItsComponents) {
   }
 }
 
+// A pre-tokenizer's stages are matched against the table by their code
+// points: a literal character equals its table escape, but bytes that are not
+// a whole, shortest-form UTF-8 sequence never equal one (an overlong U+4E00
+// once read as U+4E00 and matched DeepSeek Coder's stages).
+TEST(TokenizerHfJson, MalformedUtf8NeverMatchesAPreTokenizer) {
+  auto utf8 = [](uint32_t cp) {
+    std::string o;
+    if (cp < 0x80) {
+      o += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      o += static_cast<char>(0xC0 | (cp >> 6)), o += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      o += static_cast<char>(0xE0 | (cp >> 12)), o += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      o += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return o;
+  };
+  // DeepSeek Coder's five Splits, as its tokenizer.json decodes; the first Han character given.
+  auto coder = [&](const std::string& first) {
+    return std::vector<std::string>{"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
+                                    "[" + first + "-" + utf8(0x9FA5) + utf8(0x800) + "-" + utf8(0x4E00) + utf8(0xAC00) +
+                                        "-" + utf8(0xD7FF) + "]+",
+                                    "\\p{N}"};
+  };
+  EXPECT_EQ(bpe_pre_for_stages(coder(utf8(0x4E00))), "deepseek-coder");
+  EXPECT_EQ(bpe_pre_for_stages(coder("\xF0\x84\xB8\x80")), "");  // U+4E00 in four bytes (overlong)
+  EXPECT_EQ(bpe_pre_for_stages(coder("\xE4\xB8")), "");            // cut short
+  EXPECT_EQ(bpe_pre_for_stages(coder("\xB8\x80")), "");            // continuation bytes alone
+  EXPECT_EQ(bpe_pre_for_stages(coder("\xED\xA0\x80")), "");        // a surrogate (U+D800)
+}
+
 TEST(TokenizerHfJson, SentencePieceStyle) {
   const std::string dir = ::testing::TempDir() + "tok_hf_spm";
   const std::string json = R"({

@@ -425,9 +425,13 @@ std::vector<std::string> bpe_pre_tokenize(std::string_view pre, std::string_view
 namespace {
 // A regex as the table writes it: non-ASCII characters as \x{HEX} (upper
 // case, no leading zeros), CR, LF and tab as \r \n \t (tokenizer.json holds
-// either spelling; PCRE2 reads both alike).
+// either spelling; PCRE2 reads both alike). A byte that does not begin a
+// whole, shortest-form UTF-8 sequence of a scalar value becomes "<byte XX>",
+// which no table regex holds, so a malformed pattern never equals an entry (a
+// stray 0x80, or the overlong E0 82 80, is not U+0080).
 std::string canonical_regex(std::string_view r) {
   std::string out;
+  char buf[16];
   for (size_t i = 0; i < r.size();) {
     const auto c = static_cast<unsigned char>(r[i]);
     if (c < 0x80) {
@@ -435,14 +439,26 @@ std::string canonical_regex(std::string_view r) {
       ++i;
       continue;
     }
-    const int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    uint32_t cp = len == 1 ? c : c & (0xFFu >> (len + 1));
-    for (int k = 1; k < len && i + static_cast<size_t>(k) < r.size(); ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(r[i + static_cast<size_t>(k)]) & 0x3Fu);
-    char buf[16];
+    const size_t len = c >= 0xF8 ? 0 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    bool whole = len > 0 && i + len <= r.size();
+    uint32_t cp = c & (0xFFu >> (len + 1));
+    for (size_t k = 1; whole && k < len; ++k) {
+      const auto b = static_cast<unsigned char>(r[i + k]);
+      whole = (b & 0xC0u) == 0x80u;
+      cp = (cp << 6) | (b & 0x3Fu);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are not whole either.
+    const uint32_t least = len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u;
+    if (whole && (cp < least || (cp >= 0xD800u && cp <= 0xDFFFu) || cp > 0x10FFFFu)) whole = false;
+    if (!whole) {
+      std::snprintf(buf, sizeof buf, "<byte %02X>", c);
+      out += buf;
+      ++i;
+      continue;
+    }
     std::snprintf(buf, sizeof buf, "\\x{%X}", cp);
     out += buf;
-    i += static_cast<size_t>(len);
+    i += len;
   }
   return out;
 }
