@@ -129,7 +129,7 @@ class Backend {
                     RopeMode mode) = 0;
   virtual void attention(const AttentionArgs& a) = 0;
   // Whether attention and write_rows take KV rows of type t: F32, F16 and
-  // BF16 on every backend, Q8_0 where a backend says so (the CPU's). The
+  // BF16 on every backend, Q8_0 where a backend says so (the CPU's and CUDA's). The
   // engine refuses the others when a run chooses its KV type.
   virtual bool supports_kv_type(DType t) const { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
   // base[(first + r) * row_floats + c] = src[r * row_floats + c] for r < rows,

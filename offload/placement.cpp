@@ -211,8 +211,6 @@ MemoryPlan plan_memory(const ModelDesc& target, const ModelDesc* draft, const Bu
   } catch (const Error& e) {
     throw Error(std::string("memory plan: ") + e.what());
   }
-  if (shape.kv_type == DType::Q8_0 && budgets.backend == BackendKind::kCuda)
-    throw Error("memory plan: --kv-type q8_0 is not supported on the cuda backend (f32, f16 and bf16 are)");
   MemoryPlan p;
   p.model = model_label(target);
   if (draft) p.draft = model_label(*draft);

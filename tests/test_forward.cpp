@@ -259,7 +259,7 @@ TEST(KvTypeNames, ParseAndTheErrorListsEveryName) {
 }
 
 namespace {
-// A backend that takes no Q8_0 KV rows (as the CUDA backend): only its answer
+// A backend that takes no Q8_0 KV rows: only its answer
 // to supports_kv_type is asked.
 struct NoQ8Backend final : Backend {
   const char* name() const override { return "test"; }

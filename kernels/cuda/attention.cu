@@ -11,6 +11,8 @@
 // One block per (token, query head), kWarps warps; warp w takes keys w, w +
 // kWarps, ...; lane l owns head dimensions l, l + 32, ... (E per lane), so a
 // key's score is one warp reduction. The warps' partial states merge at the end.
+#include <string>
+
 #include "kernels/common/math.h"
 #include "kernels/cuda/common.cuh"
 #include "src/util/error.h"
@@ -20,17 +22,28 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// A KV element widened to float: float, IEEE half or bfloat16 bits (the same
-// conversions as the CPU backend's).
+// A KV element widened to float: float, IEEE half or bfloat16 bits, or a
+// Q8_0 row's element (blocks of 32, math::BlockQ8_0; head_dim a multiple of
+// 32, so a head's slice is whole blocks): the same conversions as the CPU
+// backend's. load<T>(base, e) reads element e of the cache (row-major rows).
 struct Half {
   uint16_t bits;
 };
 struct Bf16 {
   uint16_t bits;
 };
+struct Q8 {};  // tag: the cache holds math::BlockQ8_0 blocks
 __device__ __forceinline__ float widen(float x) { return x; }
 __device__ __forceinline__ float widen(Half x) { return math::f16_to_f32(x.bits); }
 __device__ __forceinline__ float widen(Bf16 x) { return math::bf16_to_f32(x.bits); }
+template <class T>
+__device__ __forceinline__ float load(const void* base, int64_t e) {
+  return widen(static_cast<const T*>(base)[e]);
+}
+template <>
+__device__ __forceinline__ float load<Q8>(const void* base, int64_t e) {
+  return math::dequant_q8_0(static_cast<const math::BlockQ8_0*>(base)[e / 32], static_cast<int>(e % 32));
+}
 
 template <int E, class T>
 __global__ void tree_attention_kernel(AttentionArgs a) {
@@ -63,21 +76,20 @@ __global__ void tree_attention_kernel(AttentionArgs a) {
   float m = -INFINITY, l = 0.0f;
   for (int j = warp; j < len; j += kWarps) {
     const int64_t row = kv_row(table, a.block_rows, j < past ? lo + j : a.n_past + anc[j - past]);
-    const T* k = static_cast<const T*>(a.k) + row * kv_stride + kh * hd;
+    const int64_t at = row * kv_stride + kh * hd;  // the head's first element in K and V
     float s = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const int d = lane + 32 * e;
-      if (d < hd) s += q[e] * widen(k[d]);
+      if (d < hd) s += q[e] * load<T>(a.k, at + d);
     }
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     float scale_old, w_new;
     math::online_softmax_add(m, l, s * a.scale, scale_old, w_new);
-    const T* v = static_cast<const T*>(a.v) + row * kv_stride + kh * hd;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const int d = lane + 32 * e;
-      acc[e] = acc[e] * scale_old + (d < hd ? w_new * widen(v[d]) : 0.0f);
+      acc[e] = acc[e] * scale_old + (d < hd ? w_new * load<T>(a.v, at + d) : 0.0f);
     }
   }
 
@@ -109,8 +121,11 @@ void attention(cudaStream_t st, const AttentionArgs& a) {
   if (a.head_dim <= 0 || a.head_dim > 256) throw Error("CUDA attention: head_dim must be in [1, 256]");
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     throw Error("CUDA attention: n_heads must be a multiple of n_kv_heads");
-  if (a.kv_type != DType::F32 && a.kv_type != DType::F16 && a.kv_type != DType::BF16)
-    throw Error("CUDA attention: the KV cache type must be F32, F16 or BF16");
+  if (a.kv_type != DType::F32 && a.kv_type != DType::F16 && a.kv_type != DType::BF16 && a.kv_type != DType::Q8_0)
+    throw Error("CUDA attention: the KV cache type must be F32, F16, BF16 or Q8_0");
+  if (a.kv_type == DType::Q8_0 && a.head_dim % 32 != 0)
+    throw Error("CUDA attention: Q8_0 KV rows need a head_dim that is a multiple of 32, got " +
+                std::to_string(a.head_dim));
   if (a.seq && (!a.seq_past || !a.table || a.block_rows <= 0))
     throw Error("CUDA attention: several sequences need their committed lengths, block tables and block size");
   if (a.window > 0 && !a.pos) throw Error("CUDA attention: a sliding window needs the tokens' positions");
@@ -123,6 +138,8 @@ void attention(cudaStream_t st, const AttentionArgs& a) {
       tree_attention_kernel<E, Half><<<grid, threads, 0, st>>>(a);   \
     else if (a.kv_type == DType::BF16)                                \
       tree_attention_kernel<E, Bf16><<<grid, threads, 0, st>>>(a);   \
+    else if (a.kv_type == DType::Q8_0)                                \
+      tree_attention_kernel<E, Q8><<<grid, threads, 0, st>>>(a);     \
     else                                                              \
       tree_attention_kernel<E, float><<<grid, threads, 0, st>>>(a);  \
     break;

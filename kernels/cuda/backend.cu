@@ -159,6 +159,18 @@ __global__ void write_rows_kernel(void* base, int type, const int32_t* first_row
     static_cast<float*>(base)[at] = src[i];
 }
 
+// The Q8_0 KV append: one thread per block of 32 floats, quantized on its own
+// with the shared math::quantize_q8_0 (the CPU backend's bytes). row_blocks:
+// blocks per row.
+__global__ void write_rows_q8_0_kernel(void* base, const int32_t* first_row_at, const int32_t* row_at,
+                                       const float* src, size_t blocks, int row_blocks) {
+  const size_t b = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= blocks) return;
+  const size_t r = b / row_blocks, c = b % row_blocks;
+  const size_t row = row_at ? static_cast<size_t>(row_at[r]) : static_cast<size_t>(*first_row_at) + r;
+  math::quantize_q8_0(src + 32 * b, static_cast<math::BlockQ8_0*>(base)[row * row_blocks + c]);
+}
+
 __global__ void swiglu_kernel(float* gate, const float* up, size_t count) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) gate[i] = math::silu(gate[i]) * up[i];
@@ -210,6 +222,9 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return "cuda"; }
   bool host_memory() const override { return false; }
+  bool supports_kv_type(DType t) const override {
+    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0;
+  }
 
   void* alloc(size_t bytes) override {
     void* p = nullptr;
@@ -298,8 +313,17 @@ class CudaBackend final : public Backend {
                   int rows, int row_floats) {
     const size_t count = static_cast<size_t>(rows) * row_floats;
     if (count == 0) return;
+    if (type == DType::Q8_0) {
+      if (row_floats % 32 != 0)
+        throw Error("KV rows of Q8_0 need a multiple of 32 floats, got " + std::to_string(row_floats));
+      const size_t blocks = count / 32;
+      write_rows_q8_0_kernel<<<grid_for(blocks, kThreads), kThreads, 0, stream_>>>(base, first_row_at, row_at, src,
+                                                                                  blocks, row_floats / 32);
+      RD_CUDA_LAUNCHED("write_rows_q8_0_kernel");
+      return;
+    }
     if (type != DType::F32 && type != DType::F16 && type != DType::BF16)
-      throw Error("CUDA write_rows: the KV cache type must be F32, F16 or BF16");
+      throw Error("CUDA write_rows: the KV cache type must be F32, F16, BF16 or Q8_0");
     const int t = type == DType::F16 ? 1 : type == DType::BF16 ? 2 : 0;
     write_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream_>>>(base, t, first_row_at, row_at, src, count,
                                                                            row_floats);
