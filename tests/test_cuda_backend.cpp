@@ -324,6 +324,27 @@ std::vector<float> forward_logits(const ModelDesc& d, WeightSource& w, Backend& 
   }
   return all;
 }
+
+// The device's logits against the CPU's (rel_err) over six one-token decode
+// steps with KV rows of type t, one cache each.
+std::vector<double> decode_step_errors(const ModelDesc& d, WeightSource& host, Backend& cpu, WeightSource& dev,
+                                       Backend& gpu, DType t) {
+  Transformer tc(d, host, cpu), tg(d, dev, gpu);
+  tc.set_kv_type(t);
+  tg.set_kv_type(t);
+  KvCache kc = tc.make_cache(64), kg = tg.make_cache(64);
+  std::vector<float> lc(d.hp.vocab), lg(d.hp.vocab);
+  std::vector<double> errs;
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<int32_t> tok = {static_cast<int32_t>(3 + 7 * step)}, pos = {step}, par = {-1};
+    tc.forward({tok, pos, par}, kc, lc);
+    tg.forward({tok, pos, par}, kg, lg);
+    kc.commit_prefix(1);
+    kg.commit_prefix(1);
+    errs.push_back(rel_err(lg, lc));
+  }
+  return errs;
+}
 }  // namespace
 
 TEST_F(Cuda, ForwardPassMatchesCpuResidentAndStreamed) {
@@ -480,19 +501,11 @@ TEST_F(Cuda, Q8KvCacheMatchesTheCpu) {
   ASSERT_EQ(d.hp.head_dim, 32);
   ResidentWeights host(d);
   DeviceWeights dev(d, *gpu);
+  const std::vector<double> errs = decode_step_errors(d, host, *cpu, dev, *gpu, DType::Q8_0);
+  for (size_t step = 0; step < errs.size(); ++step) EXPECT_LT(errs[step], 5e-3) << "step " << step;
   Transformer tc(d, host, *cpu), tg(d, dev, *gpu);
   tc.set_kv_type(DType::Q8_0);
   tg.set_kv_type(DType::Q8_0);
-  KvCache kc = tc.make_cache(64), kg = tg.make_cache(64);
-  std::vector<float> lc(d.hp.vocab), lg(d.hp.vocab);
-  for (int step = 0; step < 6; ++step) {
-    const std::vector<int32_t> tok = {static_cast<int32_t>(3 + 7 * step)}, pos = {step}, par = {-1};
-    tc.forward({tok, pos, par}, kc, lc);
-    tg.forward({tok, pos, par}, kg, lg);
-    kc.commit_prefix(1);
-    kg.commit_prefix(1);
-    EXPECT_LT(rel_err(lg, lc), 5e-3) << "step " << step;
-  }
   const int kv_dim = d.hp.n_kv_heads * d.hp.head_dim;
   KvPool pc(*cpu, d.hp.n_layers, kv_dim, 20, 4, 32, DType::Q8_0), pg(*gpu, d.hp.n_layers, kv_dim, 20, 4, 32, DType::Q8_0);
   std::vector<int32_t> seqs, toks, pos, par, last(2);
@@ -524,19 +537,9 @@ TEST_F(Cuda, HalfKvCachesMatchTheCpu) {
   ResidentWeights host(d);
   DeviceWeights dev(d, *gpu);
   for (DType t : {DType::F16, DType::BF16}) {
-    Transformer tc(d, host, *cpu), tg(d, dev, *gpu);
-    tc.set_kv_type(t);
-    tg.set_kv_type(t);
-    KvCache kc = tc.make_cache(64), kg = tg.make_cache(64);
-    std::vector<float> lc(d.hp.vocab), lg(d.hp.vocab);
-    for (int step = 0; step < 6; ++step) {
-      const std::vector<int32_t> tok = {static_cast<int32_t>(3 + 7 * step)}, pos = {step}, par = {-1};
-      tc.forward({tok, pos, par}, kc, lc);
-      tg.forward({tok, pos, par}, kg, lg);
-      kc.commit_prefix(1);
-      kg.commit_prefix(1);
-      EXPECT_LT(rel_err(lg, lc), t == DType::F16 ? 3e-4 : 2e-3) << dtype_name(t) << " step " << step;
-    }
+    const std::vector<double> errs = decode_step_errors(d, host, *cpu, dev, *gpu, t);
+    for (size_t step = 0; step < errs.size(); ++step)
+      EXPECT_LT(errs[step], t == DType::F16 ? 3e-4 : 2e-3) << dtype_name(t) << " step " << step;
     // The row store itself: the same floats give the CPU's bits.
     std::mt19937 rng(4);
     std::normal_distribution<float> nd;
