@@ -262,45 +262,61 @@ TEST_F(Cuda, OverlappingCopiesMoveLikeMemmove) {
 // With a sliding window (7: it masks committed rows and deep ancestors) too:
 // token i at position n_past + its depth, its ancestor list cut to the window
 // as the forward pass cuts it; the reference masks by positions (issue 46).
+// KV rows of F32 and of Q8_0 (head_dim a multiple of 32; the reference reads
+// the same blocks).
 TEST_F(Cuda, TreeAttentionMatchesReference) {
   std::mt19937 g(4);
-  for (int window : {0, 7})
-    for (int hd : {16, 64, 128, 80})
-      for (int n_past : {0, 1, 37})
-        for (int n : {1, 5, 64}) {
-          const int heads = 4, kv_heads = 2;
-          std::vector<int32_t> parents(n), pos(n);
-          for (int i = 0; i < n; ++i) parents[i] = i == 0 ? -1 : static_cast<int32_t>(g() % (i + 1)) - 1;
-          for (int i = 0; i < n; ++i) pos[i] = parents[i] < 0 ? n_past : pos[parents[i]] + 1;
-          std::vector<int32_t> off(n + 1, 0), anc;
-          for (int i = 0; i < n; ++i) {
-            std::vector<int32_t> path;
-            for (int j = i; j >= 0; j = parents[j])
-              if (window == 0 || pos[i] - pos[j] < window) path.push_back(j);
-            anc.insert(anc.end(), path.rbegin(), path.rend());
-            off[i + 1] = static_cast<int32_t>(anc.size());
+  for (DType kvt : {DType::F32, DType::Q8_0})
+    for (int window : {0, 7})
+      for (int hd : {16, 64, 128, 80})
+        for (int n_past : {0, 1, 37})
+          for (int n : {1, 5, 64}) {
+            if (kvt == DType::Q8_0 && hd % 32 != 0) continue;
+            const int heads = 4, kv_heads = 2;
+            std::vector<int32_t> parents(n), pos(n);
+            for (int i = 0; i < n; ++i) parents[i] = i == 0 ? -1 : static_cast<int32_t>(g() % (i + 1)) - 1;
+            for (int i = 0; i < n; ++i) pos[i] = parents[i] < 0 ? n_past : pos[parents[i]] + 1;
+            std::vector<int32_t> off(n + 1, 0), anc;
+            for (int i = 0; i < n; ++i) {
+              std::vector<int32_t> path;
+              for (int j = i; j >= 0; j = parents[j])
+                if (window == 0 || pos[i] - pos[j] < window) path.push_back(j);
+              anc.insert(anc.end(), path.rbegin(), path.rend());
+              off[i + 1] = static_cast<int32_t>(anc.size());
+            }
+            const auto q = randn(static_cast<size_t>(n) * heads * hd, 1);
+            const auto k = randn(static_cast<size_t>(n_past + n) * kv_heads * hd, 2);
+            const auto v = randn(k.size(), 3);
+            std::vector<uint8_t> kq, vq;  // Q8_0: the rows as stored
+            if (kvt == DType::Q8_0) {
+              const int rows = n_past + n, kv_dim = kv_heads * hd;
+              kq.resize(rows * kv_row_bytes(kvt, kv_dim)), vq.resize(kq.size());
+              cpu::write_kv_rows(kq.data(), kvt, 0, k.data(), rows, kv_dim);
+              cpu::write_kv_rows(vq.data(), kvt, 0, v.data(), rows, kv_dim);
+            }
+            const bool q8 = kvt == DType::Q8_0;
+            std::vector<float> want(q.size());
+            AttentionArgs a;
+            a.q = q.data(), a.out = want.data();
+            a.k = q8 ? static_cast<const void*>(kq.data()) : k.data();
+            a.v = q8 ? static_cast<const void*>(vq.data()) : v.data();
+            a.kv_type = kvt;
+            a.n = n, a.n_past = n_past, a.n_heads = heads, a.n_kv_heads = kv_heads, a.head_dim = hd;
+            a.parents = parents.data(), a.anc_off = off.data(), a.anc = anc.data();
+            a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+            a.pos = pos.data(), a.window = window;
+            cpu::attention_reference(a);
+            auto dq = up(q), dk = q8 ? up(kq) : up(k), dv = q8 ? up(vq) : up(v), dp = up(parents), doff = up(off),
+                 danc = up(anc), dpos = up(pos);
+            auto dout = poisoned(q.size());
+            AttentionArgs d = a;
+            d.q = dq.as<float>(), d.k = dk.as(), d.v = dv.as(), d.out = dout.as<float>();
+            d.parents = dp.as<int32_t>(), d.anc_off = doff.as<int32_t>(), d.anc = danc.as<int32_t>();
+            d.pos = dpos.as<int32_t>();
+            gpu->attention(d);
+            EXPECT_LT(rel_err(down<float>(dout, q.size()), want), 1e-5)
+                << dtype_name(kvt) << " hd " << hd << " past " << n_past << " n " << n << " window " << window;
           }
-          const auto q = randn(static_cast<size_t>(n) * heads * hd, 1);
-          const auto k = randn(static_cast<size_t>(n_past + n) * kv_heads * hd, 2);
-          const auto v = randn(k.size(), 3);
-          std::vector<float> want(q.size());
-          AttentionArgs a;
-          a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = want.data();
-          a.n = n, a.n_past = n_past, a.n_heads = heads, a.n_kv_heads = kv_heads, a.head_dim = hd;
-          a.parents = parents.data(), a.anc_off = off.data(), a.anc = anc.data();
-          a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-          a.pos = pos.data(), a.window = window;
-          cpu::attention_reference(a);
-          auto dq = up(q), dk = up(k), dv = up(v), dp = up(parents), doff = up(off), danc = up(anc), dpos = up(pos);
-          auto dout = poisoned(q.size());
-          AttentionArgs d = a;
-          d.q = dq.as<float>(), d.k = dk.as<float>(), d.v = dv.as<float>(), d.out = dout.as<float>();
-          d.parents = dp.as<int32_t>(), d.anc_off = doff.as<int32_t>(), d.anc = danc.as<int32_t>();
-          d.pos = dpos.as<int32_t>();
-          gpu->attention(d);
-          EXPECT_LT(rel_err(down<float>(dout, q.size()), want), 1e-5)
-              << "hd " << hd << " past " << n_past << " n " << n << " window " << window;
-        }
 }
 
 namespace {
@@ -412,7 +428,7 @@ TEST_F(Cuda, RecordedPassesReplayForEveryPrefixLength) {
 // --kv-type q8_0 on the device (llama.cpp's q8_0 KV cache). The rows written
 // are the CPU's bytes (the shared math::quantize_q8_0, row by row and through a
 // row map, a NaN and an overflowing block among them); the tree attention
-// kernel over Q8_0 rows matches the reference over the same bytes; decoding
+// kernel over Q8_0 rows is in TreeAttentionMatchesReference; decoding
 // steps and a shared pass over a paged Q8_0 pool stay within 5e-3 of the CPU
 // (bf16 rows: 2e-3; a K or V value whose float differs across a rounding
 // boundary moves by a whole quantization step). head_dim must be a multiple
@@ -451,44 +467,6 @@ TEST_F(Cuda, Q8KvCacheMatchesTheCpu) {
   gpu->write_rows_at(dst.as(), DType::Q8_0, dmap.as<int32_t>(), dsrc.as<float>(), 2, w);
   gpu->download(got.data(), dst.as(), got.size());
   EXPECT_EQ(got, want);
-
-  // The attention kernel over Q8_0 rows (two query heads per KV head, a tree).
-  for (int hd : {32, 64, 128})
-    for (int n : {1, 7}) {
-      const int heads = 4, kv_heads = 2, n_past = 21, kv_dim = kv_heads * hd;
-      std::vector<int32_t> parents(n), pos(n), off(n + 1, 0), anc;
-      for (int i = 0; i < n; ++i) parents[i] = i == 0 ? -1 : (i - 1) / 2;
-      for (int i = 0; i < n; ++i) pos[i] = parents[i] < 0 ? n_past : pos[parents[i]] + 1;
-      for (int i = 0; i < n; ++i) {
-        std::vector<int32_t> path;
-        for (int j = i; j >= 0; j = parents[j]) path.push_back(j);
-        anc.insert(anc.end(), path.rbegin(), path.rend());
-        off[i + 1] = static_cast<int32_t>(anc.size());
-      }
-      const auto q = randn(static_cast<size_t>(n) * heads * hd, 1);
-      const auto kf = randn(static_cast<size_t>(n_past + n) * kv_dim, 2), vf = randn(kf.size(), 3);
-      const size_t bytes = static_cast<size_t>(n_past + n) * kv_row_bytes(DType::Q8_0, kv_dim);
-      std::vector<uint8_t> k(bytes), v(bytes);
-      cpu::write_kv_rows(k.data(), DType::Q8_0, 0, kf.data(), n_past + n, kv_dim);
-      cpu::write_kv_rows(v.data(), DType::Q8_0, 0, vf.data(), n_past + n, kv_dim);
-      std::vector<float> ref(q.size());
-      AttentionArgs a;
-      a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = ref.data();
-      a.n = n, a.n_past = n_past, a.n_heads = heads, a.n_kv_heads = kv_heads, a.head_dim = hd;
-      a.parents = parents.data(), a.anc_off = off.data(), a.anc = anc.data();
-      a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      a.pos = pos.data();
-      a.kv_type = DType::Q8_0;
-      cpu::attention_reference(a);
-      auto dq = up(q), dk = up(k), dv = up(v), dp = up(parents), doff = up(off), danc = up(anc), dpos = up(pos);
-      auto dout = poisoned(q.size());
-      AttentionArgs d = a;
-      d.q = dq.as<float>(), d.k = dk.as(), d.v = dv.as(), d.out = dout.as<float>();
-      d.parents = dp.as<int32_t>(), d.anc_off = doff.as<int32_t>(), d.anc = danc.as<int32_t>();
-      d.pos = dpos.as<int32_t>();
-      gpu->attention(d);
-      EXPECT_LT(rel_err(down<float>(dout, q.size()), ref), 1e-5) << "hd " << hd << " n " << n;
-    }
 
   // Decoding steps, one cache, then a shared pass over a paged pool.
   const std::string path = ::testing::TempDir() + "cuda_q8kv_tiny.gguf";

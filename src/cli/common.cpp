@@ -93,8 +93,7 @@ void add_run_options(CLI::App* app, RunOptions& o) {
   app->add_option("--kv-type", o.kv_type,
                   "KV cache element type: f32 (default: outputs match an fp32 reference), f16 or bf16 (half the "
                   "KV memory; rows rounded to nearest even when written, speculative output still equals plain), "
-                  "q8_0 (34 bytes per 32 elements, each row quantized when written; CPU backend, head_dim a "
-                  "multiple of 32)")
+                  "q8_0 (34 bytes per 32 elements, each row quantized when written; head_dim a multiple of 32)")
       ->check(kv_type_check());
 }
 
