@@ -205,6 +205,26 @@ TEST(TokenizerBpe, NumberClassIsUnicodeCategoryN) {
   EXPECT_EQ(bpe_pre_tokenize("qwen2", "a\u00BD\u0663"), (Pieces{"a", "\u00BD", "\u0663"}));
 }
 
+// Code points that Unicode 15.0-16.0 added are unassigned to PCRE2 10.42
+// (Unicode 14.0); they split by their 16.0 category, as Hugging Face's
+// tokenizers (Unicode 16.0) splits them. Pieces as the tokenizers package
+// gives them for Llama 3's pattern: Kawi U+11F04 (15.0) and Garay U+10D4A
+// (16.0) are letters, Nag Mundari U+1E4F0 (15.0) and the outlined digit
+// U+1CCF0 (16.0) are digits, the ideographic description U+2FFC (15.1) is a
+// symbol, as is a code point still unassigned (U+1FFFE): one may lead a word.
+TEST(TokenizerBpe, CodePointsNewerThanPcre2SplitByTheirCategory) {
+  EXPECT_EQ(bpe_pre_tokenize("llama3", "x\U00011F04y \U00010D4Ab"), (Pieces{"x\U00011F04y", " \U00010D4Ab"}));
+  EXPECT_EQ(bpe_pre_tokenize("llama3", "x\U0001E4F0y\U0001CCF0"), (Pieces{"x", "\U0001E4F0", "y", "\U0001CCF0"}));
+  EXPECT_EQ(bpe_pre_tokenize("llama3", "x\u2FFCy"), (Pieces{"x", "\u2FFCy"}));
+  EXPECT_EQ(bpe_pre_tokenize("llama3", "x\U0001FFFEy"), (Pieces{"x", "\U0001FFFEy"}));
+  // The stand-ins only decide where pieces end: the pieces are the text's bytes.
+  EXPECT_EQ(bpe_pre_tokenize("qwen2", "\U00031350\U00031351 \U0001E4F0"),
+            (Pieces{"\U00031350\U00031351", " ", "\U0001E4F0"}));
+  // Case-insensitive contractions fold as Unicode does (so does tokenizers;
+  // llama.cpp folds ASCII only): long s U+017F is an s.
+  EXPECT_EQ(bpe_pre_tokenize("llama3", "it'\u017f ok"), (Pieces{"it", "'\u017f", " ok"}));
+}
+
 // DeepSeek LLM and Coder, Falcon and MPT (issue 46): their stages in order
 // (llama.cpp's ggml-vocab tests check whole texts: oracle_llamacpp_vocab).
 TEST(Tokenizer, DeepseekFalconMptPreTokenizers) {

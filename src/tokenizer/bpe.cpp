@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "src/tokenizer/tokenizer_impl.h"
+#include "src/tokenizer/unicode_proxies.h"
 #include "src/util/error.h"
 
 namespace redwood::tok {
@@ -97,6 +98,36 @@ constexpr PreTokenizer kPreTokenizers[] = {
     // "gpt-2" is llama.cpp's name; MPT's tokenizer.json is GPT-2's ByteLevel.
     {{"gpt2", "gpt-2", "default", "mpt"}, {kGpt2Regex}, false},
 };
+
+// Copies text to copy with every code point of kUnicodeProxies replaced by its
+// stand-in (the same UTF-8 length); false (copy untouched) when there is none.
+bool with_stand_ins(std::string_view text, std::string& copy) {
+  constexpr uint32_t kFirst = kUnicodeProxies[0].lo;
+  bool any = false;
+  for (size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<uint8_t>(text[i]);
+    const size_t len = lead < 0xC0 ? 1 : utf8_seq_len(text, i);
+    if (len < 2) {
+      ++i;
+      continue;
+    }
+    uint32_t cp = lead & (0xFFu >> (len + 1));
+    for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<uint8_t>(text[i + k]) & 0x3Fu);
+    if (cp >= kFirst) {
+      const auto* it = std::upper_bound(std::begin(kUnicodeProxies), std::end(kUnicodeProxies), cp,
+                                        [](uint32_t c, const UnicodeProxy& r) { return c < r.lo; });
+      if (it != std::begin(kUnicodeProxies) && cp <= (it - 1)->hi) {
+        if (!any) copy.assign(text);
+        any = true;
+        std::string stand_in;
+        append_utf8(stand_in, (it - 1)->proxy);
+        copy.replace(i, len, stand_in);  // same length by construction
+      }
+    }
+    i += len;
+  }
+  return any;
+}
 
 const PreTokenizer* find_pre(std::string_view pre) {
   for (const PreTokenizer& p : kPreTokenizers)
@@ -225,11 +256,21 @@ class PreSplitter {
   // Calls word(piece) for every piece of text, in order: stage k's regex
   // splits each piece of stage k - 1 (a match and the text between matches
   // are pieces).
+  // Code points newer than PCRE2's tables split as their Unicode 16.0
+  // category says (as Hugging Face's tokenizers does): the regexes run on a
+  // copy with stand-ins of the same category and length, and the pieces are
+  // cut from text at the same offsets.
   template <class F>
   void split(std::string_view text, F&& word) const {
     std::vector<std::unique_ptr<MatchData>> mds;
     for (const auto& re : stages_) mds.push_back(std::make_unique<MatchData>(*re));
-    split_stage(text, 0, mds, word);
+    std::string copy;
+    if (!with_stand_ins(text, copy)) {
+      split_stage(text, 0, mds, word);
+      return;
+    }
+    auto original = [&](std::string_view p) { word(text.substr(static_cast<size_t>(p.data() - copy.data()), p.size())); };
+    split_stage(copy, 0, mds, original);
   }
 
  private:

@@ -42,6 +42,11 @@ TEXTS = [
     "\u00a0nbsp\u2003em space\u3000ideographic", "Hello\u0301 e\u0301 combining", "x" * 300,
     "  \n  \n\n  \t", "</s><s>[INST] not special here [/INST]", "मेरा नाम हिंदी में", "עברית ועربية",
     "Tab\tseparated\tvalues\t1\t22\t333\t4444", "CamelCaseIdentifiers and snake_case_names_123",
+    # Unicode 15.0-16.0 (newer than PCRE2 10.42's tables): Kawi, Garay and Cyrillic letters, Nag Mundari
+    # and outlined digits, CJK Extensions H and I, an ideographic description character, Kawi's marks.
+    "Kawi \U00011F04\U00011F05\U00011F34\U00011F41 Garay \U00010D4A\U00010D4B \u1C89\u1C8A",
+    "digits \U0001E4F0\U0001E4F1\U0001E4F2\U0001E4F3 \U0001CCF0\U0001CCF1,\U0001E4F9.",
+    "\U00031350\U00031351\u4e2d \U0002EBF0 \u2FFC\u31EF x\U0001FFFEy",
 ]
 
 
