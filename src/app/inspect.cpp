@@ -86,6 +86,16 @@ std::string tokenize_jsonl(const Tokenizer& tok, const std::string& path, bool r
 
 void tree_logits(LoadedModel& m, const std::vector<int32_t>& toks, std::vector<int32_t> parents,
                  std::vector<int32_t> positions, int chunk, const std::function<void(std::span<const float>)>& rows) {
+  // Under a sliding window the KV cache masks committed row r as position r,
+  // so a chain at other positions runs as a tree does: one pending block,
+  // each row masked by its own position.
+  if (parents.empty() && m.desc.hp.sliding_window > 0 && !positions.empty())
+    for (size_t i = 0; i < positions.size(); ++i)
+      if (positions[i] != static_cast<int32_t>(i)) {
+        parents.resize(toks.size());
+        for (size_t j = 0; j < toks.size(); ++j) parents[j] = static_cast<int32_t>(j) - 1;
+        break;
+      }
   const bool chain = parents.empty();
   std::vector<int32_t> depth(toks.size());
   for (size_t i = 0; i < toks.size(); ++i) {

@@ -13,7 +13,9 @@ and 12 (its generic path). tests/python/test_oracles.py checks redwood's logits
 continuations (prompts of up to 24 tokens and 48 generated). Negative control:
 the oracle with the window ignored (full attention) must disagree with redwood
 on the 40-token prompt by far more than the tolerance, so the check above can
-fail. Plain script; exits non-zero on any failure.
+fail. And `redwood logits --positions` (0, 2, 4, ...) over more tokens than one
+logits pass, against the oracle at those positions. Plain script; exits non-zero
+on any failure.
 """
 from __future__ import annotations
 
@@ -88,6 +90,28 @@ def main() -> int:
             failed += 1
             print(f"FAIL {name}: rel err {windowed:.1e} against the window, {full:.1e} against full attention "
                   f"(want < {TOL:g} and > {10 * TOL:g})", flush=True)
+        # Positions of the caller's (--positions), more tokens than one logits pass (256): every
+        # row is masked by its own position (2 i here), the rows of the earlier pass too.
+        ids = [int(x) for x in rng.integers(3, 512, size=300)]
+        positions = [2 * j for j in range(len(ids))]
+        name = f"{label} positions 0, 2, 4, ... over 300 tokens"
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "logits.npy")
+            r = subprocess.run([a.redwood, "logits", "--model", path, "--tokens", ",".join(map(str, ids)),
+                                "--positions", ",".join(map(str, positions)), "--out", out],
+                               capture_output=True, text=True)
+            got = np.load(out) if r.returncode == 0 else None
+        if got is None:
+            failed += 1
+            print(f"FAIL {name}: redwood logits: {r.stderr.strip()}", flush=True)
+        else:
+            err = worst_row_err(got, ref.logits(ref.load_model(path), ids, positions))
+            if err < TOL:
+                passed += 1
+                print(f"PASS {name}: rel err {err:.1e}", flush=True)
+            else:
+                failed += 1
+                print(f"FAIL {name}: rel err {err:.1e} (want < {TOL:g})", flush=True)
         os.remove(path)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

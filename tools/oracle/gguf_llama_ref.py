@@ -252,22 +252,25 @@ class KVCache:
         self.k = [None] * model.n_layer  # (t, n_kv, head_dim)
         self.v = [None] * model.n_layer
         self.n = 0
+        self.pos = np.zeros(0, dtype=np.int64)  # each row's position
 
 
-def _forward(m: RefModel, tokens, cache: KVCache, all_rows: bool) -> np.ndarray:
+def _forward(m: RefModel, tokens, cache: KVCache, all_rows: bool, positions=None) -> np.ndarray:
     """Runs tokens through the model appending to cache; returns normalized final hidden
-    states (all rows or just the last)."""
+    states (all rows or just the last). positions: each token's (default: its row)."""
     n = len(tokens)
     H, K, D = m.n_head, m.n_head_kv, m.head_dim
     group = H // K
-    pos = np.arange(cache.n, cache.n + n)
+    rows = np.arange(cache.n, cache.n + n)
+    pos = rows if positions is None else np.asarray(positions, dtype=np.int64)
+    key_pos = np.concatenate([cache.pos, pos])
     x = m.embed(tokens)
     scale = 1.0 / math.sqrt(D)
     t_total = cache.n + n
-    # causal mask: query i (absolute pos cache.n + i) sees keys j <= cache.n + i
-    mask = np.arange(t_total)[None, :] > pos[:, None]  # (n, t_total)
-    if m.window > 0:  # and only keys j > pos - window
-        mask |= pos[:, None] - np.arange(t_total)[None, :] >= m.window
+    # causal mask: query row i sees rows j <= i
+    mask = np.arange(t_total)[None, :] > rows[:, None]  # (n, t_total)
+    if m.window > 0:  # and only keys at positions > its position - window
+        mask |= pos[:, None] - key_pos[None, :] >= m.window
     for il in range(m.n_layer):
         p = f"blk.{il}."
         h = m.rmsnorm(x, p + "attn_norm.weight")
@@ -307,6 +310,7 @@ def _forward(m: RefModel, tokens, cache: KVCache, all_rows: bool) -> np.ndarray:
         act = (g64 / (1.0 + np.exp(-g64))).astype(m.dtype, copy=False) * u
         x = x + m.matmul(p + "ffn_down.weight", act)
     cache.n += n
+    cache.pos = key_pos
     if not all_rows:
         x = x[-1:]
     return m.rmsnorm(x, "output_norm.weight")
@@ -321,13 +325,14 @@ def load_model(path: str, dtype=np.float64, cache_budget_gb: float = 6.0, ignore
     return RefModel(path, dtype=dtype, cache_budget_gb=cache_budget_gb, ignore_window=ignore_window)
 
 
-def logits(model: RefModel, tokens) -> np.ndarray:
-    """Logits for every position of `tokens` processed as one causal chain: float32 [n, vocab]."""
+def logits(model: RefModel, tokens, positions=None) -> np.ndarray:
+    """Logits for every position of `tokens` processed as one causal chain (at `positions`,
+    by default 0, 1, ...): float32 [n, vocab]."""
     tokens = [int(t) for t in tokens]
     if not tokens:
         raise ValueError("logits: empty token list")
     cache = KVCache(model)
-    h = _forward(model, tokens, cache, all_rows=True)
+    h = _forward(model, tokens, cache, all_rows=True, positions=positions)
     return _lm_head(model, h).astype(np.float32)
 
 
