@@ -731,18 +731,52 @@ TEST(TokenizerHfJson, PreTokenizerFromItsComponents) {
   // Digits then a splitting ByteLevel: SmolLM's; a ByteLevel alone: GPT-2's.
   EXPECT_EQ(pre_of(R"({"type": "Digits", "individual_digits": true}, {"type": "ByteLevel"})"), "smollm");
   EXPECT_EQ(pre_of(R"({"type": "ByteLevel"})"), "gpt2");
+  // Falcon's (its tokenizer.json as the tokenizers package reproduces
+  // llama.cpp's Falcon cases with: tests/python/test_hf_tokenizer_json.py):
+  // Punctuation runs, GPT-2's split, Digits on the byte-mapped text, three
+  // digits at a time.
+  const std::string falcon_punct = R"({"type": "Punctuation", "behavior": "Contiguous"})";
+  const std::string falcon_rest = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      {"type": "Digits", "individual_digits": false}, )" + split("[0-9][0-9][0-9]");
+  EXPECT_EQ(pre_of(falcon_punct + "," + falcon_rest), "falcon");
   // Not implemented, so an error, not another split: one stage fewer, a
   // ByteLevel that also splits after V3's (use_regex defaults to true), a Split
-  // that removes its matches, a Punctuation component, no split at all.
+  // that removes its matches, a Punctuation component alone or isolating each
+  // character (Hugging Face's default), single digits on byte-mapped text, no
+  // split at all.
   for (const std::string& c : {v3_two + "," + byte_level, v3 + R"(, {"type": "ByteLevel"})", byte_level,
                                split(R"J(\\p{N})J", "Removed") + "," + byte_level,
-                               std::string(R"({"type": "Punctuation", "behavior": "Contiguous"}, {"type": "ByteLevel"})")}) {
+                               falcon_punct + R"(, {"type": "ByteLevel"})",
+                               R"({"type": "Punctuation"},)" + falcon_rest,
+                               std::string(R"({"type": "ByteLevel"}, {"type": "Digits", "individual_digits": true})")}) {
     try {
       const std::string got = pre_of(c);
       ADD_FAILURE() << "no error for " << c << " (read as " << got << ")";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("not one Redwood implements"), std::string::npos) << e.what();
     }
+  }
+}
+
+// Digits after ByteLevel splits byte-mapped text; Redwood's falcon stages give
+// the same tokens only where no token joins a digit (0-9 ² ³ ¹ ¼ ½ ¾ as mapped
+// bytes) to another character, as in Falcon's vocabulary: any other is refused.
+TEST(TokenizerHfJson, FalconDigitsNeedAVocabularyWithoutMixedDigitTokens) {
+  const std::string dir = ::testing::TempDir() + "tok_hf_falcon";
+  auto load = [&](const std::string& vocab) {
+    const std::string json = R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Punctuation", "behavior": "Contiguous"},
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        {"type": "Digits", "individual_digits": false},
+        {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": false}]},
+        "decoder": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}})";
+    return tokenizer_spec_from_hf_json(write_file(dir, "tokenizer.json", json));
+  };
+  EXPECT_EQ(load(R"({"a": 0, "1": 1, "12": 2, "\u00c2": 3, "\u00bd": 4, "\u00bd\u00bc": 5})").pre, "falcon");
+  for (const std::string& mixed : {std::string(R"("\u01201")"), std::string(R"("\u00c2\u00bd")")}) {
+    const std::string e = testutil::error_of([&] { load(R"({"a": 0, )" + mixed + R"(: 1})"); });
+    EXPECT_NE(e.find("joins a digit"), std::string::npos) << mixed << ": " << e;
+    EXPECT_NE(e.find("token 1 does"), std::string::npos) << e;
   }
 }
 

@@ -172,13 +172,16 @@ std::string component_regex(const json& c) {
 
 // Name of the byte-level pre-tokenizer that Redwood knows, from its structure:
 // the regexes its components apply in order (Split: its pattern, isolated;
-// Digits; ByteLevel with use_regex, Hugging Face's default: GPT-2's split)
-// matched against Redwood's table. Empty: a component or a sequence Redwood
-// does not implement (another split would give other tokens), also a
-// pre_tokenizer that does not split at all. None (null): GPT-2's, as before.
-std::string byte_level_pre_name(const json& pre) {
+// Digits; Punctuation, contiguous; ByteLevel with use_regex, Hugging Face's
+// default: GPT-2's split) matched against Redwood's table. Empty: a component
+// or a sequence Redwood does not implement (another split would give other
+// tokens), also a pre_tokenizer that does not split at all. None (null):
+// GPT-2's, as before. *mapped_digits: a Digits runs on byte-mapped text (it
+// comes after a ByteLevel).
+std::string byte_level_pre_name(const json& pre, bool* mapped_digits) {
   std::vector<std::string> stages;
-  bool unknown = false;
+  bool unknown = false, byte_level = false;
+  *mapped_digits = false;
   for_each_component(pre, [&](const json& c) {
     const std::string t = c.value("type", "");
     if (t == "Sequence") return;
@@ -188,16 +191,54 @@ std::string byte_level_pre_name(const json& pre) {
       if (regex.empty() || behavior != "Isolated" || c.value("invert", false)) unknown = true;
       stages.push_back(regex);
     } else if (t == "Digits") {
-      stages.emplace_back(bpe_digit_regex(c.value("individual_digits", false)));
+      const bool individual = c.value("individual_digits", false);
+      if (byte_level && individual) unknown = true;
+      stages.emplace_back(byte_level ? bpe_mapped_digit_runs() : bpe_digit_regex(individual));
+      *mapped_digits = *mapped_digits || byte_level;
+    } else if (t == "Punctuation") {
+      const std::string_view regex = bpe_punctuation_regex(c.value("behavior", "Isolated"));
+      if (regex.empty()) unknown = true;
+      stages.emplace_back(regex);
     } else if (t == "ByteLevel") {
+      byte_level = true;
       if (c.value("use_regex", true)) stages.emplace_back(bpe_byte_level_regex());
     } else {
-      unknown = true;  // Punctuation, Whitespace, Metaspace, ...
+      unknown = true;  // Whitespace, Metaspace, ...
     }
   });
   if (unknown) return {};
   if (stages.empty()) return pre.is_null() ? "gpt2" : "";
   return bpe_pre_for_stages(stages);
+}
+
+// Digits after a ByteLevel splits the byte-mapped text, where 0-9 and the bytes
+// B2 B3 B9 BC BD BE (mapped to ² ³ ¹ ¼ ½ ¾) are digits; Redwood splits text, not
+// mapped bytes, which gives the same tokens only where no token joins such a
+// character to another one (as in Falcon's vocabulary, whose trainer split so).
+void check_mapped_digits(const std::string& path, const TokenizerSpec& spec) {
+  auto digit = [](uint32_t cp) {
+    return (cp >= '0' && cp <= '9') || cp == 0xB2 || cp == 0xB3 || cp == 0xB9 || (cp >= 0xBC && cp <= 0xBE);
+  };
+  for (size_t id = 0; id < spec.tokens.size(); ++id) {
+    if (spec.types[id] != TokenType::kNormal) continue;
+    const std::string& t = spec.tokens[id];
+    bool digits = false, other = false;
+    for (size_t i = 0; i < t.size();) {
+      const auto c = static_cast<uint8_t>(t[i]);
+      uint32_t cp = c;
+      size_t len = 1;
+      if (c >= 0xC0 && c < 0xE0 && i + 1 < t.size()) {  // the mapped characters are U+0000..U+0143
+        cp = ((c & 0x1Fu) << 6) | (static_cast<uint8_t>(t[i + 1]) & 0x3Fu);
+        len = 2;
+      }
+      (digit(cp) ? digits : other) = true;
+      i += len;
+    }
+    if (digits && other)
+      throw Error(path + ": the pre_tokenizer's Digits after ByteLevel splits byte-mapped text, which Redwood "
+                         "implements only for a vocabulary in which no token joins a digit (0-9 ² ³ ¹ ¼ ½ ¾) to "
+                         "another character; token " + std::to_string(id) + " does");
+  }
 }
 
 // "<s>" or {"content": "<s>", ...}; empty when absent/null.
@@ -300,12 +341,14 @@ void read_kind(const std::string& path, const json& j, const json& model, Tokeni
   const bool byte_level = has_component(pre, "ByteLevel") || has_component(dec, "ByteLevel");
   if (byte_level) {
     spec.kind = TokenizerKind::kByteLevelBpe;
-    spec.pre = byte_level_pre_name(pre);
+    bool mapped_digits = false;
+    spec.pre = byte_level_pre_name(pre, &mapped_digits);
     if (spec.pre.empty())
       throw Error(path +
-                  ": the pre_tokenizer is not one Redwood implements (its Split, Digits and ByteLevel stages in "
-                  "order, a ByteLevel splitting unless use_regex is false, must be GPT-2's, SmolLM's, Llama 3's, "
-                  "Qwen2's, Qwen3.5's or DeepSeek LLM's, Coder's or V3's)");
+                  ": the pre_tokenizer is not one Redwood implements (its Split, Digits, Punctuation and ByteLevel "
+                  "stages in order, a ByteLevel splitting unless use_regex is false, must be GPT-2's, SmolLM's, "
+                  "Llama 3's, Qwen2's, Qwen3.5's, Falcon's or DeepSeek LLM's, Coder's or V3's)");
+    if (mapped_digits) check_mapped_digits(path, spec);
   } else {
     // SentencePiece-style BPE (Llama-2 family): ▁ for spaces, <0xNN> byte fallback.
     spec.kind = TokenizerKind::kSentencePiece;

@@ -129,6 +129,20 @@ bool with_stand_ins(std::string_view text, std::string& copy) {
   return any;
 }
 
+// tokenizer.json's spelling of a table entry where it is not the entry's
+// regexes: Falcon's file has Digits after its ByteLevel, and there Digits sees
+// byte-mapped characters (kMappedDigitRuns: no regex over text says that). It
+// splits as the entry on a vocabulary in which no token joins a digit-like
+// byte to another character (tokenizer_spec.cpp checks), as Falcon's.
+constexpr const char* kMappedDigitRuns = "<Digits after ByteLevel>";
+struct JsonForm {
+  const char* name;
+  std::array<const char*, 6> stages;
+};
+constexpr JsonForm kJsonForms[] = {
+    {"falcon", {kFalconPunct, kGpt2Regex, kMappedDigitRuns, kThreeDigits}},
+};
+
 const PreTokenizer* find_pre(std::string_view pre) {
   for (const PreTokenizer& p : kPreTokenizers)
     for (const char* n : p.names)
@@ -506,18 +520,28 @@ std::string canonical_regex(std::string_view r) {
 }  // namespace
 
 std::string bpe_pre_for_stages(const std::vector<std::string>& stages) {
-  for (const tok::PreTokenizer& p : tok::kPreTokenizers) {
+  auto same = [&](const std::array<const char*, 6>& want) {
     size_t n = 0;
-    while (n < p.stages.size() && p.stages[n]) ++n;
-    if (n != stages.size()) continue;
-    bool same = true;
-    for (size_t i = 0; i < n && same; ++i) same = canonical_regex(stages[i]) == canonical_regex(p.stages[i]);
-    if (same) return p.names[0];
-  }
+    while (n < want.size() && want[n]) ++n;
+    if (n != stages.size()) return false;
+    for (size_t i = 0; i < n; ++i)
+      if (canonical_regex(stages[i]) != canonical_regex(want[i])) return false;
+    return true;
+  };
+  for (const tok::PreTokenizer& p : tok::kPreTokenizers)
+    if (same(p.stages)) return p.names[0];
+  for (const tok::JsonForm& f : tok::kJsonForms)
+    if (same(f.stages)) return f.name;
   return {};
 }
 
 std::string_view bpe_digit_regex(bool individual) { return individual ? tok::kDigitRegex : tok::kDigitRunRegex; }
+
+std::string_view bpe_mapped_digit_runs() { return tok::kMappedDigitRuns; }
+
+std::string_view bpe_punctuation_regex(std::string_view behavior) {
+  return behavior == "Contiguous" ? tok::kFalconPunct : std::string_view();
+}
 
 std::string_view bpe_byte_level_regex() { return tok::kGpt2Regex; }
 }  // namespace redwood

@@ -14,8 +14,17 @@ The negative control: the same file with Qwen2's split pattern in place of its
 pre-tokenizer must give Redwood other ids on some text (and again the ids
 `tokenizers` gives), so the texts exercise the pre-tokenizer read from the file.
 
+Falcon's tokenizer.json is on no PyPI package, so with --llamacpp (the llama.cpp
+source, as bench/llamacpp_reference.sh unpacks it) one is rebuilt from
+models/ggml-vocab-falcon.gguf (its vocabulary, merges and special tokens) with
+Falcon's pre_tokenizer (Punctuation, ByteLevel, Digits, a three-digit Split).
+It is used only if the tokenizers package, reading it, gives the ids of every
+one of llama.cpp's Falcon cases (ggml-vocab-falcon.gguf.out, written by
+Hugging Face's tokenizer from the real file); then it is checked as the
+others, over the texts below and those cases.
+
 Exits 1 on any difference, 77 (CTest: skipped) when no tokenizer.json was
-fetched or the tokenizers package is missing.
+fetched or rebuilt, or the tokenizers package is missing.
 """
 from __future__ import annotations
 
@@ -83,10 +92,66 @@ def tiny_hf_dir(out: str, tokenizer_dir: str, vocab: int) -> None:
                 b.write(a.read())
 
 
+FALCON_PRE = {"type": "Sequence", "pretokenizers": [
+    {"type": "Punctuation", "behavior": "Contiguous"},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    {"type": "Digits", "individual_digits": False},
+    {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]}
+
+
+def falcon_from_llamacpp(llamacpp: str, out_dir: str) -> tuple[str, list[str]] | None:
+    """Falcon's tokenizer.json rebuilt from llama.cpp's vocab-only GGUF, and its test texts; None
+    without the llama.cpp source or the gguf package. Exits 1 when tokenizers, reading the rebuilt
+    file, does not give llama.cpp's expected ids (Hugging Face's, from the real file)."""
+    vocab = os.path.join(llamacpp, "models", "ggml-vocab-falcon.gguf")
+    if not all(os.path.exists(vocab + e) for e in ("", ".inp", ".out")):
+        return None
+    try:
+        import gguf
+    except ImportError:
+        return None
+    import tokenizers
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+    from test_llamacpp_vocab import read_cases  # noqa: E402
+
+    r = gguf.GGUFReader(vocab)
+
+    def strings(key):
+        f = r.fields[key]
+        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+    tokens, merges = strings("tokenizer.ggml.tokens"), strings("tokenizer.ggml.merges")
+    f = r.fields["tokenizer.ggml.token_type"]
+    types = [int(f.parts[i][0]) for i in f.data]
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, (t, ty) in enumerate(zip(tokens, types)) if ty == 3]  # control
+    j = {"version": "1.0", "added_tokens": added, "normalizer": None, "pre_tokenizer": FALCON_PRE,
+         "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                                             "use_regex": True},
+         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                   "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(j, fh, ensure_ascii=False)
+    cases = read_cases(vocab + ".inp", vocab + ".out")
+    ref = tokenizers.Tokenizer.from_file(path)
+    bad = [t for t, want in cases if ref.encode(t, add_special_tokens=False).ids != want]
+    if bad:
+        print(f"FAIL falcon: the rebuilt tokenizer.json is not Falcon's: tokenizers differs from llama.cpp's "
+              f"expected ids on {len(bad)} of {len(cases)} cases, e.g. {bad[0]!r}")
+        sys.exit(1)
+    print(f"falcon: tokenizer.json rebuilt from {os.path.basename(vocab)}; tokenizers gives llama.cpp's "
+          f"expected ids on all {len(cases)} of its cases", flush=True)
+    return path, [t for t, _ in cases]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--redwood", required=True)
     ap.add_argument("--workdir", default="")
+    ap.add_argument("--llamacpp", default="", help="the llama.cpp source (its models/ggml-vocab-falcon.gguf)")
     a = ap.parse_args()
     try:
         import numpy  # noqa: F401  (the tiny model's weights)
@@ -94,21 +159,24 @@ def main() -> int:
     except ImportError:
         print("SKIP: the tokenizers or numpy package is missing")
         return SKIP
-    found = sorted(glob.glob(os.path.join(ROOT, "models", "tokenizers", "*", "tokenizer.json")))
-    if not found:
-        print("SKIP: no models/tokenizers/*/tokenizer.json (tools/fetch-tokenizers.sh)")
-        return SKIP
     work = a.workdir or tempfile.mkdtemp(prefix="rw-hf-tok-")
-    texts = os.path.join(work, "texts.jsonl")
     os.makedirs(work, exist_ok=True)
-    with open(texts, "w") as f:
-        for t in TEXTS:
-            f.write(json.dumps({"text": t}) + "\n")
+    found = [(p, TEXTS) for p in sorted(glob.glob(os.path.join(ROOT, "models", "tokenizers", "*", "tokenizer.json")))]
+    falcon = falcon_from_llamacpp(a.llamacpp, os.path.join(work, "tokenizers", "falcon")) if a.llamacpp else None
+    if falcon:
+        found.append((falcon[0], TEXTS + falcon[1]))
+    if not found:
+        print("SKIP: no models/tokenizers/*/tokenizer.json (tools/fetch-tokenizers.sh) and no llama.cpp source")
+        return SKIP
     failed = 0
-    for path in found:
+    for path, samples in found:
         name = os.path.basename(os.path.dirname(path))
+        texts = os.path.join(work, f"texts-{name}.jsonl")
+        with open(texts, "w") as f:
+            for t in samples:
+                f.write(json.dumps({"text": t}) + "\n")
         ref = tokenizers.Tokenizer.from_file(path)
-        want = [ref.encode(t, add_special_tokens=False).ids for t in TEXTS]
+        want = [ref.encode(t, add_special_tokens=False).ids for t in samples]
         hdir = os.path.join(work, name)
         tiny_hf_dir(hdir, os.path.dirname(path), ref.get_vocab_size(with_added_tokens=True))
         p = subprocess.run([a.redwood, "tokenize", "-m", hdir, "--raw", "--jsonl", texts], capture_output=True,
@@ -120,9 +188,9 @@ def main() -> int:
         got = [json.loads(line) for line in p.stdout.splitlines()]
         bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
         if len(got) != len(want) or bad:
-            print(f"FAIL {name}: {len(TEXTS) - len(bad)} of {len(TEXTS)} texts match")
+            print(f"FAIL {name}: {len(samples) - len(bad)} of {len(samples)} texts match")
             for i in bad[:4]:
-                print(f"  {TEXTS[i]!r}: redwood {got[i][:24]} tokenizers {want[i][:24]}")
+                print(f"  {samples[i]!r}: redwood {got[i][:24]} tokenizers {want[i][:24]}")
             failed += 1
             continue
         # Negative control: another pre-tokenizer in the same file changes some text's ids.
@@ -133,7 +201,7 @@ def main() -> int:
              "behavior": "Isolated", "invert": False},
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
         alt = tokenizers.Tokenizer.from_str(json.dumps(other))
-        alt_want = [alt.encode(t, add_special_tokens=False).ids for t in TEXTS]
+        alt_want = [alt.encode(t, add_special_tokens=False).ids for t in samples]
         adir = hdir + "-qwen2-split"
         tiny_hf_dir(adir, os.path.dirname(path), ref.get_vocab_size(with_added_tokens=True))
         with open(os.path.join(adir, "tokenizer.json"), "w") as f:
@@ -144,11 +212,11 @@ def main() -> int:
         differs = sum(g != w for g, w in zip(alt_got, want))
         if alt_got != alt_want or differs == 0:
             print(f"FAIL {name}: the negative control (Qwen2's split in its place): redwood exited {p.returncode}, "
-                  f"{sum(g == w for g, w in zip(alt_got, alt_want))} of {len(TEXTS)} texts as tokenizers gives them, "
+                  f"{sum(g == w for g, w in zip(alt_got, alt_want))} of {len(samples)} texts as tokenizers gives them, "
                   f"{differs} differ from the real file's ids {p.stderr.strip()[-200:]}")
             failed += 1
             continue
-        print(f"PASS {name}: {len(TEXTS)} texts, every id as tokenizers gives it "
+        print(f"PASS {name}: {len(samples)} texts, every id as tokenizers gives it "
               f"(the negative control, Qwen2's split in its place, differs on {differs} and matches tokenizers too)")
     return 1 if failed else 0
 
