@@ -13,6 +13,8 @@ id with tokenizers.Tokenizer.from_file(...).encode(text, add_special_tokens=Fals
 The negative control: the same file with Qwen2's split pattern in place of its
 pre-tokenizer must give Redwood other ids on some text (and again the ids
 `tokenizers` gives), so the texts exercise the pre-tokenizer read from the file.
+The same vocabulary is also written as a GGUF, as llama.cpp's converter writes
+it (tokenizer.ggml.pre "deepseek-v3", "falcon"), and must give the same ids.
 
 Falcon's tokenizer.json is on no PyPI package, so with --llamacpp (the llama.cpp
 source, as bench/llamacpp_reference.sh unpacks it) one is rebuilt from
@@ -147,6 +149,54 @@ def falcon_from_llamacpp(llamacpp: str, out_dir: str) -> tuple[str, list[str]] |
     return path, [t for t, _ in cases]
 
 
+# The GGUF pre-tokenizer name llama.cpp's converter writes for each tokenizer.json checked here.
+GGUF_PRE = {"deepseek-v3": "deepseek-v3", "falcon": "falcon"}
+
+
+def gguf_from_json(path: str, pre: str, out: str, work: str) -> None:
+    """The tokenizer.json as llama.cpp's converter (conversion/base.py, get_vocab_base) writes it into a
+    GGUF: tokens by id ([PADi] for a missing id), an added token CONTROL when special or looking
+    special ("<|...|>", "<｜...｜>"), else USER_DEFINED; merges; tokenizer.ggml.pre = pre; then grafted
+    onto a tiny random model (tools/make-synthetic-gguf.py --tokenizer-from)."""
+    import gguf
+
+    j = json.load(open(path, encoding="utf-8"))
+    vocab = dict(j["model"]["vocab"])
+    added = {a["content"]: a for a in j.get("added_tokens") or []}
+    for a in added.values():
+        vocab[a["content"]] = a["id"]
+    by_id = {i: t for t, i in vocab.items()}
+    tokens, types = [], []
+    for i in range(max(by_id) + 1):
+        t = by_id.get(i)
+        if t is None:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+        elif t in added:
+            looks = (t.startswith("<|") and t.endswith("|>")) or (t.startswith("<｜") and t.endswith("｜>"))
+            types.append(gguf.TokenType.CONTROL if added[t]["special"] or looks else gguf.TokenType.USER_DEFINED)
+            tokens.append(t)
+        else:
+            types.append(gguf.TokenType.NORMAL)
+            tokens.append(t)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in j["model"].get("merges") or []]
+    vocab_only = os.path.join(work, f"vocab-{pre}.gguf")
+    w = gguf.GGUFWriter(vocab_only, "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make-synthetic-gguf.py"), "--out", out,
+                    "--tokenizer-from", vocab_only, "--layers", "1", "--dim", "32", "--heads", "1", "--kv-heads", "1",
+                    "--ffn", "32", "--type", "Q4_0", "--tied", "--mode", "exact"], check=True, stdout=subprocess.DEVNULL)
+    os.remove(vocab_only)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--redwood", required=True)
@@ -216,8 +266,27 @@ def main() -> int:
                   f"{differs} differ from the real file's ids {p.stderr.strip()[-200:]}")
             failed += 1
             continue
+        # The same vocabulary as a GGUF (tokenizer.ggml.pre names the pre-tokenizer): the same ids.
+        gguf_note = ""
+        if name in GGUF_PRE:
+            model = os.path.join(work, f"{name}.gguf")
+            gguf_from_json(path, GGUF_PRE[name], model, work)
+            p = subprocess.run([a.redwood, "tokenize", "-m", model, "--raw", "--jsonl", texts], capture_output=True,
+                               text=True, timeout=300)
+            os.remove(model)
+            g_got = [json.loads(line) for line in p.stdout.splitlines()] if p.returncode == 0 else []
+            g_bad = [i for i, (g, w) in enumerate(zip(g_got, want)) if g != w]
+            if len(g_got) != len(want) or g_bad:
+                print(f"FAIL {name} as a GGUF (pre {GGUF_PRE[name]!r}): redwood exited {p.returncode} "
+                      f"{p.stderr.strip()[-300:]}; {len(want) - len(g_bad) if g_got else 0} of {len(want)} texts match")
+                for i in g_bad[:4]:
+                    print(f"  {samples[i]!r}: redwood {g_got[i][:24]} tokenizers {want[i][:24]}")
+                failed += 1
+                continue
+            gguf_note = f"; as a GGUF (pre {GGUF_PRE[name]!r}) too"
         print(f"PASS {name}: {len(samples)} texts, every id as tokenizers gives it "
-              f"(the negative control, Qwen2's split in its place, differs on {differs} and matches tokenizers too)")
+              f"(the negative control, Qwen2's split in its place, differs on {differs} and matches tokenizers too)"
+              f"{gguf_note}")
     return 1 if failed else 0
 
 
