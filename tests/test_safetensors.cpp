@@ -399,6 +399,42 @@ TEST_F(SafetensorsTest, ASlidingWindowShorterThanTheContextIsKept) {
   }
 }
 
+// layer_types names the layers the window applies to (the others attend to
+// everything); a list of the wrong length or an unknown kind is an error; all
+// full is no window. (Qwen2/Qwen3's max_window_layers: test_hf_layout.py.)
+TEST_F(SafetensorsTest, LayerTypesNameTheWindowedLayers) {
+  Tiny t;  // 2 layers
+  auto dir = write_model("swa_layers", t);
+  json c = tiny_config(t);
+  c["model_type"] = "mistral";
+  c["sliding_window"] = 64;
+  c["max_window_layers"] = 1;  // Qwen's key: not Mistral's
+  write_file(dir / "config.json", c.dump());
+  EXPECT_TRUE(load_model_desc(dir.string()).hp.window_layers.empty());
+  c["layer_types"] = {"full_attention", "sliding_attention"};
+  write_file(dir / "config.json", c.dump());
+  LlamaHParams hp = load_model_desc(dir.string()).hp;
+  EXPECT_EQ(hp.sliding_window, 64);
+  EXPECT_EQ(hp.window_layers, (std::vector<uint8_t>{0, 1}));
+  EXPECT_TRUE(hp.mixed_window());
+  EXPECT_EQ(hp.window_of(0), 0);
+  EXPECT_EQ(hp.window_of(1), 64);
+  c["layer_types"] = {"sliding_attention", "sliding_attention"};
+  write_file(dir / "config.json", c.dump());
+  hp = load_model_desc(dir.string()).hp;
+  EXPECT_EQ(hp.sliding_window, 64);
+  EXPECT_FALSE(hp.mixed_window());
+  c["layer_types"] = {"full_attention", "full_attention"};
+  write_file(dir / "config.json", c.dump());
+  EXPECT_EQ(load_model_desc(dir.string()).hp.sliding_window, 0);
+  c["layer_types"] = {"full_attention"};
+  write_file(dir / "config.json", c.dump());
+  expect_error(dir.string(), "'layer_types' must be an array of 2 strings");
+  c["layer_types"] = {"full_attention", "chunked_attention"};
+  write_file(dir / "config.json", c.dump());
+  expect_error(dir.string(), "layer_types[1] = \"chunked_attention\" is unsupported");
+}
+
 // config.json's rope_scaling as per-pair frequency divisors. The tiny model's
 // head dim is 4, so with rope_theta 500000 pair 0 has wavelength 2 pi and
 // pair 1 2 pi * 500000^0.5 = 4442.9. Llama 3.1's parameters (factor 8,

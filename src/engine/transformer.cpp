@@ -92,20 +92,16 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   block_parents_.insert(block_parents_.end(), b.parents.begin(), b.parents.end());
   block_pos_ = kv.block_positions();
   block_pos_.insert(block_pos_.end(), b.positions.begin(), b.positions.end());
-  anc_off_.assign(n + 1, 0);
-  anc_.clear();
-  for (int i = 0; i < n; ++i) {
-    add_ancestors(block_parents_, block_pos_, pend + i);
-    anc_off_[i + 1] = static_cast<int32_t>(anc_.size());
-  }
+  build_ancestors(n, [&](int i, int window) { add_ancestors(block_parents_, block_pos_, pend + i, window); });
 
   // Index arrays into backend memory, at offsets that depend
   // only on the scratch size and the cache capacity (so a recorded pass finds
   // them where it recorded them): header [committed, committed + pending] |
-  // tokens | positions | block parents | ancestor offsets | ancestors.
+  // tokens | positions | block parents | ancestor offsets (windowed, full) |
+  // ancestors.
   const size_t cap_n = static_cast<size_t>(cap_n_), cap_block = static_cast<size_t>(kv.capacity());
   const size_t o_tok = 2, o_pos = o_tok + cap_n, o_par = o_pos + cap_n, o_off = o_par + cap_block,
-               o_anc = o_off + cap_n + 1;
+               o_off_full = o_off + cap_n + 1, o_anc = o_off_full + cap_n + 1;
   // Only the used parts are written and uploaded (two copies): the gaps left
   // for larger batches and blocks are never read.
   const size_t used_head = o_par + static_cast<size_t>(pend + n), total = o_anc + anc_.size();
@@ -116,13 +112,15 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   std::copy(b.positions.begin(), b.positions.end(), meta_.begin() + o_pos);
   std::copy(block_parents_.begin(), block_parents_.end(), meta_.begin() + o_par);
   std::copy(anc_off_.begin(), anc_off_.end(), meta_.begin() + o_off);
+  std::copy(anc_off_full_.begin(), anc_off_full_.end(), meta_.begin() + o_off_full);
   std::copy(anc_.begin(), anc_.end(), meta_.begin() + o_anc);
   ensure_meta_dev(total);
   auto* dev = meta_dev_.as<int32_t>();
   be_.upload(dev, meta_.data(), used_head * sizeof(int32_t));
   be_.upload(dev + o_off, meta_.data() + o_off, (total - o_off) * sizeof(int32_t));
   const int32_t* d = meta_dev_.as<const int32_t>();
-  const PassPointers pp{d, d + o_tok, d + o_pos, d + o_par, d + o_off, d + o_anc};
+  PassPointers pp{d, d + o_tok, d + o_pos, d + o_par, d + o_off, d + o_anc};
+  if (hp_.mixed_window()) pp.anc_off_full = d + o_off_full;
 
   // Logits land in the caller's buffer when it is backend memory (CPU), else
   // in logits_ and are downloaded once.
@@ -139,12 +137,29 @@ PassStats Transformer::forward(const Batch& b, KvCache& kv, std::span<float> log
   return s;
 }
 
-void Transformer::add_ancestors(std::span<const int32_t> parents, std::span<const int32_t> positions, int row) {
+void Transformer::add_ancestors(std::span<const int32_t> parents, std::span<const int32_t> positions, int row,
+                                int window) {
   const size_t first = anc_.size();
   const int32_t qp = positions[static_cast<size_t>(row)];
   for (int j = row; j >= 0; j = parents[static_cast<size_t>(j)])
-    if (hp_.sliding_window <= 0 || qp - positions[static_cast<size_t>(j)] < hp_.sliding_window) anc_.push_back(j);
+    if (window <= 0 || qp - positions[static_cast<size_t>(j)] < window) anc_.push_back(j);
   std::reverse(anc_.begin() + static_cast<std::ptrdiff_t>(first), anc_.end());
+}
+
+void Transformer::build_ancestors(int n, const std::function<void(int, int)>& add) {
+  anc_.clear();
+  anc_off_.assign(static_cast<size_t>(n) + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    add(i, hp_.sliding_window);
+    anc_off_[static_cast<size_t>(i) + 1] = static_cast<int32_t>(anc_.size());
+  }
+  anc_off_full_.clear();
+  if (!hp_.mixed_window()) return;
+  anc_off_full_.assign(static_cast<size_t>(n) + 1, static_cast<int32_t>(anc_.size()));
+  for (int i = 0; i < n; ++i) {
+    add(i, 0);
+    anc_off_full_[static_cast<size_t>(i) + 1] = static_cast<int32_t>(anc_.size());
+  }
 }
 
 // The backend ops: recorded once per shape and replayed where the backend
@@ -265,7 +280,8 @@ void Transformer::issue_ops(const PassPointers& p, int n, int m, PassKv kv, floa
     a.anc = p.anc;
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     a.pos = p.positions;
-    a.window = hp_.sliding_window;
+    a.window = hp_.window_of(l);
+    if (a.window == 0 && p.anc_off_full) a.anc_off = p.anc_off_full;
     be_.attention(a);
     be_.matmul(L.wo, att, n, xn);
     // residual, then the feed-forward block's norm (one fused op)

@@ -8,6 +8,7 @@
 // every weight is acquired once per pass and multiplied against all of them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -107,8 +108,11 @@ class Transformer {
   // Backend pointers to the pass's index arrays (see forward()); the last five
   // only for a pool pass.
   struct PassPointers {
+    // anc_off indexes anc as the window masks it; anc_off_full, where some
+    // layers attend to everything (LlamaHParams::mixed_window), without it.
     const int32_t *header, *tokens, *positions, *parents, *anc_off, *anc;
     const int32_t *seq = nullptr, *rows = nullptr, *seq_past = nullptr, *table = nullptr, *out_ids = nullptr;
+    const int32_t* anc_off_full = nullptr;
   };
   // Where a pass's K/V rows go: one cache, or a pool (exactly one is set).
   struct PassKv {
@@ -128,9 +132,14 @@ class Transformer {
   void issue_ops(const PassPointers& p, int n, int m, PassKv kv, float* logits);
   void drop_recordings();
   // Appends to anc_ the ancestors of block row `row` (root first, the row
-  // itself last) under the block's parents; under a sliding window only those
+  // itself last) under the block's parents; under a window > 0 only those
   // whose position is within the window of the row's (AttentionArgs::window).
-  void add_ancestors(std::span<const int32_t> parents, std::span<const int32_t> positions, int row);
+  void add_ancestors(std::span<const int32_t> parents, std::span<const int32_t> positions, int row, int window);
+  // anc_off_ and anc_ for the pass's n tokens (add(i, window) appends token
+  // i's list through add_ancestors): the lists under hp_.sliding_window, then
+  // where hp_.mixed_window() the full ones, whose offsets (anc_off_full_)
+  // index the same anc_.
+  void build_ancestors(int n, const std::function<void(int, int)>& add);
 
   LlamaHParams hp_;
   DType kv_type_ = DType::F32;
@@ -142,7 +151,7 @@ class Transformer {
   BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, logits_;
   // The pass's index arrays (host), and their copy in backend memory:
   // tokens | positions | block parents | ancestor offsets | ancestors.
-  std::vector<int32_t> anc_off_, anc_, block_parents_, block_pos_, meta_;
+  std::vector<int32_t> anc_off_, anc_off_full_, anc_, block_parents_, block_pos_, meta_;
   BackendBuffer meta_dev_;
   static constexpr int kSeenOnce = -1, kNoRecording = -2;
   static constexpr size_t kMaxRecordings = 256;

@@ -72,14 +72,12 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   // committed per sequence | block tables | ancestor offsets | ancestors.
   const size_t cap = static_cast<size_t>(cap_n_), stride = static_cast<size_t>(pool.table_stride());
   const size_t o_tok = 0, o_pos = cap, o_seq = 2 * cap, o_row = 3 * cap, o_ids = 4 * cap, o_past = 5 * cap,
-               o_tab = 6 * cap, o_off = o_tab + cap * stride, o_anc = o_off + cap + 1;
-  anc_off_.assign(n + 1, 0);
-  anc_.clear();
-  for (int i = 0; i < n; ++i) {
-    const Local& q = seqs[local[i]];
-    add_ancestors(q.parents, q.positions, block_row[i]);
-    anc_off_[i + 1] = static_cast<int32_t>(anc_.size());
-  }
+               o_tab = 6 * cap, o_off = o_tab + cap * stride, o_off_full = o_off + cap + 1,
+               o_anc = o_off_full + cap + 1;
+  build_ancestors(n, [&](int i, int window) {
+    const Local& q = seqs[local[static_cast<size_t>(i)]];
+    add_ancestors(q.parents, q.positions, block_row[static_cast<size_t>(i)], window);
+  });
   const size_t n_seqs = seqs.size(), total = o_anc + anc_.size();
   if (meta_.size() < total) meta_.resize(total);
   std::copy(b.tokens.begin(), b.tokens.end(), meta_.begin() + o_tok);
@@ -95,6 +93,7 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
     std::copy_n(pool.table(seqs[s].id), stride, meta_.begin() + o_tab + s * stride);
   }
   std::copy(anc_off_.begin(), anc_off_.end(), meta_.begin() + o_off);
+  std::copy(anc_off_full_.begin(), anc_off_full_.end(), meta_.begin() + o_off_full);
   std::copy(anc_.begin(), anc_.end(), meta_.begin() + o_anc);
   ensure_meta_dev(total);
   // Only the used parts are uploaded (three copies).
@@ -104,6 +103,7 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   be_.upload(dev + o_off, meta_.data() + o_off, (total - o_off) * sizeof(int32_t));
   const int32_t* d = meta_dev_.as<const int32_t>();
   PassPointers pp{nullptr, d + o_tok, d + o_pos, nullptr, d + o_off, d + o_anc};
+  if (hp_.mixed_window()) pp.anc_off_full = d + o_off_full;
   pp.seq = d + o_seq, pp.rows = d + o_row, pp.seq_past = d + o_past, pp.table = d + o_tab, pp.out_ids = d + o_ids;
 
   float* out = be_.host_memory() ? logits.data() : logits_.as<float>();

@@ -45,6 +45,22 @@ struct LlamaHParams {
   // position: AttentionArgs::window). 0: none (also a window that covers the
   // training context).
   int sliding_window = 0;
+  // The layers the window applies to, one flag a layer (Qwen2/Qwen3 config.json:
+  // use_sliding_window from layer max_window_layers on, or layer_types): empty
+  // = every layer.
+  std::vector<uint8_t> window_layers;
+
+  // The window of layer l: sliding_window, or 0 (full attention).
+  int window_of(int l) const {
+    return window_layers.empty() || window_layers[static_cast<size_t>(l)] ? sliding_window : 0;
+  }
+  // Some layers attend within the window and some to everything.
+  bool mixed_window() const {
+    if (sliding_window <= 0) return false;
+    for (uint8_t w : window_layers)
+      if (!w) return true;
+    return false;
+  }
 };
 
 // The per-pair RoPE inverse frequencies the backends rotate by

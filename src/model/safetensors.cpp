@@ -159,6 +159,41 @@ struct Config {
   }
 };
 
+// Sliding-window attention (Mistral 7B v0.1; Qwen2/Qwen3 with
+// use_sliding_window, which Hugging Face defaults to false for them): a window
+// that covers the training context changes nothing; a shorter one is the
+// attention's (LlamaHParams::sliding_window), on the layers layer_types names
+// "sliding_attention", else (Qwen2/Qwen3) those from max_window_layers on
+// (Hugging Face's default 28), else every layer.
+void read_sliding_window(const Config& c, LlamaHParams& hp) {
+  const bool qwen = hp.arch == "qwen2" || hp.arch == "qwen3";
+  const auto sw = c.get_int("sliding_window", int64_t{1} << 40);
+  if (!sw || !c.get_bool("use_sliding_window").value_or(!qwen) || (hp.ctx_len > 0 && *sw >= hp.ctx_len)) return;
+  std::vector<uint8_t> layers(static_cast<size_t>(hp.n_layers), 1);
+  if (const json* t = c.find("layer_types")) {
+    if (!t->is_array() || t->size() != layers.size())
+      throw Error(c.path + ": 'layer_types' must be an array of " + std::to_string(hp.n_layers) + " strings");
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const std::string kind = (*t)[l].is_string() ? (*t)[l].get<std::string>() : std::string();
+      if (kind != "sliding_attention" && kind != "full_attention")
+        throw Error(c.path + ": layer_types[" + std::to_string(l) + "] = " + (*t)[l].dump() +
+                    " is unsupported (supported: \"full_attention\", \"sliding_attention\")");
+      layers[l] = kind == "sliding_attention";
+    }
+  } else if (qwen) {
+    int64_t from = 28;
+    if (const json* m = c.find("max_window_layers")) {
+      if (!m->is_number_integer() || m->get<int64_t>() < 0)
+        throw Error(c.path + ": 'max_window_layers' must be a non-negative integer");
+      from = m->get<int64_t>();
+    }
+    for (size_t l = 0; l < layers.size(); ++l) layers[l] = static_cast<int64_t>(l) >= from;
+  }
+  if (std::none_of(layers.begin(), layers.end(), [](uint8_t w) { return w != 0; })) return;
+  hp.sliding_window = static_cast<int>(std::min<int64_t>(*sw, int64_t{1} << 30));
+  if (std::any_of(layers.begin(), layers.end(), [](uint8_t w) { return w == 0; })) hp.window_layers = std::move(layers);
+}
+
 // The family config.json names (model_type, else the architectures list), as
 // LlamaHParams::arch: llama (mistral is the llama layout), qwen2, qwen3. A known
 // family with a feature Redwood lacks is a one-line error naming it.
@@ -277,12 +312,7 @@ LlamaHParams read_hparams(const Config& c, const std::string& arch) {
     throw Error(c.path + ": attention_bias / mlp_bias are unsupported");
   if (auto act = c.get_string("hidden_act"); act && *act != "silu")
     throw Error(c.path + ": hidden_act '" + *act + "' is unsupported (supported: silu)");
-  // Sliding-window attention (Mistral 7B v0.1): a window that covers the
-  // training context (or use_sliding_window false) changes nothing; a shorter
-  // one is the attention's (LlamaHParams::sliding_window).
-  if (auto sw = c.get_int("sliding_window", int64_t{1} << 40);
-      sw && *sw > 0 && c.get_bool("use_sliding_window").value_or(true) && !(hp.ctx_len > 0 && *sw >= hp.ctx_len))
-    hp.sliding_window = static_cast<int>(std::min<int64_t>(*sw, int64_t{1} << 30));
+  read_sliding_window(c, hp);
   return hp;
 }
 

@@ -17,7 +17,9 @@ runs the directory; tools/oracle/gguf_llama_ref.py runs the GGUF. Cases:
     computes its factors from config.json itself;
   - linear rope_scaling (factor 4);
   - Qwen2 (q/k/v biases, tied embedding; BF16) and Qwen3 (q_norm/k_norm,
-    head_dim 128 on a 256-wide model): model_type qwen2 / qwen3.
+    head_dim 128 on a 256-wide model): model_type qwen2 / qwen3;
+  - sliding windows on some layers only (Qwen2's max_window_layers, layer_types),
+    with the window on every layer and on none as negative controls.
 Plain script; exits non-zero on any failure.
 """
 from __future__ import annotations
@@ -50,6 +52,19 @@ CASES = [
     ("qwen2", ["--type", "BF16", "--arch", "qwen2", "--tied", "--rope-base", "1000000"], 1000000.0, None, "BF16"),
     ("qwen3", ["--type", "F16", "--arch", "qwen3", "--head-dim", "128", "--rope-base", "1000000"], 1000000.0, None,
      "F16"),
+]
+# Sliding windows on some layers only, as config.json says (GGUF cannot): Qwen2's use_sliding_window from
+# layer max_window_layers on, and layer_types. The oracle gets the same window on the same layers; the
+# negative controls (the window on every layer, on none) must disagree with redwood on the 33-token pass.
+QWEN2 = ["--type", "BF16", "--arch", "qwen2", "--tied", "--rope-base", "1000000"]
+QWEN3 = ["--type", "F16", "--arch", "qwen3", "--head-dim", "128", "--rope-base", "1000000"]
+WINDOW_CASES = [
+    # name, make-synthetic-gguf args, safetensors dtype, config.json extras, the windowed layers
+    ("qwen2-window-from-layer-1", QWEN2, "BF16",
+     {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1}, [False, True]),
+    ("qwen3-layer-types", QWEN3, "F16",
+     {"use_sliding_window": True, "sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"]},
+     [True, False]),
 ]
 
 
@@ -86,7 +101,7 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray], dtype: str):
 
 
 
-def gguf_to_hf(gguf_path: str, out_dir: str, rope_theta: float, rope_scaling, dtype: str):
+def gguf_to_hf(gguf_path: str, out_dir: str, rope_theta: float, rope_scaling, dtype: str, extra_config=None):
     r = GGUFReader(gguf_path, "r")
     m = ref.RefModel(gguf_path)
     H, K = m.n_head, m.n_head_kv
@@ -123,6 +138,7 @@ def gguf_to_hf(gguf_path: str, out_dir: str, rope_theta: float, rope_scaling, dt
               "num_key_value_heads": K, "vocab_size": m.n_vocab, "max_position_embeddings": 4096,
               "rms_norm_eps": m.eps, "rope_theta": rope_theta, "rope_scaling": rope_scaling,
               "tie_word_embeddings": tied, "hidden_act": "silu", "torch_dtype": "float16"}
+    config.update(extra_config or {})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f)
     vocab = {f"t{i}": i for i in range(m.n_vocab)}
@@ -140,15 +156,20 @@ def main() -> int:
     os.makedirs(a.workdir, exist_ok=True)
     failed = 0
     rng = np.random.default_rng(7)
-    for i, (name, gen, theta, scaling, dtype) in enumerate(CASES):
+    cases = [(name, gen, theta, scaling, dtype, None, None) for name, gen, theta, scaling, dtype in CASES]
+    cases += [(name, gen, 1000000.0, None, dtype, extra, layers) for name, gen, dtype, extra, layers in WINDOW_CASES]
+    for i, (name, gen, theta, scaling, dtype, extra, layers) in enumerate(cases):
         gpath = os.path.join(a.workdir, f"hf-{name}.gguf")
         hdir = os.path.join(a.workdir, f"hf-{name}")
         subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make-synthetic-gguf.py"), "--out", gpath,
                         *SHAPE, "--seed", str(i + 11), *gen], check=True, stdout=subprocess.DEVNULL)
-        gguf_to_hf(gpath, hdir, theta, scaling, dtype)
-        model = ref.RefModel(gpath)
+        gguf_to_hf(gpath, hdir, theta, scaling, dtype, extra)
+        window = (extra or {}).get("sliding_window")
+        model = ref.load_model(gpath, window=window, window_layers=layers)
+        controls = [ref.load_model(gpath, window=window), ref.load_model(gpath, ignore_window=True)] if layers else []
         worst = 0.0
         ok = True
+        control_errs = [float("inf")] * len(controls)
         for n in (1, 6, 33):
             ids = [int(x) for x in rng.integers(3, model.n_vocab, size=n)]
             out = os.path.join(a.workdir, f"hf-{name}-{n}.npy")
@@ -159,16 +180,26 @@ def main() -> int:
                 ok = False
                 break
             got = np.load(out).astype(np.float64)
-            want = ref.logits(model, ids).astype(np.float64)
-            rel = np.linalg.norm(got - want, axis=1) / np.maximum(np.linalg.norm(want, axis=1), 1e-30)
-            worst = max(worst, float(rel.max()))
-        if ok and worst < a.tol:
-            print(f"PASS {name} ({dtype} safetensors): worst row rel err {worst:.2e} (tol {a.tol:g})", flush=True)
+
+            def rel_err(m):
+                want = ref.logits(m, ids).astype(np.float64)
+                return float((np.linalg.norm(got - want, axis=1) / np.maximum(np.linalg.norm(want, axis=1), 1e-30)).max())
+
+            worst = max(worst, rel_err(model))
+            if n == 33:
+                control_errs = [rel_err(c) for c in controls]
+        controls_ok = all(e > 10 * a.tol for e in control_errs)
+        what = f"worst row rel err {worst:.2e} (tol {a.tol:g})"
+        if controls:
+            what += (f"; the window on every layer {control_errs[0]:.1e}, on none {control_errs[1]:.1e} "
+                     f"(want > {10 * a.tol:g})")
+        if ok and worst < a.tol and controls_ok:
+            print(f"PASS {name} ({dtype} safetensors): {what}", flush=True)
         else:
             if ok:
-                print(f"FAIL {name} ({dtype} safetensors): worst row rel err {worst:.2e} (tol {a.tol:g})", flush=True)
+                print(f"FAIL {name} ({dtype} safetensors): {what}", flush=True)
             failed += 1
-    print(f"{len(CASES) - failed} passed, {failed} failed")
+    print(f"{len(cases) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

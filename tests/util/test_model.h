@@ -1,6 +1,7 @@
 // Test helper: a model loaded resident on the CPU backend.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +20,10 @@ struct TestModel {
   std::unique_ptr<ResidentWeights> w;
   std::unique_ptr<Backend> be = make_cpu_backend();
   std::unique_ptr<Transformer> tf;
-  explicit TestModel(const std::string& path) : desc(load_model_desc(path)) {
+  // edit: changes the description before the weights load (what GGUF cannot say).
+  explicit TestModel(const std::string& path, const std::function<void(ModelDesc&)>& edit = {})
+      : desc(load_model_desc(path)) {
+    if (edit) edit(desc);
     w = std::make_unique<ResidentWeights>(desc);
     tf = std::make_unique<Transformer>(desc, *w, *be);
   }

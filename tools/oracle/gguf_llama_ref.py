@@ -95,6 +95,9 @@ class RefModel:
         # k when p - k >= window (itself and window - 1 before it).
         # ignore_window: full attention (a test's negative control).
         self.window = 0 if ignore_window else int(_field(r, f"{a}.attention.sliding_window", 0) or 0)
+        # The layers the window applies to (None: every layer); load_model sets
+        # both for what GGUF cannot say (config.json's per-layer windows).
+        self.window_layers = None
         # Linear RoPE scaling as llama.cpp reads it: rope.scaling.factor, else
         # rope.scale_linear; 0 or absent is none; the type defaults to linear
         # and "none" switches the factor off.
@@ -268,11 +271,13 @@ def _forward(m: RefModel, tokens, cache: KVCache, all_rows: bool, positions=None
     scale = 1.0 / math.sqrt(D)
     t_total = cache.n + n
     # causal mask: query row i sees rows j <= i
-    mask = np.arange(t_total)[None, :] > rows[:, None]  # (n, t_total)
+    full = np.arange(t_total)[None, :] > rows[:, None]  # (n, t_total)
+    windowed = full
     if m.window > 0:  # and only keys at positions > its position - window
-        mask |= pos[:, None] - key_pos[None, :] >= m.window
+        windowed = full | (pos[:, None] - key_pos[None, :] >= m.window)
     for il in range(m.n_layer):
         p = f"blk.{il}."
+        mask = windowed if m.window_layers is None or m.window_layers[il] else full
         h = m.rmsnorm(x, p + "attn_norm.weight")
         q = m.matmul(p + "attn_q.weight", h)
         k = m.matmul(p + "attn_k.weight", h)
@@ -321,8 +326,18 @@ def _lm_head(m: RefModel, h: np.ndarray) -> np.ndarray:
 
 
 # -------------------------------------------------------------------- public API
-def load_model(path: str, dtype=np.float64, cache_budget_gb: float = 6.0, ignore_window: bool = False) -> RefModel:
-    return RefModel(path, dtype=dtype, cache_budget_gb=cache_budget_gb, ignore_window=ignore_window)
+def load_model(path: str, dtype=np.float64, cache_budget_gb: float = 6.0, ignore_window: bool = False,
+               window: int | None = None, window_layers=None) -> RefModel:
+    """window / window_layers: a sliding window (and the layers it applies to, one bool a layer) in
+    place of the file's."""
+    m = RefModel(path, dtype=dtype, cache_budget_gb=cache_budget_gb, ignore_window=ignore_window)
+    if window is not None:
+        m.window = window
+    if window_layers is not None:
+        if len(window_layers) != m.n_layer:
+            raise ValueError(f"window_layers: {len(window_layers)} flags for {m.n_layer} layers")
+        m.window_layers = [bool(w) for w in window_layers]
+    return m
 
 
 def logits(model: RefModel, tokens, positions=None) -> np.ndarray:
