@@ -499,8 +499,8 @@ INSTANTIATE_TEST_SUITE_P(Types, BatchGeneration, ::testing::Values(DType::F16, D
 // trees; several sequences in shared passes (BatchGenerator, plain and with
 // trees) equal their runs alone; and the window is real: the same weights
 // without it decode otherwise. Also a window of 3 on some layers only (the
-// target's first and last, the draft's first; config.json's max_window_layers
-// or layer_types), which decodes otherwise than the window on every layer.
+// target's first and last, the draft's first: attention.sliding_window_pattern),
+// which decodes otherwise than the window on every layer.
 TEST(SpecWindow, TreesAndSharedPassesPastTheWindowMatchGreedyAlone) {
   set_cpu_batch_invariant(true);  // every pass size on the same GEMM: ties cannot flip
   const std::string dir = ::testing::TempDir();
@@ -511,21 +511,20 @@ TEST(SpecWindow, TreesAndSharedPassesPastTheWindowMatchGreedyAlone) {
     const bool some_layers = window > 100;  // 103: a window of 3 on some layers
     if (some_layers) window -= 100;
     const std::string w = std::to_string(window) + (some_layers ? "-some-layers" : "");
-    auto layers = [&](std::vector<uint8_t> on) {
-      return [on, some_layers](ModelDesc& d) {
-        if (some_layers) d.hp.window_layers = on;
-      };
-    };
     testutil::TinyShape ts;
     ts.layers = 3, ts.seed = 47, ts.sliding_window = window;
-    testutil::TinyShape ds = ts, fs = ts;
+    if (some_layers) ts.window_pattern = {1, 0, 1};
+    testutil::TinyShape ds = ts, fs = ts, es = ts;
     ds.layers = 2;
+    if (some_layers) ds.window_pattern = {1, 0};
     fs.sliding_window = 0;
+    fs.window_pattern.clear();
+    es.window_pattern.clear();
     testutil::write_tiny_llama(dir + "swa_target_" + w + ".gguf", ts);
     testutil::write_tiny_llama(dir + "swa_draft_" + w + ".gguf", ds);
     testutil::write_tiny_llama(dir + "swa_full.gguf", fs);
-    testutil::TestModel target(dir + "swa_target_" + w + ".gguf", layers({1, 0, 1})),
-        draft(dir + "swa_draft_" + w + ".gguf", layers({1, 0})), full(dir + "swa_full.gguf");
+    testutil::TestModel target(dir + "swa_target_" + w + ".gguf"), draft(dir + "swa_draft_" + w + ".gguf"),
+        full(dir + "swa_full.gguf");
     ASSERT_EQ(target.desc.hp.sliding_window, static_cast<int>(window));
     ASSERT_EQ(target.desc.hp.mixed_window(), some_layers);
     auto reference = [&](testutil::TestModel& m, const std::vector<int32_t>& prompt) {
@@ -535,7 +534,8 @@ TEST(SpecWindow, TreesAndSharedPassesPastTheWindowMatchGreedyAlone) {
     for (const auto& p : prompts) want.push_back(reference(target, p));
     EXPECT_NE(want[1], reference(full, prompts[1])) << "window " << w << ": the window changed nothing";
     if (some_layers) {
-      testutil::TestModel every(dir + "swa_target_" + w + ".gguf");
+      testutil::write_tiny_llama(dir + "swa_every_" + w + ".gguf", es);
+      testutil::TestModel every(dir + "swa_every_" + w + ".gguf");
       EXPECT_NE(want[1], reference(every, prompts[1])) << "window " << w << ": the layers changed nothing";
     }
     int64_t accepted = 0;

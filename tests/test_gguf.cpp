@@ -264,6 +264,37 @@ TEST(Gguf, ASlidingWindowShorterThanTheContextIsKept) {
   EXPECT_EQ(hp.sliding_window, 1024);
 }
 
+// attention.sliding_window_pattern (llama.cpp's, one bool a layer) names the
+// windowed layers; all false is no window; a wrong length and the integer
+// form (whose first layer llama.cpp sets per architecture) are errors.
+TEST(Gguf, ASlidingWindowPatternNamesTheLayers) {
+  const std::string path = ::testing::TempDir() + "gguf_swa_pattern.gguf";
+  testutil::TinyShape s;
+  s.layers = 2;
+  s.sliding_window = 64;
+  s.window_pattern = {0, 1};
+  testutil::write_tiny_llama(path, s);
+  LlamaHParams hp = load_model_desc(path).hp;
+  EXPECT_EQ(hp.sliding_window, 64);
+  EXPECT_EQ(hp.window_layers, (std::vector<uint8_t>{0, 1}));
+  s.window_pattern = {1, 1};
+  testutil::write_tiny_llama(path, s);
+  hp = load_model_desc(path).hp;
+  EXPECT_EQ(hp.sliding_window, 64);
+  EXPECT_TRUE(hp.window_layers.empty());
+  s.window_pattern = {0, 0};
+  testutil::write_tiny_llama(path, s);
+  EXPECT_EQ(load_model_desc(path).hp.sliding_window, 0);
+  s.window_pattern = {1};
+  testutil::write_tiny_llama(path, s);
+  EXPECT_NE(testutil::error_of([&] { load_model_desc(path); }).find("sliding_window_pattern is unsupported"),
+            std::string::npos);
+  s.window_pattern.clear();
+  s.window_period = 2;
+  testutil::write_tiny_llama(path, s);
+  EXPECT_NE(testutil::error_of([&] { load_model_desc(path); }).find("one bool a layer (2)"), std::string::npos);
+}
+
 // The families as data: qwen2's biases and qwen3's per-head q/k norms are
 // read into the description (NEOX RoPE, key_length as the head size), and
 // check_tensors_used / validate_model_desc name what a model lacks or has extra.

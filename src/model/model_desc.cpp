@@ -224,6 +224,22 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
   const auto sw = f.get_uint(p + "attention.sliding_window");  // 0: none
   if (sw && *sw != 0 && !(hp.ctx_len > 0 && *sw >= static_cast<uint64_t>(hp.ctx_len)))
     hp.sliding_window = static_cast<int>(std::min<uint64_t>(*sw, uint64_t{1} << 30));
+  // The layers it applies to (llama.cpp's attention.sliding_window_pattern, as
+  // its converter writes it from config.json's layer_types): one bool a layer.
+  // The integer form's first layer differs by architecture in llama.cpp, so
+  // it is refused rather than guessed.
+  if (const GgufValue* pat = f.find(p + "attention.sliding_window_pattern")) {
+    if (pat->type != GgufType::ARRAY || pat->elem != GgufType::BOOL ||
+        pat->arr.size() != static_cast<size_t>(hp.n_layers))
+      throw Error(path + ": " + p + "attention.sliding_window_pattern is unsupported unless an array of one bool a "
+                  "layer (" + std::to_string(hp.n_layers) + ")");
+    std::vector<uint8_t> layers;
+    for (const GgufValue& e : pat->arr) layers.push_back(e.u != 0 ? 1 : 0);
+    if (std::none_of(layers.begin(), layers.end(), [](uint8_t w) { return w != 0; }))
+      hp.sliding_window = 0;
+    else if (hp.sliding_window > 0 && std::any_of(layers.begin(), layers.end(), [](uint8_t w) { return w == 0; }))
+      hp.window_layers = std::move(layers);
+  }
   hp.rope_mode = traits.rope_mode;
   hp.rope_freq_factors = gguf_rope_factors(f, p, hp.head_dim, read);
 

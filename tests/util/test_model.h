@@ -1,7 +1,6 @@
 // Test helper: a model loaded resident on the CPU backend.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,10 +19,7 @@ struct TestModel {
   std::unique_ptr<ResidentWeights> w;
   std::unique_ptr<Backend> be = make_cpu_backend();
   std::unique_ptr<Transformer> tf;
-  // edit: changes the description before the weights load (what GGUF cannot say).
-  explicit TestModel(const std::string& path, const std::function<void(ModelDesc&)>& edit = {})
-      : desc(load_model_desc(path)) {
-    if (edit) edit(desc);
+  explicit TestModel(const std::string& path) : desc(load_model_desc(path)) {
     w = std::make_unique<ResidentWeights>(desc);
     tf = std::make_unique<Transformer>(desc, *w, *be);
   }

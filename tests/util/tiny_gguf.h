@@ -337,6 +337,10 @@ struct TinyShape {
   int poison_row = -1;
   float poison = 0.0f;
   uint32_t sliding_window = 0;  // when > 0: llama.attention.sliding_window (context_length is 2048)
+  // When set: attention.sliding_window_pattern, one bool a layer (or, with
+  // window_period > 0, llama.cpp's integer form).
+  std::vector<uint8_t> window_pattern;
+  uint32_t window_period = 0;
   // The family: "qwen2" adds attn_q/k/v.bias, "qwen3" attn_q/k_norm.weight;
   // head_dim > 0 writes attention.key_length/value_length; expert_count > 0
   // writes {arch}.expert_count (a MoE header, no expert tensors).
@@ -374,6 +378,11 @@ class GgufWriter {
   void kv_f32_arr(const std::string& k, const std::vector<float>& v) {
     key(k, 9), pod((uint32_t)6), pod((uint64_t)v.size());
     for (float f : v) pod(f);
+    ++n_kv_;
+  }
+  void kv_bool_arr(const std::string& k, const std::vector<uint8_t>& v) {
+    key(k, 9), pod((uint32_t)7), pod((uint64_t)v.size());
+    for (uint8_t b : v) pod(b);
     ++n_kv_;
   }
   void kv_i32_arr(const std::string& k, const std::vector<int32_t>& v) {
@@ -463,6 +472,8 @@ inline void write_tiny_llama(const std::string& path, const TinyShape& s) {
   }
   if (s.expert_count > 0) w.kv_u32(a + "expert_count", s.expert_count);
   if (s.sliding_window > 0) w.kv_u32(a + "attention.sliding_window", s.sliding_window);
+  if (!s.window_pattern.empty()) w.kv_bool_arr(a + "attention.sliding_window_pattern", s.window_pattern);
+  if (s.window_period > 0) w.kv_u32(a + "attention.sliding_window_pattern", s.window_period);
   if (s.rope_linear >= 0) {
     if (!s.rope_scaling.empty()) w.kv_str(a + "rope.scaling.type", s.rope_scaling);
     w.kv_f32(a + "rope.scaling.factor", s.rope_linear);
