@@ -235,6 +235,33 @@ TEST(Gguf, SelfDraftKeepsChosenBlocksRenumbered) {
   EXPECT_EQ(load_model_desc(out).hp.n_layers, 3);
 }
 
+// Any family: the first K blocks of a qwen2 model (whose block count is
+// qwen2.block_count; make-draft read llama.block_count and found 0 blocks),
+// and the kept blocks' sliding-window flags.
+TEST(Gguf, SelfDraftOfAQwenModelKeepsItsWindowedLayers) {
+  const std::string src = ::testing::TempDir() + "gguf_draft_qwen2.gguf";
+  const std::string out = ::testing::TempDir() + "gguf_draft_qwen2_out.gguf";
+  testutil::TinyShape s;
+  s.arch = "qwen2";
+  s.layers = 4;
+  s.sliding_window = 64;
+  s.window_pattern = {0, 1, 1, 0};
+  testutil::write_tiny_llama(src, s);
+  make_self_draft(src, 2, out);
+  LlamaHParams hp = load_model_desc(out).hp;
+  EXPECT_EQ(hp.arch, "qwen2");
+  EXPECT_EQ(hp.n_layers, 2);
+  EXPECT_EQ(hp.window_layers, (std::vector<uint8_t>{0, 1}));
+  make_self_draft(src, parse_block_list("1,3", 4), out);
+  EXPECT_EQ(load_model_desc(out).hp.window_layers, (std::vector<uint8_t>{1, 0}));
+  make_self_draft(src, parse_block_list("1-2", 4), out);
+  hp = load_model_desc(out).hp;
+  EXPECT_EQ(hp.sliding_window, 64);
+  EXPECT_TRUE(hp.window_layers.empty());  // every kept layer is windowed
+  EXPECT_NE(testutil::error_of([&] { make_self_draft(src, 5, out); }).find("between 1 and the model's 4 blocks"),
+            std::string::npos);
+}
+
 TEST(Gguf, BlockListsAreCheckedStrictly) {
   EXPECT_EQ(parse_block_list("0-3,8,10-11", 12), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
   for (const char* bad : {"", ",", "1,", "3-1", "0,0", "2,1", "0-12", "a", "1--2", "1 ,2", "99999999"})

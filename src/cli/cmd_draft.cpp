@@ -39,9 +39,7 @@ Runner add_make_draft(CLI::App& app) {
     if (o->layers > 0) {
       make_self_draft(o->from, o->layers, o->out);
     } else if (!o->blocks.empty()) {
-      const GgufFile f = GgufFile::open(o->from);
-      const auto n = static_cast<int>(std::min<uint64_t>(f.get_uint("llama.block_count").value_or(0), 1u << 20));
-      make_self_draft(o->from, parse_block_list(o->blocks, n), o->out);
+      make_self_draft(o->from, parse_block_list(o->blocks, load_model_desc(o->from).hp.n_layers), o->out);
     } else {
       throw Error("make-draft: give --layers K or --blocks LIST");
     }

@@ -189,6 +189,14 @@ void make_self_draft(const std::string& from, const std::vector<int>& blocks, co
   bc.type = GgufType::U32;
   bc.u = static_cast<uint64_t>(blocks.size());
   ov[arch + ".block_count"] = bc;
+  // Which of the kept blocks attend within the sliding window.
+  if (const GgufValue* pat = f.find(arch + ".attention.sliding_window_pattern");
+      pat && pat->type == GgufType::ARRAY && pat->arr.size() == n) {
+    GgufValue kept_pat = *pat;
+    kept_pat.arr.clear();
+    for (int b : blocks) kept_pat.arr.push_back(pat->arr[static_cast<size_t>(b)]);
+    ov[arch + ".attention.sliding_window_pattern"] = kept_pat;
+  }
   std::string kept;
   for (size_t i = 0; i < blocks.size();) {  // "0-7,24-29"
     size_t j = i;
@@ -214,9 +222,8 @@ void make_self_draft(const std::string& from, const std::vector<int>& blocks, co
 }
 
 void make_self_draft(const std::string& from, int layers, const std::string& out_path) {
-  const GgufFile f = GgufFile::open(from);
-  const uint64_t n = f.get_uint("llama.block_count").value_or(0);
-  if (layers < 1 || static_cast<uint64_t>(layers) > n)
+  const int n = load_model_desc(from).hp.n_layers;  // {arch}.block_count, any family
+  if (layers < 1 || layers > n)
     throw Error("--layers must be between 1 and the model's " + std::to_string(n) + " blocks");
   std::vector<int> blocks(static_cast<size_t>(layers));
   for (int i = 0; i < layers; ++i) blocks[static_cast<size_t>(i)] = i;
