@@ -397,6 +397,15 @@ TEST_F(SafetensorsTest, ASlidingWindowShorterThanTheContextIsKept) {
     write_file(dir / "config.json", c.dump());
     EXPECT_EQ(load_model_desc(dir.string()).hp.sliding_window, 0) << w;
   }
+  // Hugging Face's Llama has no window: its config.json's key changes nothing.
+  c["sliding_window"] = 1024;
+  c["model_type"] = "llama";
+  write_file(dir / "config.json", c.dump());
+  EXPECT_EQ(load_model_desc(dir.string()).hp.sliding_window, 0);
+  c.erase("model_type");
+  c["architectures"] = {"MistralForCausalLM"};
+  write_file(dir / "config.json", c.dump());
+  EXPECT_EQ(load_model_desc(dir.string()).hp.sliding_window, 1024);
 }
 
 // layer_types names the layers the window applies to (the others attend to

@@ -235,6 +235,11 @@ TEST(Tokenizer, DeepseekFalconMptPreTokenizers) {
   EXPECT_EQ(bpe_pre_tokenize("deepseek-llm", "ab 2024,  "), (Pieces{"ab", " ", "2024", ",", "  "}));
   // Falcon: punctuation first (also $ and +), then GPT-2's split, then three digits at a time.
   EXPECT_EQ(bpe_pre_tokenize("falcon", "a$+b 12345"), (Pieces{"a", "$+", "b", " ", "123", "45"}));
+  // Punctuation as Hugging Face's counts it: Unicode 9.0's (U+2E42, added in
+  // 7.0, is one; U+2E44, added in 10.0, is not, so GPT-2's split keeps it
+  // with the space before it); pieces as tokens the tokenizers package gives.
+  EXPECT_EQ(bpe_pre_tokenize("falcon", "x \u2E42 y a \u2E44 b"),
+            (Pieces{"x", " ", "\u2E42", " y", " a", " \u2E44", " b"}));
   EXPECT_EQ(bpe_pre_tokenize("mpt", "it's 12"), bpe_pre_tokenize("gpt2", "it's 12"));
   // V3 (its real tokenizer.json, pieces as the tokenizers package gives them):
   // digits three at a time, CJK runs apart, one punctuation character may lead
@@ -742,12 +747,14 @@ TEST(TokenizerHfJson, PreTokenizerFromItsComponents) {
   // Not implemented, so an error, not another split: one stage fewer, a
   // ByteLevel that also splits after V3's (use_regex defaults to true), a Split
   // that removes its matches, a Punctuation component alone or isolating each
-  // character (Hugging Face's default), single digits on byte-mapped text, no
-  // split at all.
+  // character (Hugging Face's default), a Split after the ByteLevel (it would
+  // split byte-mapped text, where a space is a letter), single digits on
+  // byte-mapped text, no split at all.
   for (const std::string& c : {v3_two + "," + byte_level, v3 + R"(, {"type": "ByteLevel"})", byte_level,
                                split(R"J(\\p{N})J", "Removed") + "," + byte_level,
                                falcon_punct + R"(, {"type": "ByteLevel"})",
                                R"({"type": "Punctuation"},)" + falcon_rest,
+                               byte_level + "," + split(R"J(\\p{N})J"),
                                std::string(R"({"type": "ByteLevel"}, {"type": "Digits", "individual_digits": true})")}) {
     try {
       const std::string got = pre_of(c);

@@ -443,6 +443,8 @@ def main(argv=None) -> int:
     ap.add_argument("--head-dim", type=int, help="attention head size (default: dim / heads)")
     ap.add_argument("--sliding-window", type=int, metavar="N",
                     help="{arch}.attention.sliding_window (Mistral 7B v0.1's sliding-window attention)")
+    ap.add_argument("--sliding-window-pattern", metavar="0,1,...",
+                    help="{arch}.attention.sliding_window_pattern: one 0/1 a layer, the layers the window applies to")
     ap.add_argument("--mode", choices=["auto", "exact", "pool"], default="auto")
     ap.add_argument("--name", default=None)
     ap.add_argument("--tokenizer-from", metavar="GGUF",
@@ -531,6 +533,11 @@ def main(argv=None) -> int:
     w.add_layer_norm_rms_eps(float(cfg["eps"]))
     if a.sliding_window:
         w.add_uint32(f"{a.arch}.attention.sliding_window", a.sliding_window)
+    if a.sliding_window_pattern:
+        pat = [x.strip() == "1" for x in a.sliding_window_pattern.split(",")]
+        if len(pat) != cfg["layers"]:
+            raise SystemExit(f"--sliding-window-pattern: {len(pat)} flags for {cfg['layers']} layers")
+        w.add_array(f"{a.arch}.attention.sliding_window_pattern", pat)
     if a.rope_linear:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(a.rope_linear)

@@ -1,8 +1,9 @@
 // The Llama forward pass, tree-ready. One call takes n new tokens, each with a
 // position and a parent among the n (-1: attends only to the committed prefix).
 // Token i attends to the committed KV prefix plus its ancestors (and itself);
-// under a sliding window (LlamaHParams::sliding_window) only to those whose
-// position is within the window of its own (committed row r is position r).
+// on a layer with a sliding window (LlamaHParams::window_of) only to those
+// whose position is within the window of its own (committed row r is
+// position r).
 // Prefill is a chain (parents i-1), decoding n = 1, verification a tree.
 // A pass over a KvPool takes tokens of several sequences at once (SeqBatch):
 // every weight is acquired once per pass and multiplied against all of them.
@@ -105,7 +106,7 @@ class Transformer {
   PassStats forward(const SeqBatch& b, KvPool& pool, std::span<float> logits, std::span<const int32_t> logit_rows);
 
  private:
-  // Backend pointers to the pass's index arrays (see forward()); the last five
+  // Backend pointers to the pass's index arrays (see forward()); seq .. out_ids
   // only for a pool pass.
   struct PassPointers {
     // anc_off indexes anc as the window masks it; anc_off_full, where some
@@ -150,7 +151,8 @@ class Transformer {
   int cap_n_ = 0;
   BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, logits_;
   // The pass's index arrays (host), and their copy in backend memory:
-  // tokens | positions | block parents | ancestor offsets | ancestors.
+  // tokens | positions | block parents | ancestor offsets (windowed, full) |
+  // ancestors.
   std::vector<int32_t> anc_off_, anc_off_full_, anc_, block_parents_, block_pos_, meta_;
   BackendBuffer meta_dev_;
   static constexpr int kSeenOnce = -1, kNoRecording = -2;

@@ -69,7 +69,8 @@ PassStats Transformer::forward(const SeqBatch& b, KvPool& pool, std::span<float>
   // Index arrays at offsets that depend only on the scratch size and the
   // pool's table width (so a recorded pass finds them where it recorded them):
   // tokens | positions | sequence (local) | cache row | logits rows |
-  // committed per sequence | block tables | ancestor offsets | ancestors.
+  // committed per sequence | block tables | ancestor offsets (windowed, full) |
+  // ancestors.
   const size_t cap = static_cast<size_t>(cap_n_), stride = static_cast<size_t>(pool.table_stride());
   const size_t o_tok = 0, o_pos = cap, o_seq = 2 * cap, o_row = 3 * cap, o_ids = 4 * cap, o_past = 5 * cap,
                o_tab = 6 * cap, o_off = o_tab + cap * stride, o_off_full = o_off + cap + 1,

@@ -160,13 +160,19 @@ struct Config {
 };
 
 // Sliding-window attention (Mistral 7B v0.1; Qwen2/Qwen3 with
-// use_sliding_window, which Hugging Face defaults to false for them): a window
-// that covers the training context changes nothing; a shorter one is the
-// attention's (LlamaHParams::sliding_window), on the layers layer_types names
+// use_sliding_window, which Hugging Face defaults to false for them; Hugging
+// Face's Llama has none, whatever its config.json says): a window that covers
+// the training context changes nothing; a shorter one is the attention's
+// (LlamaHParams::sliding_window), on the layers layer_types names
 // "sliding_attention", else (Qwen2/Qwen3) those from max_window_layers on
 // (Hugging Face's default 28), else every layer.
 void read_sliding_window(const Config& c, LlamaHParams& hp) {
   const bool qwen = hp.arch == "qwen2" || hp.arch == "qwen3";
+  const std::string mt = c.get_string("model_type").value_or("");
+  bool mistral = mt == "mistral";
+  if (const json* a = c.find("architectures"); mt.empty() && a && a->is_array())
+    for (const auto& e : *a) mistral = mistral || (e.is_string() && e.get<std::string>() == "MistralForCausalLM");
+  if (!qwen && !mistral) return;
   const auto sw = c.get_int("sliding_window", int64_t{1} << 40);
   if (!sw || !c.get_bool("use_sliding_window").value_or(!qwen) || (hp.ctx_len > 0 && *sw >= hp.ctx_len)) return;
   std::vector<uint8_t> layers(static_cast<size_t>(hp.n_layers), 1);

@@ -182,6 +182,11 @@ std::string byte_level_pre_name(const json& pre, bool* mapped_digits) {
   std::vector<std::string> stages;
   bool unknown = false, byte_level = false;
   *mapped_digits = false;
+  // A stage after a ByteLevel splits byte-mapped text: marked, so that it
+  // matches only a table form written for that (bpe_after_byte_level).
+  auto stage = [&](std::string_view regex) {
+    stages.push_back(byte_level ? bpe_after_byte_level(regex) : std::string(regex));
+  };
   for_each_component(pre, [&](const json& c) {
     const std::string t = c.value("type", "");
     if (t == "Sequence") return;
@@ -189,16 +194,14 @@ std::string byte_level_pre_name(const json& pre, bool* mapped_digits) {
       const std::string regex = component_regex(c);
       const std::string behavior = c.value("behavior", "Isolated");
       if (regex.empty() || behavior != "Isolated" || c.value("invert", false)) unknown = true;
-      stages.push_back(regex);
+      stage(regex);
     } else if (t == "Digits") {
-      const bool individual = c.value("individual_digits", false);
-      if (byte_level && individual) unknown = true;
-      stages.emplace_back(byte_level ? bpe_mapped_digit_runs() : bpe_digit_regex(individual));
+      stage(bpe_digit_regex(c.value("individual_digits", false)));
       *mapped_digits = *mapped_digits || byte_level;
     } else if (t == "Punctuation") {
       const std::string_view regex = bpe_punctuation_regex(c.value("behavior", "Isolated"));
       if (regex.empty()) unknown = true;
-      stages.emplace_back(regex);
+      stage(regex);
     } else if (t == "ByteLevel") {
       byte_level = true;
       if (c.value("use_regex", true)) stages.emplace_back(bpe_byte_level_regex());
@@ -223,15 +226,12 @@ void check_mapped_digits(const std::string& path, const TokenizerSpec& spec) {
     if (spec.types[id] != TokenType::kNormal) continue;
     const std::string& t = spec.tokens[id];
     bool digits = false, other = false;
-    for (size_t i = 0; i < t.size();) {
+    for (size_t i = 0; i < t.size();) {  // the mapped characters are U+0021..U+0143: one or two bytes
       const auto c = static_cast<uint8_t>(t[i]);
+      const size_t len = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
       uint32_t cp = c;
-      size_t len = 1;
-      if (c >= 0xC0 && c < 0xE0 && i + 1 < t.size()) {  // the mapped characters are U+0000..U+0143
-        cp = ((c & 0x1Fu) << 6) | (static_cast<uint8_t>(t[i + 1]) & 0x3Fu);
-        len = 2;
-      }
-      (digit(cp) ? digits : other) = true;
+      if (len == 2 && i + 1 < t.size()) cp = ((c & 0x1Fu) << 6) | (static_cast<uint8_t>(t[i + 1]) & 0x3Fu);
+      (len <= 2 && digit(cp) ? digits : other) = true;
       i += len;
     }
     if (digits && other)

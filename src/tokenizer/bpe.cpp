@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "src/tokenizer/hf_punctuation.h"
 #include "src/tokenizer/tokenizer_impl.h"
 #include "src/tokenizer/unicode_proxies.h"
 #include "src/util/error.h"
@@ -59,9 +60,11 @@ constexpr const char* kDeepseekPunct = R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x
 constexpr const char* kTrailingSpaceRegex = R"(\s+$)";
 constexpr const char* kCjkRegex = R"([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
 constexpr const char* kDigitRunRegex = R"(\p{N}+)";
-// Falcon's: Punctuation (contiguous; ASCII punctuation counts $+<=>^~|` too),
-// then GPT-2's split, then runs of three ASCII digits.
-constexpr const char* kFalconPunct = R"([\p{P}\$\+<=>\^~\|`]+)";
+// Falcon's: Punctuation (contiguous: runs of what Hugging Face's splits off,
+// ASCII punctuation, $+<=>^~|` too, and Unicode 9.0's P; llama.cpp's \p{P}
+// also takes punctuation added since), then GPT-2's split, then runs of three
+// ASCII digits.
+constexpr const char* kFalconPunct = kHfPunctuationRuns;
 constexpr const char* kThreeDigits = R"([0-9][0-9][0-9])";
 // DeepSeek V3's tokenizer.json: digits in runs of at most three, CJK (Han,
 // Hiragana, Katakana) runs, then a Llama-3-like split in which one ASCII
@@ -130,17 +133,21 @@ bool with_stand_ins(std::string_view text, std::string& copy) {
 }
 
 // tokenizer.json's spelling of a table entry where it is not the entry's
-// regexes: Falcon's file has Digits after its ByteLevel, and there Digits sees
-// byte-mapped characters (kMappedDigitRuns: no regex over text says that). It
-// splits as the entry on a vocabulary in which no token joins a digit-like
-// byte to another character (tokenizer_spec.cpp checks), as Falcon's.
-constexpr const char* kMappedDigitRuns = "<Digits after ByteLevel>";
+// regexes. A stage after a ByteLevel splits byte-mapped text (a space is Ġ,
+// a letter there; bpe_after_byte_level marks it): Falcon's Digits and
+// three-digit Split come after its ByteLevel. Its Split sees ASCII digits as
+// the text has them; its Digits splits as the entry does on a vocabulary in
+// which no token joins a digit-like byte to another character
+// (tokenizer_spec.cpp checks), as Falcon's.
+constexpr const char* kAfterByteLevel = "<after ByteLevel>";
+constexpr const char* kMappedDigitRuns = "<after ByteLevel>\\p{N}+";
+constexpr const char* kMappedThreeDigits = "<after ByteLevel>[0-9][0-9][0-9]";
 struct JsonForm {
   const char* name;
   std::array<const char*, 6> stages;
 };
 constexpr JsonForm kJsonForms[] = {
-    {"falcon", {kFalconPunct, kGpt2Regex, kMappedDigitRuns, kThreeDigits}},
+    {"falcon", {kFalconPunct, kGpt2Regex, kMappedDigitRuns, kMappedThreeDigits}},
 };
 
 const PreTokenizer* find_pre(std::string_view pre) {
@@ -537,7 +544,7 @@ std::string bpe_pre_for_stages(const std::vector<std::string>& stages) {
 
 std::string_view bpe_digit_regex(bool individual) { return individual ? tok::kDigitRegex : tok::kDigitRunRegex; }
 
-std::string_view bpe_mapped_digit_runs() { return tok::kMappedDigitRuns; }
+std::string bpe_after_byte_level(std::string_view stage) { return tok::kAfterByteLevel + std::string(stage); }
 
 std::string_view bpe_punctuation_regex(std::string_view behavior) {
   return behavior == "Contiguous" ? tok::kFalconPunct : std::string_view();

@@ -62,10 +62,11 @@ std::string bpe_pre_for_stages(const std::vector<std::string>& stages);
 std::string_view bpe_digit_regex(bool individual);
 // ByteLevel(use_regex = true) as a regex: GPT-2's split.
 std::string_view bpe_byte_level_regex();
-// Digits(individual_digits = false) after a ByteLevel, which splits the
-// byte-mapped text (0-9 and the bytes B2 B3 B9 BC BD BE, mapped to ² ³ ¹ ¼ ½ ¾,
-// are digits there): a stage name, not a regex. Falcon's tokenizer.json has it.
-std::string_view bpe_mapped_digit_runs();
+// A stage after a ByteLevel, which splits the byte-mapped text (a space is Ġ,
+// a letter there; 0-9 and the bytes B2 B3 B9 BC BD BE, mapped to ² ³ ¹ ¼ ½ ¾,
+// are digits): its regex marked so, a stage name that only Falcon's
+// tokenizer.json form (Digits and a three-digit Split there) matches.
+std::string bpe_after_byte_level(std::string_view stage);
 // Punctuation(behavior) as a regex: "Contiguous" (runs of Unicode P and ASCII
 // punctuation, Falcon's); empty for a behavior Redwood does not implement.
 std::string_view bpe_punctuation_regex(std::string_view behavior);

@@ -8,7 +8,9 @@ when p - k >= window).
 
 Small random Llamas with short windows (8 and 5 positions), written by
 tools/make-synthetic-gguf.py: head size 64 (the CPU's vector attention path)
-and 12 (its generic path). tests/python/test_oracles.py checks redwood's logits
+and 12 (its generic path), and one with the window on its second layer only
+(attention.sliding_window_pattern; the window on every layer is then a
+negative control too). tests/python/test_oracles.py checks redwood's logits
 (1-, 5-, 17- and 40-token passes: positions well past the window) and greedy
 continuations (prompts of up to 24 tokens and 48 generated). Negative control:
 the oracle with the window ignored (full attention) must disagree with redwood
@@ -36,6 +38,9 @@ TOL = 1e-3  # test_oracles.py's default per-row relative tolerance
 MODELS = [
     ("window 8, head 64", ["--dim", "256", "--heads", "4", "--kv-heads", "2", "--sliding-window", "8"]),
     ("window 5, head 12", ["--dim", "96", "--heads", "8", "--kv-heads", "2", "--sliding-window", "5"]),
+    # The window on the second layer only (attention.sliding_window_pattern, which the oracle reads too).
+    ("window 5 on layer 1, head 64", ["--dim", "256", "--heads", "4", "--kv-heads", "2", "--sliding-window", "5",
+                                      "--sliding-window-pattern", "0,1"]),
 ]
 
 
@@ -81,15 +86,19 @@ def main() -> int:
             got = np.load(out)
         windowed = worst_row_err(got, ref.logits(ref.load_model(path), ids))
         full = worst_row_err(got, ref.logits(ref.load_model(path, ignore_window=True), ids))
+        # With a pattern, also the window on every layer must disagree.
+        every = worst_row_err(got, ref.logits(ref.load_model(path, window_layers=[True, True]), ids)) \
+            if "--sliding-window-pattern" in shape else float("inf")
         name = f"{label} negative control"
-        if windowed < TOL and full > 10 * TOL:
+        if windowed < TOL and full > 10 * TOL and every > 10 * TOL:
             passed += 1
-            print(f"PASS {name}: rel err {windowed:.1e} against the window, {full:.1e} against full attention",
+            print(f"PASS {name}: rel err {windowed:.1e} against the window, {full:.1e} against full attention"
+                  + (f", {every:.1e} against the window on every layer" if every != float("inf") else ""),
                   flush=True)
         else:
             failed += 1
-            print(f"FAIL {name}: rel err {windowed:.1e} against the window, {full:.1e} against full attention "
-                  f"(want < {TOL:g} and > {10 * TOL:g})", flush=True)
+            print(f"FAIL {name}: rel err {windowed:.1e} against the window, {full:.1e} against full attention, "
+                  f"{every:.1e} against it on every layer (want < {TOL:g} and > {10 * TOL:g})", flush=True)
         # Positions of the caller's (--positions), more tokens than one logits pass (256): every
         # row is masked by its own position (2 i here), the rows of the earlier pass too.
         ids = [int(x) for x in rng.integers(3, 512, size=300)]

@@ -95,9 +95,15 @@ class RefModel:
         # k when p - k >= window (itself and window - 1 before it).
         # ignore_window: full attention (a test's negative control).
         self.window = 0 if ignore_window else int(_field(r, f"{a}.attention.sliding_window", 0) or 0)
-        # The layers the window applies to (None: every layer); load_model sets
-        # both for what GGUF cannot say (config.json's per-layer windows).
+        # The layers the window applies to (None: every layer): the bool array
+        # attention.sliding_window_pattern (llama.cpp's); load_model can set
+        # both for a config.json's per-layer windows.
+        pat = None if ignore_window else _field(r, f"{a}.attention.sliding_window_pattern")
         self.window_layers = None
+        if pat is not None:
+            if not isinstance(pat, list) or len(pat) != self.n_layer:
+                raise SystemExit(f"gguf_llama_ref: {a}.attention.sliding_window_pattern is not one bool a layer")
+            self.window_layers = [bool(w) for w in pat]
         # Linear RoPE scaling as llama.cpp reads it: rope.scaling.factor, else
         # rope.scale_linear; 0 or absent is none; the type defaults to linear
         # and "none" switches the factor off.
