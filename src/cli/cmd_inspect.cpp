@@ -103,7 +103,7 @@ Runner add_info(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto* c = app.add_subcommand("info", "Print a model's architecture, tensor types and sizes");
-  c->add_option("path", *path, "GGUF file or safetensors directory")->required();
+  c->add_option("path,-m,--model", *path, "GGUF file, packed model or safetensors directory (as the path, or -m like the other commands)")->required();
   c->add_flag("--json", *json, "JSON output");
   return [path, json] { return run_info(*path, *json); };
 }
