@@ -131,7 +131,7 @@ def main() -> int:
                         (["make-draft", "--from", "x", "--layers", "0", "--out", "y"],
                          "--layers: expected an integer from 1 to 65536, got '0'"),
                         (["generate", "--bogus"], "not expected: --bogus"),
-                        (["info"], "path is required"),
+                        (["info"], "--model is required"),
                         (["generate", "--prompt", "hi", "--tree", "chain:3"], "--tree: speculative decoding needs --draft"),
                         (["generate", "--prompt", "hi", "--device-mem", "0"], "a device budget of 0 bytes"),
                         (["generate", "--prompt", ""], "--prompt is empty")]:
