@@ -250,6 +250,22 @@ TEST(Tokenizer, DeepseekFalconMptPreTokenizers) {
     EXPECT_TRUE(is_known_bpe_pre(n)) << n;
 }
 
+// Mistral's Tekken (tokenizer.ggml.pre "tekken"): words split by letter case
+// (an upper-case run may lead lower case), digits one by one, no contractions;
+// pieces as the tokenizers package gives them for its tokenizer.json pattern.
+TEST(TokenizerBpe, TekkenSplitsWordsByCase) {
+  EXPECT_EQ(bpe_pre_tokenize("tekken", "HelloWorld ABCdef XMLHttpRequest 123 a/b//\n"),
+            (Pieces{"Hello", "World", " ABCdef", " XMLHttp", "Request", " ", "1", "2", "3", " a", "/b", "//\n"}));
+  EXPECT_EQ(bpe_pre_tokenize("tekken", "it's DON'T \u00c9cole \u01c5emal"),
+            (Pieces{"it", "'s", " DON", "'T", " \u00c9cole", " \u01c5emal"}));
+  EXPECT_TRUE(is_known_bpe_pre("tekken"));
+  // llama.cpp's defaults for a GGUF without tokenizer.ggml.add_bos_token.
+  EXPECT_TRUE(bpe_pre_adds_bos("tekken"));
+  EXPECT_TRUE(bpe_pre_adds_bos("llama-bpe"));
+  EXPECT_FALSE(bpe_pre_adds_bos("qwen2"));
+  EXPECT_FALSE(bpe_pre_adds_bos("no-such-pre"));
+}
+
 // Qwen3.5 (tokenizer.ggml.pre "qwen35"): Qwen2's pattern with combining marks
 // (\p{M}) in words:
 //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}
@@ -603,6 +619,28 @@ TEST(TokenizerGguf, SentencePieceSpec) {
   EXPECT_FALSE(s.add_eos);
   auto tok = Tokenizer::create(s);
   EXPECT_EQ(tok->encode("hello", true, false), (Ids{1, kSpHello}));
+}
+
+// A byte-level GGUF without tokenizer.ggml.add_bos_token adds BOS where
+// llama.cpp does by default (Llama 3's and Tekken's pre-tokenizers), else not;
+// the key, where present, decides.
+TEST(TokenizerGguf, BosDefaultFollowsThePreTokenizer) {
+  auto spec_of = [](const std::string& pre, int add_bos) {  // add_bos < 0: no key
+    GgufWriter w;
+    w.str("tokenizer.ggml.model", "gpt2");
+    w.str("tokenizer.ggml.pre", pre);
+    w.str_array("tokenizer.ggml.tokens", {"a", "b", "ab"});
+    w.str_array("tokenizer.ggml.merges", {"a b"});
+    w.u32("tokenizer.ggml.bos_token_id", 0);
+    if (add_bos >= 0) w.boolean("tokenizer.ggml.add_bos_token", add_bos != 0);
+    return tokenizer_spec_from_gguf(GgufFile::open(w.write("tok_bos_" + pre + ".gguf")));
+  };
+  EXPECT_TRUE(spec_of("llama-bpe", -1).add_bos);
+  EXPECT_TRUE(spec_of("tekken", -1).add_bos);
+  EXPECT_FALSE(spec_of("qwen2", -1).add_bos);
+  EXPECT_FALSE(spec_of("gpt2", -1).add_bos);
+  EXPECT_FALSE(spec_of("tekken", 0).add_bos);
+  EXPECT_TRUE(spec_of("qwen2", 1).add_bos);
 }
 
 TEST(TokenizerGguf, BadMetadataThrows) {

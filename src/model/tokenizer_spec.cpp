@@ -96,7 +96,7 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f) {
   spec.eos_id = gguf_token_id(f, "tokenizer.ggml.eos_token_id", n);
   spec.unk_id = gguf_token_id(f, "tokenizer.ggml.unknown_token_id", n);
   spec.pad_id = gguf_token_id(f, "tokenizer.ggml.padding_token_id", n);
-  spec.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
+  spec.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || bpe_pre_adds_bos(spec.pre));
   spec.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   spec.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
   if (!spm) {  // (an SPM vocabulary has no pre-tokenizer: the key is not read, as in llama.cpp)
@@ -347,7 +347,7 @@ void read_kind(const std::string& path, const json& j, const json& model, Tokeni
       throw Error(path +
                   ": the pre_tokenizer is not one Redwood implements (its Split, Digits, Punctuation and ByteLevel "
                   "stages in order, a ByteLevel splitting unless use_regex is false, must be GPT-2's, SmolLM's, "
-                  "Llama 3's, Qwen2's, Qwen3.5's, Falcon's or DeepSeek LLM's, Coder's or V3's)");
+                  "Llama 3's, Qwen2's, Qwen3.5's, Tekken's, Falcon's or DeepSeek LLM's, Coder's or V3's)");
     if (mapped_digits) check_mapped_digits(path, spec);
   } else {
     // SentencePiece-style BPE (Llama-2 family): ▁ for spaces, <0xNN> byte fallback.

@@ -28,6 +28,13 @@ constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Mistral's Tekken (Mistral NeMo, Small 3, Pixtral): its tokenizer.json's
+// pattern, letter case runs by category (llama.cpp spells the classes with
+// ASCII lookaheads, which its regex engine lacks the categories for).
+constexpr const char* kTekkenRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|)"
+    R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // Qwen3.5's tokenizer.json: Qwen2's pattern with combining marks (\p{M}) kept
 // in words, so a mark after a letter no longer starts a punctuation piece.
 constexpr const char* kQwen35Regex =
@@ -84,12 +91,14 @@ struct PreTokenizer {
   std::array<const char*, 4> names;  // unused slots null
   std::array<const char*, 6> stages;  // unused slots null
   bool ignore_merges;  // a piece that is a token is that token (Llama 3's tokenizer.json, llama.cpp)
+  bool bos_by_default = false;  // a GGUF without tokenizer.ggml.add_bos_token adds BOS (llama.cpp's default)
 };
 constexpr PreTokenizer kPreTokenizers[] = {
     // Digits(individual_digits) then ByteLevel: SmolLM, and under their own
     // names in llama.cpp the same scheme for StarCoder, Refact and Command-R.
     {{"smollm", "starcoder", "refact", "command-r"}, {kDigitRegex, kGpt2Regex}, false},
-    {{"llama3", "llama-bpe", "llama-v3"}, {kLlama3Regex}, true},
+    {{"llama3", "llama-bpe", "llama-v3"}, {kLlama3Regex}, true, true},
+    {{"tekken"}, {kTekkenRegex}, true, true},
     {{"qwen2"}, {kQwen2Regex}, false},
     {{"qwen35"}, {kQwen35Regex}, false},
     {{"deepseek-llm"},
@@ -469,6 +478,11 @@ class BpeTokenizer final : public TokenizerBase {
 
 namespace redwood {
 bool is_known_bpe_pre(std::string_view pre) { return tok::find_pre(pre) != nullptr; }
+
+bool bpe_pre_adds_bos(std::string_view pre) {
+  const tok::PreTokenizer* p = tok::find_pre(pre);
+  return p && p->bos_by_default;
+}
 
 std::string known_bpe_pre() {
   std::string out;

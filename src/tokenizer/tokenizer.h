@@ -43,12 +43,15 @@ struct TokenizerSpec {
 // Whether a byte-level BPE pre-tokenizer name (GGUF tokenizer.ggml.pre) is one
 // Redwood implements (known_bpe_pre() lists them: smollm and the same scheme
 // under StarCoder's, Refact's and Command-R's names, llama3 (llama-bpe,
-// llama-v3), qwen2, qwen35, deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt2 (gpt-2)
+// llama-v3), qwen2, qwen35, tekken, deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt2 (gpt-2)
 // and default (the GPT-2 pattern, also MPT's)). Any
 // other name is an error, as in llama.cpp: its pattern is not GPT-2's, and
 // tokens would silently differ.
 bool is_known_bpe_pre(std::string_view pre);
 std::string known_bpe_pre();  // the names, comma-separated
+// Whether a GGUF naming this pre-tokenizer without tokenizer.ggml.add_bos_token
+// adds BOS (llama.cpp's defaults: Llama 3's and Tekken's do).
+bool bpe_pre_adds_bos(std::string_view pre);
 // The pieces a byte-level BPE pre-tokenizer splits text into, before merges
 // (throws redwood::Error for an unknown name).
 std::vector<std::string> bpe_pre_tokenize(std::string_view pre, std::string_view text);

