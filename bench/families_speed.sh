@@ -27,8 +27,9 @@ mkdir -p "$OUT"
 FAMILIES=(llama qwen2 qwen3)
 declare -A EXTRA=([llama]="--rope-base 500000" [qwen2]="--arch qwen2 --rope-base 1000000"
   [qwen3]="--arch qwen3 --rope-base 1000000")
+SHAPE="$TYPE-d$DIM-l$LAYERS-f$FFN-h$HEADS-kv$KV_HEADS-v$VOCAB"
 for f in "${FAMILIES[@]}"; do
-  m="$OUT/$f-$TYPE-d$DIM-l$LAYERS.gguf"
+  m="$OUT/$f-$SHAPE.gguf"
   if [[ ! -f $m ]]; then
     # shellcheck disable=SC2086
     python3 tools/make-synthetic-gguf.py --out "$m" --layers "$LAYERS" --dim "$DIM" --heads "$HEADS" \
@@ -41,20 +42,21 @@ for ((r = 1; r <= ROUNDS; r++)); do
   order=("${FAMILIES[@]}")
   if ((r % 2 == 0)); then order=(qwen3 qwen2 llama); fi
   for f in "${order[@]}"; do
-    m="$OUT/$f-$TYPE-d$DIM-l$LAYERS.gguf"
-    s=$("$RW" generate -m "$m" --threads "$THREADS" --prompt-tokens 5,6,7,8,9,10,11,12 --max-tokens "$N" \
-      --temperature 0 --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["s_per_token"])')
+    m="$OUT/$f-$SHAPE.gguf"
+    json=$("$RW" generate -m "$m" --threads "$THREADS" --prompt-tokens 5,6,7,8,9,10,11,12 --max-tokens "$N" \
+      --temperature 0 --json 2>"$OUT/stderr.txt") || { echo "families_speed: $f failed: $(cat "$OUT/stderr.txt")" >&2; exit 1; }
+    s=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["s_per_token"])' "$json")
     printf '%d\t%s\t%s\n' "$r" "$f" "$s" | tee -a "$RUNS"
   done
 done
-python3 - "$OUT" "$RW" "$TYPE" "$DIM" "$LAYERS" "$FFN" "$HEADS" "$KV_HEADS" "$VOCAB" "$N" "$ROUNDS" "$THREADS" <<'EOF'
+python3 - "$OUT" "$RW" "$TYPE" "$DIM" "$LAYERS" "$FFN" "$HEADS" "$KV_HEADS" "$VOCAB" "$N" "$ROUNDS" "$THREADS" "$SHAPE" <<'EOF'
 import json, statistics, subprocess, sys
-out, rw, typ, dim, layers, ffn, heads, kvh, vocab, n, rounds, threads = sys.argv[1:]
+out, rw, typ, dim, layers, ffn, heads, kvh, vocab, n, rounds, threads, shape = sys.argv[1:]
 per_elem = {"F32": 4.0, "F16": 2.0, "BF16": 2.0, "Q8_0": 34 / 32, "Q4_0": 18 / 32}[typ]
 rows = [l.rstrip("\n").split("\t") for l in open(f"{out}/runs.tsv")][1:]
 res = {}
 for fam in ("llama", "qwen2", "qwen3"):
-    info = json.loads(subprocess.run([rw, "info", f"{out}/{fam}-{typ}-d{dim}-l{layers}.gguf", "--json"],
+    info = json.loads(subprocess.run([rw, "info", f"{out}/{fam}-{shape}.gguf", "--json"],
                                      check=True, capture_output=True, text=True).stdout)
     step_bytes = info["total_bytes"] - int(vocab) * int(dim) * per_elem
     s = statistics.median(float(r[2]) for r in rows if r[1] == fam)

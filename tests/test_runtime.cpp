@@ -251,7 +251,53 @@ TEST(ChatTemplates, EveryShippedTemplateFormatsAsItRenders) {
         << name;
     ++n;
   }
-  EXPECT_EQ(n, 15);
+  EXPECT_EQ(n, 19);
+}
+
+// Mistral's formats other than NeMo's v3-tekken are refused, not formatted as
+// Llama 2's; NeMo's roles must alternate as its template demands.
+TEST(ChatTemplates, OtherMistralFormatsAreRefused) {
+  std::ifstream f(std::string(REDWOOD_SOURCE_DIR) + "/tests/data/chat_templates.json");
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  const std::string nemo = doc["templates"]["mistral-nemo"]["text"];
+  const std::vector<ChatMessage> user = {{"user", "hi"}};
+  for (const std::string& t : {std::string("{{ '[SYSTEM_PROMPT]' }}[INST]{{ m }}[/INST]"),
+                               std::string("[AVAILABLE_TOOLS]{{ ' [INST] ' + m }}[/INST]"),
+                               std::string("{{ ' [INST] ' + system_message }}[/INST]")})
+    EXPECT_NE(testutil::error_of([&] { apply_chat_template(t, user); }).find("one of Mistral's v1/v3/v7 formats"),
+              std::string::npos)
+        << t;
+  EXPECT_NE(testutil::error_of([&] { apply_chat_template(nemo, {{"user", "a"}, {"user", "b"}}); })
+                .find("roles must alternate user / assistant"),
+            std::string::npos);
+  EXPECT_NE(testutil::error_of([&] { apply_chat_template(nemo, {{"user", "a"}, {"assistant", "b"}, {"system", "c"}}); })
+                .find("message 3 is 'system'"),
+            std::string::npos);
+  EXPECT_EQ(apply_chat_template("{% for m in messages %}<s>[INST] {{ m }} [/INST]{% endfor %}", user),
+            "<s>[INST] hi [/INST]");  // Llama 2's still
+}
+
+// A template that writes the BOS token's text ("<s>[INST] ...") on a
+// vocabulary that adds BOS gives one BOS, not two (as in llama.cpp); the
+// later turns' "<s>" stay BOS tokens.
+TEST(ChatTemplates, TheTemplatesBosAndTheVocabularysAreOne) {
+  testutil::TinyShape s;
+  s.chat_template = "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}";
+  const std::string path = tiny_vocab_model("inst_bos", s);
+  const LoadedModel m = load_model(path, /*with_weights=*/false);
+  ASSERT_TRUE(m.tokenizer->spec().add_bos);
+  const int32_t bos = m.tokenizer->bos();
+  const std::vector<int32_t> one = encode_prompt(m, {"hi", {}, true, {}, "p"});
+  ASSERT_GE(one.size(), 2u);
+  EXPECT_EQ(one[0], bos);
+  EXPECT_NE(one[1], bos);
+  EXPECT_EQ(one, m.tokenizer->encode("[INST] hi [/INST]", true, true));
+  const std::vector<int32_t> turns =
+      encode_prompt(m, {"", {{"user", "a"}, {"assistant", "b"}, {"user", "c"}}, true, {}, "p"});
+  EXPECT_EQ(std::count(turns.begin(), turns.end(), bos), 2);  // one per user turn
+  // A plain prompt is tokenized as it is: its own "<s>" stays a token.
+  const std::vector<int32_t> plain = encode_prompt(m, {"<s>hi", {}, false, {}, "p"});
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), bos), 2);
 }
 
 // A GGUF with no chat template but ChatML's tokens is formatted as ChatML

@@ -57,6 +57,33 @@ std::string chat_template_of(const std::string& tmpl, const std::vector<std::str
   return kChatmlTemplate;
 }
 
+namespace {
+// Mistral NeMo's template (v3-tekken), as it renders: "<s>", then each user
+// turn "[INST]content[/INST]" and each reply "content</s>"; a leading system
+// message goes before the content of the conversation's last message when
+// that is a user turn (and nowhere otherwise); roles after it alternate
+// user / assistant, starting with the user.
+std::string mistral_v3_tekken(const std::vector<ChatMessage>& msgs) {
+  size_t first = 0;
+  std::string sys;
+  if (!msgs.empty() && msgs[0].role == "system") sys = msgs[0].content, first = 1;
+  std::string out = "<s>";
+  for (size_t i = first; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role != ((i - first) % 2 == 0 ? "user" : "assistant"))
+      throw Error("Mistral's chat template: after an optional system message, roles must alternate user / "
+                  "assistant, starting with the user (message " + std::to_string(i + 1) + " is '" + m.role + "')");
+    if (m.role == "assistant")
+      out += m.content + "</s>";
+    else if (i + 1 == msgs.size() && first == 1)
+      out += "[INST]" + sys + "\n\n" + m.content + "[/INST]";
+    else
+      out += "[INST]" + m.content + "[/INST]";
+  }
+  return out;
+}
+}  // namespace
+
 std::string apply_chat_template(const std::string& t, const std::vector<ChatMessage>& msgs) {
   if (t.empty()) throw Error("the model has no chat template (tokenizer.chat_template)");
   for (const auto& m : msgs)
@@ -76,6 +103,15 @@ std::string apply_chat_template(const std::string& t, const std::vector<ChatMess
       out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
     return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
   }
+  if (t.find("[INST]") != std::string::npos && t.find("[AVAILABLE_TOOLS]") != std::string::npos &&
+      t.find("\"[INST]\"") != std::string::npos)
+    return mistral_v3_tekken(msgs);
+  // Mistral's other formats (v1 and v3 spaced, v7 with [SYSTEM_PROMPT]) are not
+  // Llama 2's: refused rather than formatted as it.
+  if (t.find("[SYSTEM_PROMPT]") != std::string::npos || t.find("[AVAILABLE_TOOLS]") != std::string::npos ||
+      t.find("' [INST] ' + system_message") != std::string::npos)
+    throw Error("unsupported chat template: one of Mistral's v1/v3/v7 formats (supported: ChatML, Llama-2 [INST], "
+                "Llama-3 headers, Mistral NeMo's v3-tekken); give the prompt already formatted, without --chat");
   if (t.find("[INST]") != std::string::npos) {
     std::string sys;
     size_t i = 0;
@@ -90,7 +126,8 @@ std::string apply_chat_template(const std::string& t, const std::vector<ChatMess
     }
     return out;
   }
-  throw Error("unsupported chat template family (supported: ChatML, Llama-2 [INST], Llama-3 headers)");
+  throw Error("unsupported chat template family (supported: ChatML, Llama-2 [INST], Llama-3 headers, Mistral NeMo's "
+              "v3-tekken)");
 }
 
 }  // namespace redwood

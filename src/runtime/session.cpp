@@ -25,11 +25,20 @@ std::string chat_template(const ModelDesc& m) {
 }
 
 std::vector<int32_t> encode_prompt(const LoadedModel& m, const PromptText& p) {
+  const bool formatted = !p.messages.empty() || p.chat;
   std::string text = p.text;
   if (!p.messages.empty())
     text = apply_chat_template(chat_template(m.desc), p.messages);
   else if (p.chat)
     text = apply_chat_template(chat_template(m.desc), {{"user", p.text}});
+  // A template that writes the BOS token's text ("<s>[INST]", "<|begin_of_text|>")
+  // gives one BOS where the vocabulary adds one too: the text's is dropped,
+  // as llama.cpp's chat formatting does.
+  const TokenizerSpec& s = m.tokenizer->spec();
+  if (formatted && s.add_bos && s.bos_id >= 0 && static_cast<size_t>(s.bos_id) < s.tokens.size()) {
+    const std::string& bos = s.tokens[static_cast<size_t>(s.bos_id)];
+    if (!bos.empty() && text.starts_with(bos)) text.erase(0, bos.size());
+  }
   return m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
 }
 

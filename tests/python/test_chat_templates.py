@@ -99,8 +99,9 @@ def main() -> int:
         from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         for c in cases:
-            got = env.from_string(templates[c["template"]]["text"]).render(
-                messages=c["messages"], add_generation_prompt=True, bos_token="", eos_token="")
+            t = templates[c["template"]]
+            got = env.from_string(t["text"]).render(messages=c["messages"], add_generation_prompt=True,
+                                                    bos_token=t.get("bos_token", ""), eos_token=t.get("eos_token", ""))
             check(f"jinja2 {c['template']} / {c['conversation']}", got == c["expected"], repr(got))
             ran += 1
     except ImportError:
