@@ -730,6 +730,26 @@ TEST(TokenizerHfJson, ByteLevelBpe) {
   EXPECT_TRUE(tok->is_eog(6));
 }
 
+// model.ignore_merges decides (Hugging Face's default false), not the
+// pre-tokenizer's llama.cpp default: with it a piece that is a token is that
+// token; without it the merges build what they can.
+TEST(TokenizerHfJson, IgnoreMergesIsTheFilesOwn) {
+  const std::string dir = ::testing::TempDir() + "tok_hf_ignore_merges";
+  auto load = [&](const std::string& flag) {
+    const std::string json = R"({"pre_tokenizer": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", )" + flag + R"("vocab": {"h": 0, "e": 1, "l": 2, "o": 3, "he": 4, "ll": 5, "hello": 6},
+                  "merges": ["h e", "l l"]}})";
+    return tokenizer_spec_from_hf_json(write_file(dir, "tokenizer.json", json));
+  };
+  const TokenizerSpec on = load(R"("ignore_merges": true, )"), off = load("");
+  EXPECT_NE(testutil::error_of([&] { load(R"("ignore_merges": 1, )"); }).find("'model.ignore_merges' is not a bool"),
+            std::string::npos);
+  EXPECT_EQ(on.ignore_merges, true);
+  EXPECT_EQ(off.ignore_merges, false);
+  EXPECT_EQ(Tokenizer::create(on)->encode("hello", false, false), (Ids{6}));
+  EXPECT_EQ(Tokenizer::create(off)->encode("hello", false, false), (Ids{4, 5, 3}));
+}
+
 TEST(TokenizerHfJson, Qwen35SplitPattern) {
   const std::string dir = ::testing::TempDir() + "tok_hf_qwen35";
   const std::string json = R"({

@@ -349,6 +349,12 @@ void read_kind(const std::string& path, const json& j, const json& model, Tokeni
                   "stages in order, a ByteLevel splitting unless use_regex is false, must be GPT-2's, SmolLM's, "
                   "Llama 3's, Qwen2's, Qwen3.5's, Tekken's, Falcon's or DeepSeek LLM's, Coder's or V3's)");
     if (mapped_digits) check_mapped_digits(path, spec);
+    if (const auto im = model.find("ignore_merges"); im != model.end() && !im->is_null()) {
+      if (!im->is_boolean()) throw Error(path + ": 'model.ignore_merges' is not a bool");
+      spec.ignore_merges = im->get<bool>();
+    } else {
+      spec.ignore_merges = false;  // Hugging Face's default
+    }
   } else {
     // SentencePiece-style BPE (Llama-2 family): ▁ for spaces, <0xNN> byte fallback.
     spec.kind = TokenizerKind::kSentencePiece;

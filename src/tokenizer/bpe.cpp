@@ -331,7 +331,7 @@ std::array<uint32_t, 256> byte_to_codepoint() {
 class BpeTokenizer final : public TokenizerBase {
  public:
   explicit BpeTokenizer(TokenizerSpec spec) : TokenizerBase(std::move(spec)), pre_(spec_.pre) {
-    ignore_merges_ = pre_.def().ignore_merges;
+    ignore_merges_ = spec_.ignore_merges.value_or(pre_.def().ignore_merges);
 
     const auto cps = byte_to_codepoint();
     cp_to_byte_.assign(512, -1);

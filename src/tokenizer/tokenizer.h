@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +39,10 @@ struct TokenizerSpec {
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;  // SPM: prepend a space (U+2581) to the text
+  // BPE: a pre-token that is a token is that token, merges not applied
+  // (tokenizer.json's model.ignore_merges); unset: the pre-tokenizer's
+  // llama.cpp default (Llama 3's and Tekken's ignore them).
+  std::optional<bool> ignore_merges;
 };
 
 // Whether a byte-level BPE pre-tokenizer name (GGUF tokenizer.ggml.pre) is one
