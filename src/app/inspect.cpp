@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "kernels/backend.h"
@@ -89,13 +90,12 @@ void tree_logits(LoadedModel& m, const std::vector<int32_t>& toks, std::vector<i
   // Under a sliding window the KV cache masks committed row r as position r,
   // so a chain at other positions runs as a tree does: one pending block,
   // each row masked by its own position.
-  if (parents.empty() && m.desc.hp.sliding_window > 0 && !positions.empty())
-    for (size_t i = 0; i < positions.size(); ++i)
-      if (positions[i] != static_cast<int32_t>(i)) {
-        parents.resize(toks.size());
-        for (size_t j = 0; j < toks.size(); ++j) parents[j] = static_cast<int32_t>(j) - 1;
-        break;
-      }
+  std::vector<int32_t> index(toks.size());
+  std::iota(index.begin(), index.end(), 0);
+  if (parents.empty() && m.desc.hp.sliding_window > 0 && !positions.empty() && positions != index) {
+    parents = std::move(index);
+    for (int32_t& p : parents) --p;  // a chain: each token's parent the one before
+  }
   const bool chain = parents.empty();
   std::vector<int32_t> depth(toks.size());
   for (size_t i = 0; i < toks.size(); ++i) {

@@ -42,6 +42,14 @@ std::vector<TensorExtent*> LayerDesc::optional_vectors() {
   return {&bq, &bk, &bv, &q_norm, &k_norm};
 }
 
+void set_sliding_window(LlamaHParams& hp, int window, std::vector<uint8_t> layers) {
+  const bool any = std::any_of(layers.begin(), layers.end(), [](uint8_t w) { return w != 0; });
+  const bool all = std::all_of(layers.begin(), layers.end(), [](uint8_t w) { return w != 0; });
+  hp.sliding_window = window > 0 && any ? window : 0;
+  hp.window_layers.clear();
+  if (hp.sliding_window > 0 && !all) hp.window_layers = std::move(layers);
+}
+
 std::vector<double> rope_inv_freqs(const LlamaHParams& hp) {
   const int half = hp.head_dim / 2;
   std::vector<double> f(static_cast<size_t>(half));
@@ -235,10 +243,7 @@ ModelDesc model_desc_from_gguf(const GgufFile& f, const std::string& path, const
                   "layer (" + std::to_string(hp.n_layers) + ")");
     std::vector<uint8_t> layers;
     for (const GgufValue& e : pat->arr) layers.push_back(e.u != 0 ? 1 : 0);
-    if (std::none_of(layers.begin(), layers.end(), [](uint8_t w) { return w != 0; }))
-      hp.sliding_window = 0;
-    else if (hp.sliding_window > 0 && std::any_of(layers.begin(), layers.end(), [](uint8_t w) { return w == 0; }))
-      hp.window_layers = std::move(layers);
+    set_sliding_window(hp, hp.sliding_window, std::move(layers));
   }
   hp.rope_mode = traits.rope_mode;
   hp.rope_freq_factors = gguf_rope_factors(f, p, hp.head_dim, read);

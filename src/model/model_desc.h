@@ -46,8 +46,9 @@ struct LlamaHParams {
   // training context).
   int sliding_window = 0;
   // The layers the window applies to, one flag a layer (Qwen2/Qwen3 config.json:
-  // use_sliding_window from layer max_window_layers on, or layer_types): empty
-  // = every layer.
+  // use_sliding_window from layer max_window_layers on, or layer_types; GGUF
+  // attention.sliding_window_pattern): empty = every layer. Set through
+  // set_sliding_window, so it is not empty only where the layers differ.
   std::vector<uint8_t> window_layers;
 
   // The window of layer l: sliding_window, or 0 (full attention).
@@ -55,13 +56,13 @@ struct LlamaHParams {
     return window_layers.empty() || window_layers[static_cast<size_t>(l)] ? sliding_window : 0;
   }
   // Some layers attend within the window and some to everything.
-  bool mixed_window() const {
-    if (sliding_window <= 0) return false;
-    for (uint8_t w : window_layers)
-      if (!w) return true;
-    return false;
-  }
+  bool mixed_window() const { return sliding_window > 0 && !window_layers.empty(); }
 };
+
+// A window of `window` positions on the layers flagged in `layers` (one flag a
+// layer): none flagged (or window 0) is no window, all flagged leaves
+// window_layers empty.
+void set_sliding_window(LlamaHParams& hp, int window, std::vector<uint8_t> layers);
 
 // The per-pair RoPE inverse frequencies the backends rotate by
 // (math::rope_inv_freq with the model's base and scaling factors).

@@ -195,9 +195,7 @@ void read_sliding_window(const Config& c, LlamaHParams& hp) {
     }
     for (size_t l = 0; l < layers.size(); ++l) layers[l] = static_cast<int64_t>(l) >= from;
   }
-  if (std::none_of(layers.begin(), layers.end(), [](uint8_t w) { return w != 0; })) return;
-  hp.sliding_window = static_cast<int>(std::min<int64_t>(*sw, int64_t{1} << 30));
-  if (std::any_of(layers.begin(), layers.end(), [](uint8_t w) { return w == 0; })) hp.window_layers = std::move(layers);
+  set_sliding_window(hp, static_cast<int>(std::min<int64_t>(*sw, int64_t{1} << 30)), std::move(layers));
 }
 
 // The family config.json names (model_type, else the architectures list), as
